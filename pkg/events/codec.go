@@ -1,0 +1,186 @@
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// SchemaVersion is the envelope version this build writes. Decode reads
+// every version up to it.
+const SchemaVersion = 1
+
+// Subject prefixes.
+const (
+	TaskPrefix   = "gpuq.task."
+	NodePrefix   = "gpuq.node."
+	AdvicePrefix = "gpuq.advice."
+)
+
+var taskTypes = map[Type]func() Event{
+	TypeSubmitted:        func() Event { return &Submitted{} },
+	TypeAmended:          func() Event { return &Amended{} },
+	TypeCancelled:        func() Event { return &Cancelled{} },
+	TypeChecklistUpdated: func() Event { return &ChecklistUpdated{} },
+	TypeDispatched:       func() Event { return &Dispatched{} },
+	TypeStarted:          func() Event { return &Started{} },
+	TypePreemptRequested: func() Event { return &PreemptRequested{} },
+	TypeCheckpointed:     func() Event { return &Checkpointed{} },
+	TypePreempted:        func() Event { return &Preempted{} },
+	TypeRequeued:         func() Event { return &Requeued{} },
+	TypeCompleted:        func() Event { return &Completed{} },
+	TypeFailed:           func() Event { return &Failed{} },
+}
+
+var nodeTypes = map[Type]func() Event{
+	TypeAvailable: func() Event { return &Available{} },
+	TypeUnhealthy: func() Event { return &Unhealthy{} },
+	TypeDrained:   func() Event { return &Drained{} },
+	TypeLost:      func() Event { return &Lost{} },
+}
+
+// TaskTypes and NodeTypes list every wire name, in catalogue order.
+var (
+	TaskTypes = []Type{TypeSubmitted, TypeAmended, TypeCancelled, TypeChecklistUpdated, TypeDispatched, TypeStarted,
+		TypePreemptRequested, TypeCheckpointed, TypePreempted, TypeRequeued, TypeCompleted, TypeFailed}
+	NodeTypes = []Type{TypeAvailable, TypeUnhealthy, TypeDrained, TypeLost}
+)
+
+// IsTaskType reports whether t is published on a task subject.
+func IsTaskType(t Type) bool { _, ok := taskTypes[t]; return ok }
+
+// Subject is the subject an event is published on.
+func Subject(e Event) string {
+	if _, ok := nodeTypes[e.EventType()]; ok {
+		return NodePrefix + e.Key() + "." + string(e.EventType())
+	}
+	return TaskPrefix + e.Key() + "." + string(e.EventType())
+}
+
+// TaskSubjects is the wildcard covering all of one task's events.
+func TaskSubjects(taskID string) string { return TaskPrefix + taskID + ".>" }
+
+// AdviceSubject is the subject of a task's advice.
+func AdviceSubject(taskID string) string { return AdvicePrefix + taskID }
+
+// ValidKey reports whether s can be a subject token (task id or node name).
+func ValidKey(s string) bool {
+	return s != "" && !strings.ContainsAny(s, ".*> \t\r\n")
+}
+
+// Envelope is the wire form of every event.
+type Envelope struct {
+	ID          string          `json:"id"`
+	Type        Type            `json:"type"`
+	Version     int             `json:"v"`
+	Time        time.Time       `json:"time"`
+	CausationID string          `json:"causation_id,omitempty"`
+	Data        json.RawMessage `json:"data"`
+}
+
+// Meta is what a writer adds around an event.
+type Meta struct {
+	Time        time.Time // when the writer observed the fact
+	CausationID string    // the event id this one follows from, if any
+}
+
+// Encode returns the subject and envelope bytes of an event. The envelope id
+// is a fresh UUID v7.
+func Encode(e Event, m Meta) (subject string, data []byte, id string, err error) {
+	if !ValidKey(e.Key()) {
+		return "", nil, "", fmt.Errorf("events: invalid subject key %q for %s", e.Key(), e.EventType())
+	}
+	body, err := json.Marshal(e)
+	if err != nil {
+		return "", nil, "", err
+	}
+	u, err := uuid.NewV7()
+	if err != nil {
+		return "", nil, "", err
+	}
+	env := Envelope{ID: u.String(), Type: e.EventType(), Version: SchemaVersion, Time: m.Time.UTC(), CausationID: m.CausationID, Data: body}
+	data, err = json.Marshal(env)
+	return Subject(e), data, env.ID, err
+}
+
+// Record is one decoded entry of the log.
+type Record struct {
+	Seq      uint64
+	Subject  string
+	Envelope Envelope
+	Event    Event
+}
+
+// Decode turns a stored message into a Record. Unknown types and newer
+// schema versions decode to Unknown; only malformed JSON is an error.
+func Decode(m Stored) (Record, error) {
+	var env Envelope
+	if err := json.Unmarshal(m.Data, &env); err != nil {
+		return Record{}, fmt.Errorf("events: seq %d on %s: %w", m.Seq, m.Subject, err)
+	}
+	r := Record{Seq: m.Seq, Subject: m.Subject, Envelope: env}
+	key := subjectKey(m.Subject)
+	mk, ok := taskTypes[env.Type]
+	if !ok {
+		mk, ok = nodeTypes[env.Type]
+	}
+	if !ok || env.Version > SchemaVersion || env.Version < 1 {
+		r.Event = Unknown{Type: env.Type, Version: env.Version, K: key, Raw: env.Data}
+		return r, nil
+	}
+	p := mk()
+	if err := json.Unmarshal(env.Data, p); err != nil {
+		return Record{}, fmt.Errorf("events: seq %d %s: %w", m.Seq, env.Type, err)
+	}
+	r.Event = deref(p)
+	return r, nil
+}
+
+func subjectKey(subj string) string {
+	parts := strings.Split(subj, ".")
+	if len(parts) >= 3 {
+		return parts[2]
+	}
+	return ""
+}
+
+func deref(e Event) Event {
+	switch v := e.(type) {
+	case *Submitted:
+		return *v
+	case *Amended:
+		return *v
+	case *Cancelled:
+		return *v
+	case *ChecklistUpdated:
+		return *v
+	case *Dispatched:
+		return *v
+	case *Started:
+		return *v
+	case *PreemptRequested:
+		return *v
+	case *Checkpointed:
+		return *v
+	case *Preempted:
+		return *v
+	case *Requeued:
+		return *v
+	case *Completed:
+		return *v
+	case *Failed:
+		return *v
+	case *Available:
+		return *v
+	case *Unhealthy:
+		return *v
+	case *Drained:
+		return *v
+	case *Lost:
+		return *v
+	}
+	return e
+}

@@ -1,0 +1,216 @@
+// Package logtest is the conformance suite of the events.Log port. Every
+// adapter runs it: go test of events/memlog and events/jetstream.
+package logtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpuq/gpuq/pkg/events"
+)
+
+// Factory returns a fresh, empty log for one test.
+type Factory func(t *testing.T) events.Log
+
+func msg(subj, body string) events.Msg { return events.Msg{Subject: subj, Data: []byte(body)} }
+
+type entry struct {
+	Seq     uint64
+	Subject string
+	Data    string
+}
+
+func readAll(t *testing.T, l events.Log, from uint64, filter string) []entry {
+	t.Helper()
+	var got []entry
+	if _, err := l.Read(context.Background(), from, filter, func(s events.Stored) error {
+		got = append(got, entry{s.Seq, s.Subject, string(s.Data)})
+		return nil
+	}); err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	return got
+}
+
+func mustAppend(t *testing.T, l events.Log, m events.Msg) events.Ack {
+	t.Helper()
+	a, err := l.Append(context.Background(), m)
+	if err != nil {
+		t.Fatalf("Append(%s): %v", m.Subject, err)
+	}
+	return a
+}
+
+// Run runs the whole suite against logs made by newLog.
+func Run(t *testing.T, newLog Factory) {
+	t.Run("ordering", func(t *testing.T) {
+		l := newLog(t)
+		want := []entry{}
+		for i := 1; i <= 50; i++ {
+			subj := fmt.Sprintf("gpuq.task.t%d.submitted", i%7)
+			a := mustAppend(t, l, msg(subj, fmt.Sprint(i)))
+			if a.Seq != uint64(i) || a.Duplicate {
+				t.Fatalf("append %d: ack %+v, want seq %d", i, a, i)
+			}
+			want = append(want, entry{uint64(i), subj, fmt.Sprint(i)})
+		}
+		if diff := cmp.Diff(want, readAll(t, l, 0, "")); diff != "" {
+			t.Errorf("Read all (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff(want[20:], readAll(t, l, 21, "")); diff != "" {
+			t.Errorf("Read from 21 (-want +got):\n%s", diff)
+		}
+		last, err := l.LastSeq(context.Background())
+		if err != nil || last != 50 {
+			t.Errorf("LastSeq = %d, %v; want 50", last, err)
+		}
+	})
+	t.Run("read filter", func(t *testing.T) {
+		l := newLog(t)
+		mustAppend(t, l, msg("gpuq.task.a.submitted", "1"))
+		mustAppend(t, l, msg("gpuq.task.b.submitted", "2"))
+		mustAppend(t, l, msg("gpuq.node.n1.available", "3"))
+		mustAppend(t, l, msg("gpuq.task.a.dispatched", "4"))
+		want := []entry{{1, "gpuq.task.a.submitted", "1"}, {4, "gpuq.task.a.dispatched", "4"}}
+		if diff := cmp.Diff(want, readAll(t, l, 0, "gpuq.task.a.>")); diff != "" {
+			t.Errorf("filter task a (-want +got):\n%s", diff)
+		}
+		if got := readAll(t, l, 0, "gpuq.task.zzz.>"); len(got) != 0 {
+			t.Errorf("filter with no match: %v", got)
+		}
+		if got := readAll(t, l, 0, "gpuq.node.*.available"); len(got) != 1 {
+			t.Errorf("node filter: %v", got)
+		}
+	})
+	t.Run("empty log", func(t *testing.T) {
+		l := newLog(t)
+		if got := readAll(t, l, 0, ""); len(got) != 0 {
+			t.Errorf("empty log read %v", got)
+		}
+	})
+	t.Run("dedupe by message id", func(t *testing.T) {
+		l := newLog(t)
+		a1 := mustAppend(t, l, events.Msg{Subject: "gpuq.task.x.submitted", Data: []byte("first"), MsgID: "k1"})
+		mustAppend(t, l, msg("gpuq.task.y.submitted", "other"))
+		a2 := mustAppend(t, l, events.Msg{Subject: "gpuq.task.z.submitted", Data: []byte("retry"), MsgID: "k1"})
+		if !a2.Duplicate || a2.Seq != a1.Seq {
+			t.Errorf("retry ack %+v, want duplicate of seq %d", a2, a1.Seq)
+		}
+		got := readAll(t, l, 0, "")
+		if len(got) != 2 || got[0].Data != "first" {
+			t.Errorf("log after retry: %v", got)
+		}
+	})
+	t.Run("expected sequence", func(t *testing.T) {
+		l := newLog(t)
+		ctx := context.Background()
+		tests := []struct {
+			name    string
+			subject string
+			expect  events.Expect
+			wantErr error
+		}{
+			{"first on empty filter", "gpuq.task.a.submitted", events.Expect{Filter: "gpuq.task.a.>", LastSeq: 0}, nil},
+			{"other task unaffected", "gpuq.task.b.submitted", events.Expect{Filter: "gpuq.task.b.>", LastSeq: 0}, nil},
+			{"follow-up on last seq", "gpuq.task.a.dispatched", events.Expect{Filter: "gpuq.task.a.>", LastSeq: 1}, nil},
+			{"stale seq conflicts", "gpuq.task.a.started", events.Expect{Filter: "gpuq.task.a.>", LastSeq: 1}, events.ErrConflict},
+			{"zero when not empty conflicts", "gpuq.task.b.cancelled", events.Expect{Filter: "gpuq.task.b.>", LastSeq: 0}, events.ErrConflict},
+			{"current seq accepted", "gpuq.task.a.started", events.Expect{Filter: "gpuq.task.a.>", LastSeq: 3}, nil},
+		}
+		for _, tc := range tests {
+			e := tc.expect
+			_, err := l.Append(ctx, events.Msg{Subject: tc.subject, Data: []byte(tc.name), Expect: &e})
+			if !errors.Is(err, tc.wantErr) {
+				t.Errorf("%s: err = %v, want %v", tc.name, err, tc.wantErr)
+			}
+		}
+		if got := readAll(t, l, 0, ""); len(got) != 4 {
+			t.Errorf("conflicting appends must append nothing; log has %d", len(got))
+		}
+	})
+	t.Run("follow from a sequence", func(t *testing.T) {
+		l := newLog(t)
+		for i := 1; i <= 5; i++ {
+			mustAppend(t, l, msg(fmt.Sprintf("gpuq.task.f%d.submitted", i), fmt.Sprint(i)))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		f, err := l.Follow(ctx, 3, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			for i := 6; i <= 8; i++ {
+				mustAppend(t, l, msg(fmt.Sprintf("gpuq.task.f%d.submitted", i), fmt.Sprint(i)))
+			}
+		}()
+		for want := uint64(3); want <= 8; want++ {
+			s, err := f.Next(ctx)
+			if err != nil {
+				t.Fatalf("Next: %v", err)
+			}
+			if s.Seq != want || string(s.Data) != fmt.Sprint(want) {
+				t.Fatalf("Next = seq %d %q, want %d", s.Seq, s.Data, want)
+			}
+		}
+	})
+	t.Run("follow filtered and close", func(t *testing.T) {
+		l := newLog(t)
+		mustAppend(t, l, msg("gpuq.task.a.submitted", "1"))
+		mustAppend(t, l, msg("gpuq.node.n.available", "2"))
+		mustAppend(t, l, msg("gpuq.task.a.dispatched", "3"))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		f, err := l.Follow(ctx, 0, "gpuq.node.>")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := f.Next(ctx)
+		if err != nil || s.Seq != 2 {
+			t.Fatalf("Next = %d, %v; want 2", s.Seq, err)
+		}
+		f.Close()
+		if _, err := f.Next(ctx); err == nil {
+			t.Fatal("Next after Close returned no error")
+		}
+	})
+	t.Run("follow ends with context", func(t *testing.T) {
+		l := newLog(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		f, err := l.Follow(ctx, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		go func() { time.Sleep(30 * time.Millisecond); cancel() }()
+		if _, err := f.Next(ctx); err == nil {
+			t.Fatal("Next on cancelled ctx returned no error")
+		}
+	})
+	t.Run("event round trip", func(t *testing.T) {
+		l := newLog(t)
+		ctx := context.Background()
+		now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+		in := events.Submitted{TaskID: "t1", Name: "n", Team: "a", Priority: "high", GPUs: 2, Hours: 1, Hypothesis: "h", Command: "true", Preemptible: true, SubmittedAt: now}
+		if _, err := events.Append(ctx, l, in, events.Meta{Time: now}, "", nil); err != nil {
+			t.Fatal(err)
+		}
+		var got []events.Record
+		if _, err := events.ReadAll(ctx, l, 0, "", func(r events.Record) error { got = append(got, r); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || got[0].Subject != "gpuq.task.t1.submitted" {
+			t.Fatalf("got %+v", got)
+		}
+		if diff := cmp.Diff(events.Event(in), got[0].Event); diff != "" {
+			t.Errorf("round trip (-want +got):\n%s", diff)
+		}
+	})
+}

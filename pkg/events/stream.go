@@ -1,0 +1,65 @@
+package events
+
+import (
+	"time"
+
+	js "github.com/nats-io/nats.go/jetstream"
+)
+
+// Stream and bucket names.
+const (
+	StreamName       = "GPUQ_EVENTS"
+	AdviceStreamName = "GPUQ_ADVICE"
+	HeartbeatBucket  = "gpuq_heartbeats"
+	LeaderBucket     = "gpuq_leader"
+)
+
+// DefaultDedupeWindow is how long a message id (a CI idempotency key)
+// de-duplicates at the stream level. The submitter also remembers every
+// idempotency key in its fold, so a retry after the window still finds the
+// original task; the window covers the race between two concurrent retries.
+const DefaultDedupeWindow = 24 * time.Hour
+
+// AuditStream is the definition of the immutable event log: file storage,
+// no delete, no purge, no rollup, no limits, de-duplication window dedupe.
+func AuditStream(name string, replicas int, dedupe time.Duration) js.StreamConfig {
+	if name == "" {
+		name = StreamName
+	}
+	if replicas <= 0 {
+		replicas = 1
+	}
+	if dedupe <= 0 {
+		dedupe = DefaultDedupeWindow
+	}
+	return js.StreamConfig{
+		Name:        name,
+		Description: "gpuq audit log: every fact, append-only",
+		Subjects:    []string{TaskPrefix + ">", NodePrefix + ">"},
+		Retention:   js.LimitsPolicy,
+		Storage:     js.FileStorage,
+		Replicas:    replicas,
+		Duplicates:  dedupe,
+		DenyDelete:  true,
+		DenyPurge:   true,
+		AllowRollup: false,
+		Discard:     js.DiscardNew,
+	}
+}
+
+// AdviceStream keeps the latest advice per task. It is derived data, not
+// audit: one message per subject, older ones replaced.
+func AdviceStream(replicas int) js.StreamConfig {
+	if replicas <= 0 {
+		replicas = 1
+	}
+	return js.StreamConfig{
+		Name:              AdviceStreamName,
+		Description:       "gpuq advice: latest estimate, reason and action per task",
+		Subjects:          []string{AdvicePrefix + ">"},
+		Storage:           js.FileStorage,
+		Replicas:          replicas,
+		MaxMsgsPerSubject: 1,
+		MaxAge:            30 * 24 * time.Hour,
+	}
+}

@@ -1,0 +1,239 @@
+package events
+
+import "time"
+
+// Type is an event's stable wire name: past tense, the last token of its subject.
+type Type string
+
+// Task events, on gpuq.task.<task_id>.<type>.
+const (
+	TypeSubmitted        Type = "submitted"
+	TypeAmended          Type = "amended"
+	TypeCancelled        Type = "cancelled"
+	TypeChecklistUpdated Type = "checklist_updated"
+	TypeDispatched       Type = "dispatched"
+	TypeStarted          Type = "started"
+	TypePreemptRequested Type = "preempt_requested"
+	TypeCheckpointed     Type = "checkpointed"
+	TypePreempted        Type = "preempted"
+	TypeRequeued         Type = "requeued"
+	TypeCompleted        Type = "completed"
+	TypeFailed           Type = "failed"
+)
+
+// Node events, on gpuq.node.<node>.<type>.
+const (
+	TypeAvailable Type = "available"
+	TypeUnhealthy Type = "unhealthy"
+	TypeDrained   Type = "drained"
+	TypeLost      Type = "lost"
+)
+
+// Event is one fact. Key is the task id or node name its subject carries.
+type Event interface {
+	EventType() Type
+	Key() string
+}
+
+// Submitted: a task entered the queue. SubmittedAt is its place in line for
+// its whole life, across amendments and preemptions.
+type Submitted struct {
+	TaskID         string    `json:"task_id"`
+	Name           string    `json:"name"`
+	Team           string    `json:"team"`
+	Priority       string    `json:"priority"`
+	GPUs           int       `json:"gpus"`
+	Hours          float64   `json:"hours"`
+	Hypothesis     string    `json:"hypothesis"`
+	Command        string    `json:"command"`
+	Preemptible    bool      `json:"preemptible"`
+	PreemptSignal  string    `json:"preempt_signal,omitempty"`
+	GraceS         float64   `json:"grace_s,omitempty"`
+	GPUModel       string    `json:"gpu_model,omitempty"`
+	MinGPUMemMiB   int       `json:"min_gpu_mem_mib,omitempty"`
+	IdempotencyKey string    `json:"idempotency_key,omitempty"`
+	SubmittedAt    time.Time `json:"submitted_at"`
+}
+
+// Amended: some of a queued task's fields changed; it keeps its place.
+// Zero values mean "unchanged".
+type Amended struct {
+	TaskID     string  `json:"task_id"`
+	GPUs       int     `json:"gpus,omitempty"`
+	Priority   string  `json:"priority,omitempty"`
+	Hours      float64 `json:"hours,omitempty"`
+	Hypothesis string  `json:"hypothesis,omitempty"`
+}
+
+// Cancelled: a person or CI withdrew the task.
+type Cancelled struct {
+	TaskID string `json:"task_id"`
+	By     string `json:"by,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// ChecklistUpdated: a waiting-playbook item was marked done (or undone).
+type ChecklistUpdated struct {
+	TaskID string `json:"task_id"`
+	Item   string `json:"item"`
+	Done   bool   `json:"done"`
+}
+
+// Placement is a part of a task on one node.
+type Placement struct {
+	Node string   `json:"node"`
+	GPUs []string `json:"gpus"` // GPU UUIDs
+}
+
+// Dispatched: the scheduler placed the task. BasedOnSeq is the last log
+// sequence the decision saw; ResumeFrom is the checkpoint to resume from.
+type Dispatched struct {
+	TaskID     string      `json:"task_id"`
+	Placements []Placement `json:"placements"`
+	BasedOnSeq uint64      `json:"based_on_seq"`
+	ResumeFrom string      `json:"resume_from,omitempty"`
+	Reason     string      `json:"reason,omitempty"`
+	Backfill   bool        `json:"backfill,omitempty"`
+}
+
+// Started: an agent started the task's process.
+type Started struct {
+	TaskID string `json:"task_id"`
+	Node   string `json:"node"`
+	PID    int    `json:"pid"`
+	LogDir string `json:"log_dir,omitempty"`
+}
+
+// PreemptRequested: the scheduler asked the task to checkpoint and yield.
+type PreemptRequested struct {
+	TaskID     string  `json:"task_id"`
+	For        string  `json:"for"`
+	Policy     string  `json:"policy"`
+	Reason     string  `json:"reason"`
+	GraceS     float64 `json:"grace_s"`
+	BasedOnSeq uint64  `json:"based_on_seq"`
+}
+
+// Checkpointed: the job saved a checkpoint it can resume from.
+type Checkpointed struct {
+	TaskID string `json:"task_id"`
+	Ref    string `json:"ref"`
+}
+
+// Preempted: the task's process has exited after a preemption request.
+// Forced is true when it had to be killed; LostGPUSeconds is the work since
+// its last checkpoint.
+type Preempted struct {
+	TaskID         string  `json:"task_id"`
+	Node           string  `json:"node"`
+	Checkpoint     string  `json:"checkpoint,omitempty"`
+	Forced         bool    `json:"forced,omitempty"`
+	LostGPUSeconds float64 `json:"lost_gpu_seconds,omitempty"`
+	ExitCode       int     `json:"exit_code"`
+}
+
+// Requeued: the task went back to the queue at its original place.
+type Requeued struct {
+	TaskID     string `json:"task_id"`
+	Reason     string `json:"reason"`
+	ResumeFrom string `json:"resume_from,omitempty"`
+}
+
+// Completed: the task's process exited 0.
+type Completed struct {
+	TaskID string `json:"task_id"`
+	Node   string `json:"node"`
+}
+
+// Failed: the task's process exited non-zero, or could not start.
+type Failed struct {
+	TaskID     string `json:"task_id"`
+	Node       string `json:"node,omitempty"`
+	ExitCode   int    `json:"exit_code"`
+	Error      string `json:"error,omitempty"`
+	StderrTail string `json:"stderr_tail,omitempty"`
+}
+
+// GPU is one device of a node's inventory, as NVML reports it.
+type GPU struct {
+	UUID      string `json:"uuid"`
+	Index     int    `json:"index"`
+	Model     string `json:"model"`
+	MemoryMiB int    `json:"memory_mib"`
+	Healthy   bool   `json:"healthy"`
+}
+
+// Available: a node's inventory, published by its agent on start and on change.
+type Available struct {
+	Node     string `json:"node"`
+	GPUs     []GPU  `json:"gpus"`
+	FreeGPUs int    `json:"free_gpus"`
+	BootID   string `json:"boot_id,omitempty"`
+	Driver   string `json:"driver,omitempty"`
+}
+
+// Unhealthy: GPUs NVML marked unhealthy (e.g. a critical Xid error).
+type Unhealthy struct {
+	Node   string   `json:"node"`
+	GPUs   []string `json:"gpus"`
+	Reason string   `json:"reason"`
+}
+
+// Drained: an operator took the node out of scheduling.
+type Drained struct {
+	Node   string `json:"node"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Lost: the node missed its heartbeats for longer than the node timeout.
+type Lost struct {
+	Node   string `json:"node"`
+	Reason string `json:"reason"`
+}
+
+func (Submitted) EventType() Type        { return TypeSubmitted }
+func (Amended) EventType() Type          { return TypeAmended }
+func (Cancelled) EventType() Type        { return TypeCancelled }
+func (ChecklistUpdated) EventType() Type { return TypeChecklistUpdated }
+func (Dispatched) EventType() Type       { return TypeDispatched }
+func (Started) EventType() Type          { return TypeStarted }
+func (PreemptRequested) EventType() Type { return TypePreemptRequested }
+func (Checkpointed) EventType() Type     { return TypeCheckpointed }
+func (Preempted) EventType() Type        { return TypePreempted }
+func (Requeued) EventType() Type         { return TypeRequeued }
+func (Completed) EventType() Type        { return TypeCompleted }
+func (Failed) EventType() Type           { return TypeFailed }
+func (Available) EventType() Type        { return TypeAvailable }
+func (Unhealthy) EventType() Type        { return TypeUnhealthy }
+func (Drained) EventType() Type          { return TypeDrained }
+func (Lost) EventType() Type             { return TypeLost }
+
+func (e Submitted) Key() string        { return e.TaskID }
+func (e Amended) Key() string          { return e.TaskID }
+func (e Cancelled) Key() string        { return e.TaskID }
+func (e ChecklistUpdated) Key() string { return e.TaskID }
+func (e Dispatched) Key() string       { return e.TaskID }
+func (e Started) Key() string          { return e.TaskID }
+func (e PreemptRequested) Key() string { return e.TaskID }
+func (e Checkpointed) Key() string     { return e.TaskID }
+func (e Preempted) Key() string        { return e.TaskID }
+func (e Requeued) Key() string         { return e.TaskID }
+func (e Completed) Key() string        { return e.TaskID }
+func (e Failed) Key() string           { return e.TaskID }
+func (e Available) Key() string        { return e.Node }
+func (e Unhealthy) Key() string        { return e.Node }
+func (e Drained) Key() string          { return e.Node }
+func (e Lost) Key() string             { return e.Node }
+
+// Unknown is what Decode returns for a type or schema version this build
+// does not know. Folds skip it (and count it); it is never an error, so an
+// old reader survives a newer writer.
+type Unknown struct {
+	Type    Type
+	Version int
+	K       string
+	Raw     []byte
+}
+
+func (u Unknown) EventType() Type { return u.Type }
+func (u Unknown) Key() string     { return u.K }
