@@ -21,10 +21,10 @@ import (
 
 // StreamConfig describes the audit stream.
 type StreamConfig struct {
-	Name           string        // default events.StreamName
-	Replicas       int           // default 1; 3 in production
-	DedupeWindow   time.Duration // default events.DefaultDedupeWindow
-	MemoryStorage  bool          // tests only; production is file storage
+	Name          string        // default events.StreamName
+	Replicas      int           // default 1; 3 in production
+	DedupeWindow  time.Duration // default events.DefaultDedupeWindow
+	MemoryStorage bool          // tests only; production is file storage
 }
 
 // Log is an events.Log over one JetStream stream.

@@ -1,0 +1,145 @@
+// Package api is gpuq's request/reply contract over NATS, shared by the
+// submitter (server side) and the gpuq CLI (client side), plus the JSON
+// views of tasks that the CLI and the HTTP API print.
+//
+// Requests go to gpuq.api.v1.<op> (queue group "submitter"); every reply is
+// a Reply: either a result or {"error": "...", "field": "..."}. A reply with
+// a Field is the caller's fault (CLI exit code 2, HTTP 400); without one it
+// is the server's (exit 1, HTTP 5xx) or NotFound (HTTP 404).
+package api
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/gpuq/gpuq/pkg/domain"
+)
+
+// Subjects of the request/reply API.
+const (
+	SubjectPrefix = "gpuq.api.v1."
+	OpSubmit      = "submit"
+	OpShow        = "show"
+	OpQueue       = "queue"
+	OpCancel      = "cancel"
+	OpAmend       = "amend"
+	OpChecklist   = "checklist"
+	QueueGroup    = "submitter"
+)
+
+// Reply is the envelope of every answer.
+type Reply struct {
+	Result   json.RawMessage `json:"result,omitempty"`
+	Error    string          `json:"error,omitempty"`
+	Field    string          `json:"field,omitempty"`
+	NotFound bool            `json:"not_found,omitempty"`
+}
+
+// SubmitReply answers a submit.
+type SubmitReply struct {
+	TaskID    string `json:"task_id"`
+	Duplicate bool   `json:"duplicate,omitempty"`
+	Seq       uint64 `json:"seq"`
+}
+
+// IDRequest names one task.
+type IDRequest struct {
+	TaskID string `json:"task_id"`
+	By     string `json:"by,omitempty"`
+}
+
+// QueueRequest lists tasks.
+type QueueRequest struct {
+	All bool `json:"all,omitempty"`
+}
+
+// AmendRequest changes a queued task without losing its place.
+type AmendRequest struct {
+	TaskID     string  `json:"task_id"`
+	GPUs       int     `json:"gpus,omitempty"`
+	Priority   string  `json:"priority,omitempty"`
+	Hours      float64 `json:"hours,omitempty"`
+	Hypothesis string  `json:"hypothesis,omitempty"`
+}
+
+// ChecklistRequest marks a playbook item.
+type ChecklistRequest struct {
+	TaskID string `json:"task_id"`
+	Item   string `json:"item"`
+	Done   bool   `json:"done"`
+}
+
+// TaskView is a task as people and scripts see it.
+type TaskView struct {
+	TaskID       string          `json:"task_id"`
+	Name         string          `json:"name"`
+	Team         string          `json:"team"`
+	Priority     string          `json:"priority"`
+	GPUs         int             `json:"gpus"`
+	Hours        float64         `json:"hours"`
+	Hypothesis   string          `json:"hypothesis"`
+	Command      string          `json:"command"`
+	Preemptible  bool            `json:"preemptible"`
+	GPUModel     string          `json:"gpu_model,omitempty"`
+	State        string          `json:"state"`
+	Node         string          `json:"node,omitempty"`
+	Placements   []PlacementView `json:"placements,omitempty"`
+	SubmittedAt  time.Time       `json:"submitted_at"`
+	StartedAt    *time.Time      `json:"started_at,omitempty"`
+	EndedAt      *time.Time      `json:"ended_at,omitempty"`
+	ExitCode     *int            `json:"exit_code,omitempty"`
+	Error        string          `json:"error,omitempty"`
+	Reason       string          `json:"reason,omitempty"`
+	Preemptions  int             `json:"preemptions"`
+	Checkpoint   string          `json:"checkpoint,omitempty"`
+	ResumeFrom   string          `json:"resume_from,omitempty"`
+	LostGPUHours float64         `json:"lost_gpu_hours,omitempty"`
+	Checklist    map[string]bool `json:"checklist,omitempty"`
+	Seq          uint64          `json:"seq"`
+}
+
+// PlacementView is a part of a task on one node.
+type PlacementView struct {
+	Node string   `json:"node"`
+	GPUs []string `json:"gpus"`
+}
+
+// View renders a task.
+func View(t *domain.Task) TaskView {
+	v := TaskView{
+		TaskID: t.ID, Name: t.Name, Team: t.Team, Priority: t.Priority.String(), GPUs: t.GPUs, Hours: t.Hours,
+		Hypothesis: t.Hypothesis, Command: t.Command, Preemptible: t.Preemptible, GPUModel: t.GPUModel,
+		State: string(t.State), Node: t.Node, SubmittedAt: t.SubmittedAt, Error: t.Error, Reason: t.Reason,
+		Preemptions: t.Preemptions, Checkpoint: t.Checkpoint, ResumeFrom: t.ResumeFrom,
+		LostGPUHours: t.LostGPUSecs / 3600, Checklist: t.Checklist, Seq: t.LastSeq,
+	}
+	for _, p := range t.Placements {
+		v.Placements = append(v.Placements, PlacementView{Node: p.Node, GPUs: append([]string(nil), p.GPUs...)})
+	}
+	if !t.FirstStarted.IsZero() {
+		s := t.FirstStarted
+		v.StartedAt = &s
+	}
+	if t.State.Terminal() {
+		e := t.EndedAt
+		v.EndedAt = &e
+		if t.State == domain.Failed || t.State == domain.Completed {
+			c := t.ExitCode
+			v.ExitCode = &c
+		}
+	}
+	if t.State == domain.Queued {
+		v.Node = ""
+	}
+	return v
+}
+
+// HistoryEntry is one event of a task's history.
+type HistoryEntry struct {
+	Seq         uint64          `json:"seq"`
+	Type        string          `json:"type"`
+	Time        time.Time       `json:"time"`
+	ID          string          `json:"id"`
+	CausationID string          `json:"causation_id,omitempty"`
+	Data        json.RawMessage `json:"data"`
+}

@@ -1,0 +1,72 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Error is a failed request.
+type Error struct {
+	Msg      string
+	Field    string
+	NotFound bool
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" && e.Field != "-" {
+		return e.Field + ": " + e.Msg
+	}
+	return e.Msg
+}
+
+// IsInvalid reports whether err is the caller's fault (a bad field).
+func IsInvalid(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Field != ""
+}
+
+// IsNotFound reports whether err says the task does not exist.
+func IsNotFound(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.NotFound
+}
+
+// Client calls the submitter over NATS.
+type Client struct {
+	NC      *nats.Conn
+	Timeout time.Duration
+}
+
+// Call sends req to op and decodes the result into out.
+func (c *Client) Call(op string, req, out any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	to := c.Timeout
+	if to == 0 {
+		to = 10 * time.Second
+	}
+	m, err := c.NC.Request(SubjectPrefix+op, body, to)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return fmt.Errorf("no gpuq submitter is answering on %s (is `gpuq dev` or the submitter running?)", c.NC.ConnectedUrl())
+		}
+		return err
+	}
+	var r Reply
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return fmt.Errorf("bad reply: %w", err)
+	}
+	if r.Error != "" {
+		return &Error{Msg: r.Error, Field: r.Field, NotFound: r.NotFound}
+	}
+	if out != nil {
+		return json.Unmarshal(r.Result, out)
+	}
+	return nil
+}

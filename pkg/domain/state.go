@@ -1,0 +1,363 @@
+package domain
+
+import (
+	"sort"
+	"time"
+
+	"github.com/gpuq/gpuq/pkg/events"
+)
+
+// State is the fold of the event log: everything a service knows.
+type State struct {
+	// Seq is the sequence of the last record applied.
+	Seq   uint64
+	Tasks map[string]*Task
+	Nodes map[string]*Node
+	// Owner maps a GPU UUID to the task holding it.
+	Owner map[string]string
+	// Idem maps team + "\x00" + idempotency key to the task id.
+	Idem map[string]string
+	// Skipped counts unknown events; Ignored counts facts that contradicted
+	// the state and were not applied (first in log order wins).
+	Skipped, Ignored int
+	// LastTime is the time of the last applied event: the fold's "now".
+	LastTime time.Time
+}
+
+// NewState returns an empty state.
+func NewState() *State {
+	return &State{Tasks: map[string]*Task{}, Nodes: map[string]*Node{}, Owner: map[string]string{}, Idem: map[string]string{}}
+}
+
+// IdemKey is the key of the idempotency index.
+func IdemKey(team, key string) string { return team + "\x00" + key }
+
+// Apply folds one record into the state. It never fails.
+func (s *State) Apply(r events.Record) {
+	if r.Seq > s.Seq {
+		s.Seq = r.Seq
+	}
+	at := r.Envelope.Time
+	if at.After(s.LastTime) {
+		s.LastTime = at
+	}
+	switch e := r.Event.(type) {
+	case events.Submitted:
+		s.submitted(r.Seq, e)
+		return
+	case events.Available:
+		n := s.node(e.Node)
+		n.GPUs = gpusFromEvent(e.GPUs)
+		n.BootID = e.BootID
+		if n.State != NodeDrained {
+			n.State = NodeUp
+		}
+		n.Reason = ""
+		return
+	case events.Unhealthy:
+		n := s.node(e.Node)
+		bad := map[string]bool{}
+		for _, u := range e.GPUs {
+			bad[u] = true
+		}
+		for i := range n.GPUs {
+			if bad[n.GPUs[i].UUID] {
+				n.GPUs[i].Healthy = false
+			}
+		}
+		n.Reason = e.Reason
+		return
+	case events.Drained:
+		n := s.node(e.Node)
+		n.State, n.Reason = NodeDrained, e.Reason
+		return
+	case events.Lost:
+		n := s.node(e.Node)
+		n.State, n.Reason = NodeLost, e.Reason
+		return
+	case events.Unknown:
+		s.Skipped++
+		return
+	}
+	t := s.Tasks[r.Event.Key()]
+	if t == nil {
+		s.Ignored++
+		return
+	}
+	t.LastSeq = r.Seq
+	switch e := r.Event.(type) {
+	case events.Amended:
+		if t.State.Terminal() {
+			s.Ignored++
+			return
+		}
+		if e.GPUs > 0 {
+			t.GPUs = e.GPUs
+		}
+		if p, err := ParsePriority(e.Priority); err == nil {
+			t.Priority = p
+		}
+		if e.Hours > 0 {
+			t.Hours = e.Hours
+		}
+		if e.Hypothesis != "" {
+			t.Hypothesis = e.Hypothesis
+		}
+	case events.Cancelled:
+		switch t.State {
+		case Completed, Failed, Cancelled:
+			s.Ignored++
+			return
+		case Running, Preempting:
+			t.Holding = t.HoldsGPUs()
+		default:
+			s.release(t)
+		}
+		t.State, t.EndedAt, t.Reason = Cancelled, at, e.Reason
+	case events.ChecklistUpdated:
+		if t.Checklist == nil {
+			t.Checklist = map[string]bool{}
+		}
+		t.Checklist[e.Item] = e.Done
+	case events.Dispatched:
+		if t.State != Queued || !s.canPlace(e.Placements) {
+			s.Ignored++
+			return
+		}
+		t.State, t.DispatchedAt, t.DispatchSeq = Dispatched, at, r.Seq
+		t.Placements = clonePlacements(e.Placements)
+		t.Node = ""
+		if len(e.Placements) > 0 {
+			t.Node = e.Placements[0].Node
+		}
+		t.ResumeFrom = e.ResumeFrom
+		t.Reason = e.Reason
+		for _, p := range e.Placements {
+			for _, g := range p.GPUs {
+				s.Owner[g] = t.ID
+			}
+		}
+	case events.Started:
+		if t.State != Dispatched {
+			s.Ignored++
+			return
+		}
+		t.State, t.StartedAt, t.PID = Running, at, e.PID
+		if t.FirstStarted.IsZero() {
+			t.FirstStarted = at
+		}
+	case events.PreemptRequested:
+		if t.State != Running && t.State != Dispatched {
+			s.Ignored++
+			return
+		}
+		t.State, t.PreemptFor, t.Reason = Preempting, e.For, e.Reason
+	case events.Checkpointed:
+		t.Checkpoint, t.CheckpointAt = e.Ref, at
+	case events.Preempted:
+		s.endRun(t, at)
+		if e.Checkpoint != "" {
+			t.Checkpoint = e.Checkpoint
+		}
+		t.LostGPUSecs += e.LostGPUSeconds
+		s.release(t)
+		if t.State != Cancelled {
+			t.Preemptions++
+			t.State = Preempting // until the scheduler's requeued
+		}
+	case events.Requeued:
+		if t.State.Terminal() || t.State == Queued {
+			s.Ignored++
+			return
+		}
+		s.endRun(t, at)
+		s.release(t)
+		t.State, t.Reason = Queued, e.Reason
+		t.ResumeFrom = e.ResumeFrom
+		t.Node, t.PID = "", 0
+	case events.Completed:
+		s.finish(t, at, Completed)
+	case events.Failed:
+		t.ExitCode, t.Error, t.StderrTail = e.ExitCode, e.Error, e.StderrTail
+		s.finish(t, at, Failed)
+	}
+}
+
+func (s *State) submitted(seq uint64, e events.Submitted) {
+	if _, dup := s.Tasks[e.TaskID]; dup {
+		s.Ignored++
+		return
+	}
+	p, err := ParsePriority(e.Priority)
+	if err != nil {
+		p = Low
+	}
+	t := &Task{
+		ID: e.TaskID, Name: e.Name, Team: e.Team, Priority: p, GPUs: e.GPUs, Hours: e.Hours,
+		Hypothesis: e.Hypothesis, Command: e.Command, Preemptible: e.Preemptible, PreemptSignal: e.PreemptSignal,
+		GraceS: e.GraceS, GPUModel: e.GPUModel, MinGPUMemMiB: e.MinGPUMemMiB, IdempotencyKey: e.IdempotencyKey,
+		SubmittedAt: e.SubmittedAt, SubmitSeq: seq, State: Queued, LastSeq: seq,
+	}
+	s.Tasks[t.ID] = t
+	if e.IdempotencyKey != "" {
+		k := IdemKey(e.Team, e.IdempotencyKey)
+		if _, ok := s.Idem[k]; !ok {
+			s.Idem[k] = t.ID
+		}
+	}
+}
+
+func (s *State) finish(t *Task, at time.Time, to TaskState) {
+	if t.State == Cancelled {
+		s.endRun(t, at)
+		s.release(t)
+		return
+	}
+	if t.State.Terminal() || t.State == Queued {
+		s.Ignored++
+		return
+	}
+	s.endRun(t, at)
+	s.release(t)
+	t.State, t.EndedAt = to, at
+}
+
+func (s *State) endRun(t *Task, at time.Time) {
+	if !t.StartedAt.IsZero() && at.After(t.StartedAt) {
+		t.RunSeconds += at.Sub(t.StartedAt).Seconds()
+	}
+	t.StartedAt = time.Time{}
+}
+
+func (s *State) release(t *Task) {
+	for _, p := range t.Placements {
+		for _, g := range p.GPUs {
+			if s.Owner[g] == t.ID {
+				delete(s.Owner, g)
+			}
+		}
+	}
+	t.Placements, t.Holding = nil, false
+}
+
+// canPlace: every GPU exists on a known node, is not held, appears once.
+func (s *State) canPlace(ps []events.Placement) bool {
+	if len(ps) == 0 {
+		return false
+	}
+	seen := map[string]bool{}
+	for _, p := range ps {
+		n := s.Nodes[p.Node]
+		if n == nil || len(p.GPUs) == 0 {
+			return false
+		}
+		for _, g := range p.GPUs {
+			if seen[g] || s.Owner[g] != "" || !n.hasGPU(g) {
+				return false
+			}
+			seen[g] = true
+		}
+	}
+	return true
+}
+
+func (n *Node) hasGPU(uuid string) bool {
+	for _, g := range n.GPUs {
+		if g.UUID == uuid {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *State) node(name string) *Node {
+	n := s.Nodes[name]
+	if n == nil {
+		n = &Node{Name: name, State: NodeUp}
+		s.Nodes[name] = n
+	}
+	return n
+}
+
+// FreeGPUs lists the node's healthy GPUs that no task holds, by index.
+func (s *State) FreeGPUs(n *Node) []GPU {
+	var out []GPU
+	for _, g := range n.GPUs {
+		if g.Healthy && s.Owner[g.UUID] == "" {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// Queued returns the queued tasks in queue order.
+func (s *State) Queued() []*Task {
+	var out []*Task
+	for _, t := range s.Tasks {
+		if t.State == Queued {
+			out = append(out, t)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
+	return out
+}
+
+// Active returns the tasks holding GPUs, in submit order.
+func (s *State) Active() []*Task {
+	var out []*Task
+	for _, t := range s.Tasks {
+		if t.HoldsGPUs() {
+			out = append(out, t)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].SubmitSeq < out[j].SubmitSeq })
+	return out
+}
+
+// NodeNames returns node names sorted.
+func (s *State) NodeNames() []string {
+	out := make([]string, 0, len(s.Nodes))
+	for n := range s.Nodes {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TotalGPUs counts healthy GPUs on schedulable nodes.
+func (s *State) TotalGPUs() (total, free int) {
+	for _, n := range s.Nodes {
+		if !n.Schedulable() {
+			continue
+		}
+		for _, g := range n.GPUs {
+			if g.Healthy {
+				total++
+				if s.Owner[g.UUID] == "" {
+					free++
+				}
+			}
+		}
+	}
+	return total, free
+}
+
+// Clone returns a deep copy; what-ifs run on clones.
+func (s *State) Clone() *State {
+	c := &State{Seq: s.Seq, Skipped: s.Skipped, Ignored: s.Ignored, LastTime: s.LastTime,
+		Tasks: make(map[string]*Task, len(s.Tasks)), Nodes: make(map[string]*Node, len(s.Nodes)),
+		Owner: make(map[string]string, len(s.Owner)), Idem: make(map[string]string, len(s.Idem))}
+	for k, v := range s.Tasks {
+		c.Tasks[k] = v.Clone()
+	}
+	for k, v := range s.Nodes {
+		c.Nodes[k] = v.Clone()
+	}
+	for k, v := range s.Owner {
+		c.Owner[k] = v
+	}
+	for k, v := range s.Idem {
+		c.Idem[k] = v
+	}
+	return c
+}

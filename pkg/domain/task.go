@@ -1,0 +1,137 @@
+package domain
+
+import (
+	"time"
+
+	"github.com/gpuq/gpuq/pkg/events"
+)
+
+// TaskState is where a task is in its life. Wire names are stable.
+type TaskState string
+
+// Task states.
+const (
+	Queued     TaskState = "queued"
+	Dispatched TaskState = "dispatched"
+	Running    TaskState = "running"
+	Preempting TaskState = "preempting"
+	Completed  TaskState = "completed"
+	Failed     TaskState = "failed"
+	Cancelled  TaskState = "cancelled"
+)
+
+// Terminal reports whether the state is final.
+func (s TaskState) Terminal() bool { return s == Completed || s == Failed || s == Cancelled }
+
+// Checklist items of the waiting playbook, in the order they are advised.
+const (
+	ItemCodeReview     = "code_review"
+	ItemExperimentPlan = "experiment_plan"
+	ItemDocumentation  = "documentation"
+)
+
+// ChecklistItems lists the playbook in order.
+var ChecklistItems = []string{ItemCodeReview, ItemExperimentPlan, ItemDocumentation}
+
+// Task is the folded state of one task.
+type Task struct {
+	ID             string
+	Name           string
+	Team           string
+	Priority       Priority
+	GPUs           int
+	Hours          float64
+	Hypothesis     string
+	Command        string
+	Preemptible    bool
+	PreemptSignal  string
+	GraceS         float64
+	GPUModel       string
+	MinGPUMemMiB   int
+	IdempotencyKey string
+
+	// SubmittedAt is the task's place in line; it never changes.
+	SubmittedAt time.Time
+	SubmitSeq   uint64
+
+	State      TaskState
+	Placements []events.Placement // current placement, while dispatched/running/preempting
+	// Holding: the task's GPUs are still held although the task is
+	// cancelled, until its agent reports the process gone.
+	Holding bool
+
+	DispatchedAt time.Time
+	DispatchSeq  uint64
+	StartedAt    time.Time // of the current run
+	FirstStarted time.Time // of the first run; zero if never started
+	EndedAt      time.Time
+	Node         string // first placement's node, for display
+	PID          int
+
+	Checkpoint   string
+	CheckpointAt time.Time
+	ResumeFrom   string
+	Preemptions  int
+	PreemptFor   string
+	LostGPUSecs  float64
+	RunSeconds   float64 // accumulated over finished runs (preempted or ended)
+
+	ExitCode   int
+	Error      string
+	StderrTail string
+	Reason     string // last reason recorded by a decision
+
+	Checklist map[string]bool
+
+	// LastSeq is the sequence of the task's last event: the expected
+	// sequence for a writer that must not act on stale task state.
+	LastSeq uint64
+}
+
+// GPUUUIDs lists every GPU of the current placement.
+func (t *Task) GPUUUIDs() []string {
+	var out []string
+	for _, p := range t.Placements {
+		out = append(out, p.GPUs...)
+	}
+	return out
+}
+
+// HoldsGPUs reports whether the task currently owns GPUs.
+func (t *Task) HoldsGPUs() bool { return len(t.Placements) > 0 }
+
+// Before is the queue order: higher class first, then earlier submission,
+// then log order. It is total and deterministic.
+func (t *Task) Before(u *Task) bool {
+	if t.Priority != u.Priority {
+		return t.Priority > u.Priority
+	}
+	if !t.SubmittedAt.Equal(u.SubmittedAt) {
+		return t.SubmittedAt.Before(u.SubmittedAt)
+	}
+	return t.SubmitSeq < u.SubmitSeq
+}
+
+// Clone returns a deep copy.
+func (t *Task) Clone() *Task {
+	c := *t
+	c.Placements = clonePlacements(t.Placements)
+	if t.Checklist != nil {
+		c.Checklist = make(map[string]bool, len(t.Checklist))
+		for k, v := range t.Checklist {
+			c.Checklist[k] = v
+		}
+	}
+	return &c
+}
+
+func clonePlacements(ps []events.Placement) []events.Placement {
+	if ps == nil {
+		return nil
+	}
+	out := make([]events.Placement, len(ps))
+	for i, p := range ps {
+		out[i] = events.Placement{Node: p.Node, GPUs: append([]string(nil), p.GPUs...)}
+	}
+	return out
+}

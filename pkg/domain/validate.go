@@ -1,0 +1,112 @@
+package domain
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+)
+
+// Limits bound what a submission may ask for.
+type Limits struct {
+	MaxGPUs  int     // per task; default 64
+	MaxHours float64 // default 168 (a week)
+}
+
+// DefaultLimits are the limits when none are configured.
+var DefaultLimits = Limits{MaxGPUs: 64, MaxHours: 168}
+
+// FieldError names the field and the rule it broke.
+type FieldError struct {
+	Field string
+	Rule  string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Rule }
+
+// Request is what a person or CI asks to run.
+type Request struct {
+	Name           string  `json:"name"`
+	Team           string  `json:"team"`
+	Priority       string  `json:"priority"`
+	GPUs           int     `json:"gpus"`
+	Hours          float64 `json:"hours"`
+	Hypothesis     string  `json:"hypothesis"`
+	Command        string  `json:"command"`
+	NoPreempt      bool    `json:"no_preempt,omitempty"`
+	PreemptSignal  string  `json:"preempt_signal,omitempty"`
+	GraceS         float64 `json:"grace_s,omitempty"`
+	GPUModel       string  `json:"gpu_model,omitempty"`
+	MinGPUMemMiB   int     `json:"min_gpu_mem_mib,omitempty"`
+	IdempotencyKey string  `json:"idempotency_key,omitempty"`
+}
+
+// Signals a task may ask to be preempted with.
+var Signals = map[string]syscall.Signal{"SIGUSR1": syscall.SIGUSR1, "SIGUSR2": syscall.SIGUSR2, "SIGTERM": syscall.SIGTERM, "SIGINT": syscall.SIGINT, "SIGHUP": syscall.SIGHUP}
+
+// Validate checks a request against the limits; the first broken rule is
+// returned as a *FieldError. Defaults are filled in place (gpus 1, hours 4,
+// priority medium, signal SIGUSR1, grace 120 s).
+func (r *Request) Validate(l Limits) error {
+	if l.MaxGPUs <= 0 {
+		l.MaxGPUs = DefaultLimits.MaxGPUs
+	}
+	if l.MaxHours <= 0 {
+		l.MaxHours = DefaultLimits.MaxHours
+	}
+	r.Name, r.Team = strings.TrimSpace(r.Name), strings.TrimSpace(r.Team)
+	if r.Name == "" {
+		return &FieldError{"name", "is required"}
+	}
+	if len(r.Name) > 200 {
+		return &FieldError{"name", "must be at most 200 characters"}
+	}
+	if r.Team == "" {
+		return &FieldError{"team", "is required"}
+	}
+	if strings.ContainsAny(r.Team, ".*> \t\r\n") || len(r.Team) > 64 {
+		return &FieldError{"team", "must be at most 64 characters without spaces, '.', '*' or '>'"}
+	}
+	if r.Priority == "" {
+		r.Priority = "medium"
+	}
+	p, err := ParsePriority(r.Priority)
+	if err != nil {
+		return &FieldError{"priority", "must be one of critical, high, medium, low (got " + fmt.Sprintf("%q", r.Priority) + ")"}
+	}
+	r.Priority = p.String()
+	if r.GPUs < 1 || r.GPUs > l.MaxGPUs {
+		return &FieldError{"gpus", fmt.Sprintf("must be between 1 and %d (got %d)", l.MaxGPUs, r.GPUs)}
+	}
+	if !(r.Hours > 0) || r.Hours > l.MaxHours {
+		return &FieldError{"hours", fmt.Sprintf("must be > 0 and ≤ %g (got %g)", l.MaxHours, r.Hours)}
+	}
+	if strings.TrimSpace(r.Hypothesis) == "" {
+		return &FieldError{"hypothesis", "is required: say what the experiment tests"}
+	}
+	if strings.TrimSpace(r.Command) == "" {
+		return &FieldError{"command", "is required"}
+	}
+	if r.PreemptSignal == "" {
+		r.PreemptSignal = "SIGUSR1"
+	}
+	r.PreemptSignal = strings.ToUpper(r.PreemptSignal)
+	if !strings.HasPrefix(r.PreemptSignal, "SIG") {
+		r.PreemptSignal = "SIG" + r.PreemptSignal
+	}
+	if _, ok := Signals[r.PreemptSignal]; !ok {
+		return &FieldError{"preempt_signal", "must be one of SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP"}
+	}
+	if r.GraceS == 0 {
+		r.GraceS = 120
+	}
+	if r.GraceS < 0 || r.GraceS > 3600 {
+		return &FieldError{"grace", "must be between 0 and 3600 seconds"}
+	}
+	if r.MinGPUMemMiB < 0 {
+		return &FieldError{"min_gpu_mem", "must be ≥ 0"}
+	}
+	if len(r.IdempotencyKey) > 256 {
+		return &FieldError{"idempotency_key", "must be at most 256 characters"}
+	}
+	return nil
+}
