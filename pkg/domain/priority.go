@@ -54,4 +54,3 @@ func (p *Priority) UnmarshalText(b []byte) error {
 	*p = v
 	return nil
 }
-

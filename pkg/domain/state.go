@@ -361,3 +361,15 @@ func (s *State) Clone() *State {
 	}
 	return c
 }
+
+// InState returns the tasks in one state, in submit order.
+func (s *State) InState(st TaskState) []*Task {
+	var out []*Task
+	for _, t := range s.Tasks {
+		if t.State == st {
+			out = append(out, t)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].SubmitSeq < out[j].SubmitSeq })
+	return out
+}

@@ -201,3 +201,19 @@ func (f *follower) Next(ctx context.Context) (events.Stored, error) {
 }
 
 func (f *follower) Close() { f.it.Stop() }
+
+// Attach returns a Log on an existing stream without creating or changing
+// it: what clients (the CLI, jobs) use.
+func Attach(ctx context.Context, nc *nats.Conn, stream string) (*Log, error) {
+	if stream == "" {
+		stream = events.StreamName
+	}
+	j, err := js.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := j.Stream(ctx, stream); err != nil {
+		return nil, fmt.Errorf("event stream %s: %w (is gpuq running on this NATS server?)", stream, err)
+	}
+	return &Log{nc: nc, js: j, stream: stream}, nil
+}

@@ -1,0 +1,84 @@
+package policy
+
+import (
+	"sort"
+
+	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/events"
+)
+
+// place finds GPUs for t among the free ones: a task that fits on one node
+// goes on the fitting node with the fewest free GPUs (best fit, ties by
+// name); a larger one takes whole free nodes, most free first, and the
+// remainder on the best-fitting further node — all or nothing.
+func place(t *domain.Task, f *freeMap, s *domain.State) ([]events.Placement, bool) {
+	type cand struct {
+		node string
+		gpus []domain.GPU
+	}
+	var cands []cand
+	for _, n := range f.nodes {
+		if u := f.usable(t, n); len(u) > 0 {
+			cands = append(cands, cand{n, u})
+		}
+	}
+	// Best fit on one node.
+	best := -1
+	for i, c := range cands {
+		if len(c.gpus) >= t.GPUs && (best < 0 || len(c.gpus) < len(cands[best].gpus)) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		return []events.Placement{{Node: cands[best].node, GPUs: uuids(cands[best].gpus[:t.GPUs])}}, true
+	}
+	// Gang across nodes: most free first.
+	sort.SliceStable(cands, func(i, j int) bool { return len(cands[i].gpus) > len(cands[j].gpus) })
+	need := t.GPUs
+	var ps []events.Placement
+	used := map[int]bool{}
+	for i, c := range cands {
+		if need == 0 {
+			break
+		}
+		if len(c.gpus) <= need && isWholeNode(s, c.node, len(c.gpus)) {
+			ps = append(ps, events.Placement{Node: c.node, GPUs: uuids(c.gpus)})
+			need -= len(c.gpus)
+			used[i] = true
+		}
+	}
+	if need > 0 {
+		rem := -1
+		for i, c := range cands {
+			if !used[i] && len(c.gpus) >= need && (rem < 0 || len(c.gpus) < len(cands[rem].gpus)) {
+				rem = i
+			}
+		}
+		if rem < 0 {
+			return nil, false
+		}
+		ps = append(ps, events.Placement{Node: cands[rem].node, GPUs: uuids(cands[rem].gpus[:need])})
+	}
+	sort.Slice(ps, func(i, j int) bool { return ps[i].Node < ps[j].Node })
+	return ps, true
+}
+
+// isWholeNode: the free count equals the node's healthy GPUs.
+func isWholeNode(s *domain.State, node string, free int) bool {
+	n := s.Nodes[node]
+	healthy := 0
+	for _, g := range n.GPUs {
+		if g.Healthy {
+			healthy++
+		}
+	}
+	return free == healthy
+}
+
+func uuids(gs []domain.GPU) []string {
+	out := make([]string, len(gs))
+	for i, g := range gs {
+		out[i] = g.UUID
+	}
+	return out
+}

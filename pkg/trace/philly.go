@@ -1,0 +1,151 @@
+package trace
+
+import (
+	"fmt"
+	"io"
+	"time"
+)
+
+// phillyTimeLayout is submit_time's layout; the trace gives no zone, read
+// as UTC.
+const phillyTimeLayout = "2006-01-02 15:04:05"
+
+// ReadPhilly reads a Philly job trace (submit_time, duration_s, num_gpus,
+// vc) such as shared/traces/philly/jobs-2017-10-11.csv.
+func ReadPhilly(r io.Reader) ([]Job, error) {
+	jobs, _, err := ReadPhillyReport(r)
+	return jobs, err
+}
+
+// ReadPhillyReport is ReadPhilly that also returns what was kept and
+// dropped.
+func ReadPhillyReport(r io.Reader) ([]Job, Report, error) {
+	const (
+		colSubmit   = "submit_time"
+		colDuration = "duration_s"
+		colGPUs     = "num_gpus"
+		colVC       = "vc"
+	)
+	var rep Report
+	t, err := newTable(FormatPhilly, r, colSubmit, colDuration, colGPUs, colVC)
+	if err != nil {
+		return nil, rep, err
+	}
+	var jobs []Job
+	for {
+		ok, err := t.next()
+		if err != nil {
+			return nil, rep, err
+		}
+		if !ok {
+			break
+		}
+		rep.Rows++
+		s, err := t.required(colSubmit)
+		if err != nil {
+			return nil, rep, err
+		}
+		submit, err := time.ParseInLocation(phillyTimeLayout, s, time.UTC)
+		if err != nil {
+			return nil, rep, t.errf(colSubmit, "not a time in layout %q: %q", "YYYY-MM-DD HH:MM:SS", s)
+		}
+		gpus, err := t.count(colGPUs)
+		if err != nil {
+			return nil, rep, err
+		}
+		vc, err := t.required(colVC)
+		if err != nil {
+			return nil, rep, err
+		}
+		var dur time.Duration
+		ds := t.str(colDuration)
+		if ds != "" {
+			if dur, err = t.seconds(colDuration, ds); err != nil {
+				return nil, rep, err
+			}
+		}
+		switch {
+		case gpus == 0:
+			rep.drop(DropZeroGPUs)
+			continue
+		case ds == "":
+			rep.drop(DropNotStarted)
+			continue
+		case dur < 0:
+			rep.drop(DropNegativeDuration)
+			continue
+		}
+		jobs = append(jobs, Job{
+			ID:         fmt.Sprintf("philly-%07d", rep.Rows),
+			VC:         vc,
+			SubmitTime: submit,
+			Duration:   dur,
+			GPUs:       gpus,
+			GPUMilli:   1000,
+		})
+	}
+	rep.Kept = len(jobs)
+	if len(jobs) > 0 {
+		first := jobs[0].SubmitTime
+		for _, j := range jobs[1:] {
+			if j.SubmitTime.Before(first) {
+				first = j.SubmitTime
+			}
+		}
+		for i := range jobs {
+			jobs[i].Submit = jobs[i].SubmitTime.Sub(first)
+		}
+	}
+	sortJobs(jobs)
+	return jobs, rep, nil
+}
+
+// ReadPhillyVCs reads a VC table (vc, nodes[, gpus_per_node]) such as
+// shared/traces/philly/vcs.csv: VC → node count, the sizes HeliosArtifact
+// simulates each VC with (8 GPUs per node). A gpus_per_node column, if
+// present, must be a positive integer; it is checked, not returned.
+func ReadPhillyVCs(r io.Reader) (map[string]int, error) {
+	const (
+		format      = "philly-vcs"
+		colVC       = "vc"
+		colNodes    = "nodes"
+		colPerNodes = "gpus_per_node"
+	)
+	t, err := newTable(format, r, colVC, colNodes)
+	if err != nil {
+		return nil, err
+	}
+	_, hasPerNode := t.cols[colPerNodes]
+	vcs := map[string]int{}
+	for {
+		ok, err := t.next()
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			break
+		}
+		vc, err := t.required(colVC)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := vcs[vc]; dup {
+			return nil, t.errf(colVC, "VC %q listed twice", vc)
+		}
+		nodes, err := t.count(colNodes)
+		if err != nil {
+			return nil, err
+		}
+		if hasPerNode {
+			per, err := t.count(colPerNodes)
+			if err != nil {
+				return nil, err
+			}
+			if per == 0 {
+				return nil, t.errf(colPerNodes, "must be positive")
+			}
+		}
+		vcs[vc] = nodes
+	}
+	return vcs, nil
+}

@@ -1,0 +1,221 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/policy"
+)
+
+// Config of a scheduler instance.
+type Config struct {
+	Log    events.Log
+	JS     jetstream.JetStream // for the leader lease bucket
+	Policy *policy.Policy
+	Logger zerolog.Logger
+	// Instance names this instance in the lease (default hostname+pid).
+	Instance string
+	LeaseTTL time.Duration // default 10 s
+	// Tick is how often a pass runs without new events (default 1 s).
+	Tick  time.Duration
+	Now   func() time.Time
+	Ready func() // called once this instance leads and has folded the log
+}
+
+// Scheduler is one instance.
+type Scheduler struct {
+	cfg   Config
+	mu    sync.Mutex
+	state *domain.State
+	lead  bool
+}
+
+// New returns an instance; Run starts it.
+func New(cfg Config) *Scheduler {
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 10 * time.Second
+	}
+	if cfg.Tick == 0 {
+		cfg.Tick = time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Policy == nil {
+		cfg.Policy = policy.New(policy.Options{})
+	}
+	if cfg.Instance == "" {
+		h, _ := os.Hostname()
+		cfg.Instance = fmt.Sprintf("%s-%d", h, os.Getpid())
+	}
+	return &Scheduler{cfg: cfg}
+}
+
+// Run blocks until ctx ends: wait for the lease, lead while it holds.
+func Run(ctx context.Context, cfg Config) error { return New(cfg).Run(ctx) }
+
+// Run implements the instance's life: standby → leader → standby ...
+func (s *Scheduler) Run(ctx context.Context) error {
+	lease, err := newLease(ctx, s.cfg.JS, s.cfg.Instance, s.cfg.LeaseTTL)
+	if err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		lctx, err := lease.acquire(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		s.cfg.Logger.Info().Str("instance", s.cfg.Instance).Msg("scheduler: leading")
+		err = s.lead_(lctx)
+		lease.release()
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.cfg.Logger.Warn().Err(err).Msg("scheduler: lost leadership; standing by")
+	}
+	return nil
+}
+
+// Snapshot returns a copy of the live state (nil before the first fold).
+func (s *Scheduler) Snapshot() *domain.State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state == nil {
+		return nil
+	}
+	return s.state.Clone()
+}
+
+// Leading reports whether this instance holds the lease.
+func (s *Scheduler) Leading() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lead
+}
+
+func (s *Scheduler) lead_(ctx context.Context) error {
+	log := s.cfg.Log
+	// 1. Fold the whole log.
+	st := domain.NewState()
+	if _, err := events.ReadAll(ctx, log, 1, "", func(r events.Record) error { st.Apply(r); return nil }); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.state, s.lead = st, true
+	s.mu.Unlock()
+	defer func() { s.mu.Lock(); s.lead = false; s.mu.Unlock() }()
+
+	// 2. Follow the log from the next sequence.
+	f, err := log.Follow(ctx, st.Seq+1, "")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	recs := make(chan events.Stored, 1024)
+	ferr := make(chan error, 1)
+	go func() {
+		for {
+			m, err := f.Next(ctx)
+			if err != nil {
+				ferr <- err
+				return
+			}
+			recs <- m
+		}
+	}()
+	if s.cfg.Ready != nil {
+		s.cfg.Ready()
+	}
+	tick := time.NewTicker(s.cfg.Tick)
+	defer tick.Stop()
+	var waitFor uint64 // our last append; no pass until folded
+	for {
+		// 3. Decide and append, unless our own appends are still in flight.
+		if st.Seq >= waitFor {
+			last, err := s.pass(ctx, st)
+			if err != nil {
+				return err
+			}
+			if last > waitFor {
+				waitFor = last
+			}
+		}
+		// 4. Wait for new events (or a tick), then apply all that are there.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-ferr:
+			return err
+		case <-tick.C:
+		case m := <-recs:
+			if err := s.apply(st, m); err != nil {
+				return err
+			}
+		drain:
+			for {
+				select {
+				case m := <-recs:
+					if err := s.apply(st, m); err != nil {
+						return err
+					}
+				default:
+					break drain
+				}
+			}
+		}
+	}
+}
+
+func (s *Scheduler) apply(st *domain.State, m events.Stored) error {
+	r, err := events.Decode(m)
+	if err != nil {
+		s.cfg.Logger.Error().Err(err).Uint64("seq", m.Seq).Msg("scheduler: undecodable event skipped")
+		st.Seq = m.Seq
+		return nil
+	}
+	s.mu.Lock()
+	st.Apply(r)
+	s.mu.Unlock()
+	return nil
+}
+
+// pass runs the pure policy and the protocol reactions and appends their
+// events; it returns the highest sequence appended.
+func (s *Scheduler) pass(ctx context.Context, st *domain.State) (uint64, error) {
+	now := s.cfg.Now()
+	s.mu.Lock()
+	cmds := Plan(st, s.cfg.Policy, now)
+	s.mu.Unlock()
+	var last uint64
+	for _, c := range cmds {
+		ack, err := events.Append(ctx, s.cfg.Log, c.Event, events.Meta{Time: now}, c.MsgID, c.Expect)
+		switch {
+		case errors.Is(err, events.ErrConflict):
+			s.cfg.Logger.Debug().Str("task", c.Event.Key()).Msg("scheduler: stale decision refused; will re-decide")
+			continue
+		case err != nil:
+			if ctx.Err() != nil {
+				return last, ctx.Err()
+			}
+			s.cfg.Logger.Error().Err(err).Str("event", string(c.Event.EventType())).Msg("scheduler: append failed")
+			continue
+		}
+		if !ack.Duplicate && ack.Seq > last {
+			last = ack.Seq
+		}
+		s.cfg.Logger.Info().Str("event", string(c.Event.EventType())).Str("task", c.Event.Key()).Uint64("seq", ack.Seq).Msg("scheduler: decided")
+	}
+	return last, nil
+}
