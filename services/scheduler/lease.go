@@ -91,4 +91,3 @@ func (l *lease) release() {
 	}
 	l.cancel = nil
 }
-
