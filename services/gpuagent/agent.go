@@ -1,0 +1,406 @@
+// Package gpuagent runs on every GPU host: it discovers the GPUs through
+// NVML (inventory), publishes the node's availability and heartbeats, runs
+// the tasks dispatched to the node as real processes (runner) with
+// CUDA_VISIBLE_DEVICES set, delivers preemption signals with the grace
+// period, and appends started / completed / failed / preempted.
+//
+// The agent folds the event log like every other service; it keeps no
+// state of its own except the processes it started. It appends started
+// before it starts a process, guarded by the task's last sequence, so a
+// cancel that raced ahead wins and a restarted agent never runs a task
+// twice: a task the log says is running here but that this boot did not
+// start is reported failed ("agent restarted; process lost").
+//
+// A task spanning several nodes (a gang) runs its command once, on its first
+// placement's node (rank 0), with GPUQ_PLACEMENTS describing every node's
+// GPUs for the job's own launcher (torchrun, mpirun); the other nodes hold
+// their GPUs for it.
+package gpuagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/services/gpuagent/inventory"
+	"github.com/gpuq/gpuq/services/gpuagent/runner"
+)
+
+// Config of one agent.
+type Config struct {
+	Log  events.Log
+	JS   jetstream.JetStream // heartbeat bucket
+	Node string
+	// DataDir keeps task logs under <DataDir>/tasks/<id>/output.log.
+	DataDir string
+	// CheckpointRoot is where tasks save checkpoints, shared by all nodes
+	// (GPUQ_CHECKPOINT_DIR = <CheckpointRoot>/<task id>).
+	CheckpointRoot string
+	// NATSURL is passed to tasks as GPUQ_NATS_URL.
+	NATSURL   string
+	Inventory inventory.Options
+	Logger    zerolog.Logger
+	Now       func() time.Time
+	// Heartbeat interval (default 5 s); the heartbeat key lives 6 intervals.
+	Heartbeat time.Duration
+	// KillAfter is the wait between SIGTERM and SIGKILL (default 10 s).
+	KillAfter time.Duration
+	Ready     func()
+}
+
+type proc struct {
+	p         *runner.Proc
+	task      string
+	dispatch  uint64
+	signalled bool
+	termAt    time.Time // when to send SIGTERM (grace over)
+	killAt    time.Time // when to send SIGKILL
+	forced    bool
+	cancelled bool
+	preempt   bool
+}
+
+type exit struct {
+	task string
+	res  runner.Result
+}
+
+// Agent is one running agent.
+type Agent struct {
+	cfg   Config
+	inv   *inventory.Inventory
+	st    *domain.State
+	procs map[string]*proc
+	exits chan exit
+	boot  string
+	gpus  []inventory.GPU
+	// failedLost remembers lost tasks already reported this boot.
+	reported map[string]bool
+}
+
+// Run blocks until ctx ends. Processes still running then are left alone
+// (a restart reports them lost); use Stop semantics through cancel events.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = 5 * time.Second
+	}
+	if cfg.KillAfter == 0 {
+		cfg.KillAfter = 10 * time.Second
+	}
+	if !events.ValidKey(cfg.Node) {
+		return fmt.Errorf("gpuagent: invalid node name %q", cfg.Node)
+	}
+	cfg.Inventory.Node = cfg.Node
+	inv, err := inventory.Open(cfg.Inventory)
+	if err != nil {
+		return err
+	}
+	defer inv.Close()
+	a := &Agent{cfg: cfg, inv: inv, st: domain.NewState(), procs: map[string]*proc{}, exits: make(chan exit, 64),
+		boot: uuid.NewString(), reported: map[string]bool{}}
+	return a.run(ctx)
+}
+
+func (a *Agent) run(ctx context.Context) error {
+	log := a.cfg.Log
+	hb, err := a.cfg.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: events.HeartbeatBucket,
+		TTL: 6 * a.cfg.Heartbeat, Description: "gpuq agent heartbeats"})
+	if err != nil {
+		return err
+	}
+	// 1. Fold the log.
+	if _, err := events.ReadAll(ctx, log, 1, "", func(r events.Record) error { a.st.Apply(r); return nil }); err != nil {
+		return err
+	}
+	// 2. Announce the inventory.
+	if err := a.announce(ctx, true); err != nil {
+		return err
+	}
+	a.beat(ctx, hb)
+	f, err := log.Follow(ctx, a.st.Seq+1, "")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	recs := make(chan events.Stored, 1024)
+	go func() {
+		for {
+			m, err := f.Next(ctx)
+			if err != nil {
+				close(recs)
+				return
+			}
+			recs <- m
+		}
+	}()
+	if a.cfg.Ready != nil {
+		a.cfg.Ready()
+	}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	lastBeat := a.cfg.Now()
+	for {
+		a.reconcile(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case x := <-a.exits:
+			a.exited(ctx, x)
+		case <-tick.C:
+			a.escalate()
+			if now := a.cfg.Now(); now.Sub(lastBeat) >= a.cfg.Heartbeat {
+				lastBeat = now
+				a.beat(ctx, hb)
+				if err := a.announce(ctx, false); err != nil {
+					a.cfg.Logger.Warn().Err(err).Msg("gpuagent: announce failed")
+				}
+			}
+		case m, ok := <-recs:
+			if !ok {
+				return ctx.Err()
+			}
+			a.apply(m)
+		drain:
+			for {
+				select {
+				case m, ok := <-recs:
+					if !ok {
+						break drain
+					}
+					a.apply(m)
+				default:
+					break drain
+				}
+			}
+		}
+	}
+}
+
+func (a *Agent) apply(m events.Stored) {
+	r, err := events.Decode(m)
+	if err != nil {
+		a.cfg.Logger.Error().Err(err).Msg("gpuagent: undecodable event skipped")
+		return
+	}
+	a.st.Apply(r)
+}
+
+func (a *Agent) beat(ctx context.Context, kv jetstream.KeyValue) {
+	v, _ := json.Marshal(map[string]any{"node": a.cfg.Node, "boot_id": a.boot, "time": a.cfg.Now().UTC(), "running": len(a.procs)})
+	if _, err := kv.Put(ctx, a.cfg.Node, v); err != nil && ctx.Err() == nil {
+		a.cfg.Logger.Warn().Err(err).Msg("gpuagent: heartbeat failed")
+	}
+}
+
+// announce publishes available on start and whenever the inventory or
+// health changed; health changes also publish unhealthy.
+func (a *Agent) announce(ctx context.Context, force bool) error {
+	gpus, err := a.inv.GPUs()
+	if err != nil {
+		return err
+	}
+	if !force && reflect.DeepEqual(gpus, a.gpus) {
+		return nil
+	}
+	var bad []string
+	for _, g := range gpus {
+		if !g.Healthy {
+			bad = append(bad, g.UUID)
+		}
+	}
+	prevBad := map[string]bool{}
+	for _, g := range a.gpus {
+		if !g.Healthy {
+			prevBad[g.UUID] = true
+		}
+	}
+	a.gpus = gpus
+	ev := events.Available{Node: a.cfg.Node, BootID: a.boot, Driver: a.inv.Driver()}
+	for _, g := range gpus {
+		ev.GPUs = append(ev.GPUs, events.GPU{UUID: g.UUID, Index: g.Index, Model: g.Model, MemoryMiB: g.MemoryMiB, Healthy: g.Healthy})
+		if g.Healthy && a.st.Owner[g.UUID] == "" {
+			ev.FreeGPUs++
+		}
+	}
+	if _, err := events.Append(ctx, a.cfg.Log, ev, events.Meta{Time: a.cfg.Now()}, "", nil); err != nil {
+		return err
+	}
+	var newBad []string
+	for _, u := range bad {
+		if !prevBad[u] {
+			newBad = append(newBad, u)
+		}
+	}
+	if len(newBad) > 0 {
+		_, err = events.Append(ctx, a.cfg.Log, events.Unhealthy{Node: a.cfg.Node, GPUs: newBad, Reason: "NVML reports the GPU unhealthy"}, events.Meta{Time: a.cfg.Now()}, "", nil)
+	}
+	return err
+}
+
+// mine returns this node's placement of t (ok false if none); rank0 is
+// true when this node runs the command.
+func (a *Agent) mine(t *domain.Task) (p events.Placement, rank0, ok bool) {
+	for i, pl := range t.Placements {
+		if pl.Node == a.cfg.Node {
+			return pl, i == 0, true
+		}
+	}
+	return events.Placement{}, false, false
+}
+
+// reconcile compares the folded log with the processes of this boot.
+func (a *Agent) reconcile(ctx context.Context) {
+	for _, t := range a.st.Active() {
+		pl, rank0, ok := a.mine(t)
+		if !ok || !rank0 {
+			continue
+		}
+		pr := a.procs[t.ID]
+		switch {
+		case t.State == domain.Dispatched && pr == nil:
+			a.start(ctx, t, pl)
+		case (t.State == domain.Running || t.State == domain.Preempting || t.State == domain.Cancelled) && pr == nil && !a.reported[t.ID]:
+			// Started by an earlier boot: the process is gone with it.
+			a.reported[t.ID] = true
+			if t.State == domain.Preempting {
+				a.append(ctx, events.Preempted{TaskID: t.ID, Node: a.cfg.Node, Checkpoint: t.Checkpoint, Forced: true, ExitCode: -1,
+					LostGPUSeconds: a.lost(t)}, fmt.Sprintf("preempted:%s:%d", t.ID, t.DispatchSeq))
+				continue
+			}
+			a.append(ctx, events.Failed{TaskID: t.ID, Node: a.cfg.Node, ExitCode: -1, Error: "agent restarted; the task's process was lost"},
+				fmt.Sprintf("exit:%s:%d", t.ID, t.DispatchSeq))
+		case t.State == domain.Preempting && pr != nil && !pr.signalled:
+			sig := domain.Signals[t.PreemptSignal]
+			if sig == 0 {
+				sig = syscall.SIGUSR1
+			}
+			grace := time.Duration(t.GraceS * float64(time.Second))
+			pr.signalled, pr.preempt, pr.termAt = true, true, a.cfg.Now().Add(grace)
+			a.cfg.Logger.Info().Str("task", t.ID).Str("signal", t.PreemptSignal).Dur("grace", grace).Msg("gpuagent: preempting")
+			_ = pr.p.Signal(sig)
+		case t.State == domain.Cancelled && pr != nil && !pr.signalled:
+			pr.signalled, pr.cancelled = true, true
+			pr.termAt = a.cfg.Now() // SIGTERM at once
+		}
+	}
+}
+
+// escalate sends SIGTERM after the grace period and SIGKILL after that.
+func (a *Agent) escalate() {
+	now := a.cfg.Now()
+	for _, pr := range a.procs {
+		switch {
+		case pr.signalled && pr.killAt.IsZero() && !pr.termAt.IsZero() && !now.Before(pr.termAt):
+			pr.forced = pr.preempt
+			pr.killAt = now.Add(a.cfg.KillAfter)
+			_ = pr.p.Signal(syscall.SIGTERM)
+		case !pr.killAt.IsZero() && !now.Before(pr.killAt):
+			_ = pr.p.Signal(syscall.SIGKILL)
+			pr.killAt = now.Add(time.Hour)
+		}
+	}
+}
+
+func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) {
+	taskDir := filepath.Join(a.cfg.DataDir, "tasks", t.ID)
+	ckpt := filepath.Join(a.cfg.CheckpointRoot, t.ID)
+	// 1. Claim the start in the log, guarded: a cancel that came first wins.
+	_, err := events.Append(ctx, a.cfg.Log, events.Started{TaskID: t.ID, Node: a.cfg.Node, LogDir: taskDir}, events.Meta{Time: a.cfg.Now()},
+		fmt.Sprintf("started:%s:%d", t.ID, t.DispatchSeq), &events.Expect{Filter: events.TaskSubjects(t.ID), LastSeq: t.LastSeq})
+	if errors.Is(err, events.ErrConflict) {
+		return // the task changed; the next pass sees why
+	}
+	if err != nil {
+		a.cfg.Logger.Error().Err(err).Str("task", t.ID).Msg("gpuagent: could not record start")
+		return
+	}
+	// 2. Start the process.
+	placements, _ := json.Marshal(t.Placements)
+	env := []string{
+		"CUDA_VISIBLE_DEVICES=" + strings.Join(pl.GPUs, ","),
+		"GPUQ_TASK_ID=" + t.ID,
+		"GPUQ_CHECKPOINT_DIR=" + ckpt,
+		"GPUQ_NATS_URL=" + a.cfg.NATSURL,
+		"GPUQ_NODE=" + a.cfg.Node,
+		"GPUQ_PLACEMENTS=" + string(placements),
+	}
+	if t.ResumeFrom != "" {
+		env = append(env, "GPUQ_RESUME_FROM="+t.ResumeFrom)
+	}
+	_ = os.MkdirAll(ckpt, 0o755)
+	p, err := runner.Start(runner.Spec{TaskID: t.ID, Command: t.Command, Env: env, LogPath: filepath.Join(taskDir, "output.log"), Dir: taskDir})
+	if err != nil {
+		a.procs[t.ID] = &proc{task: t.ID, dispatch: t.DispatchSeq} // placeholder until the failure folds
+		a.append(ctx, events.Failed{TaskID: t.ID, Node: a.cfg.Node, ExitCode: -1, Error: "could not start: " + err.Error()},
+			fmt.Sprintf("exit:%s:%d", t.ID, t.DispatchSeq))
+		delete(a.procs, t.ID)
+		a.reported[t.ID] = true
+		return
+	}
+	a.cfg.Logger.Info().Str("task", t.ID).Int("pid", p.PID()).Str("gpus", strings.Join(pl.GPUs, ",")).Msg("gpuagent: started")
+	a.procs[t.ID] = &proc{p: p, task: t.ID, dispatch: t.DispatchSeq}
+	go func() { a.exits <- exit{task: t.ID, res: <-p.Wait()} }()
+}
+
+// exited reports a process's end according to what the log says of it.
+func (a *Agent) exited(ctx context.Context, x exit) {
+	pr := a.procs[x.task]
+	delete(a.procs, x.task)
+	if pr == nil {
+		return
+	}
+	a.reported[x.task] = true
+	t := a.st.Tasks[x.task]
+	msgID := fmt.Sprintf("exit:%s:%d", x.task, pr.dispatch)
+	switch {
+	case t != nil && (t.State == domain.Preempting || pr.preempt) && t.State != domain.Cancelled:
+		a.append(ctx, events.Preempted{TaskID: x.task, Node: a.cfg.Node, Checkpoint: t.Checkpoint, Forced: pr.forced,
+			LostGPUSeconds: map[bool]float64{true: a.lost(t), false: 0}[pr.forced], ExitCode: x.res.ExitCode},
+			fmt.Sprintf("preempted:%s:%d", x.task, pr.dispatch))
+	case x.res.ExitCode == 0 && !pr.cancelled:
+		a.append(ctx, events.Completed{TaskID: x.task, Node: a.cfg.Node}, msgID)
+	default:
+		msg := fmt.Sprintf("exit code %d", x.res.ExitCode)
+		if pr.cancelled {
+			msg = "stopped: task cancelled"
+		}
+		if x.res.Err != nil {
+			msg += ": " + x.res.Err.Error()
+		}
+		a.append(ctx, events.Failed{TaskID: x.task, Node: a.cfg.Node, ExitCode: x.res.ExitCode, Error: msg, StderrTail: pr.p.StderrTail()}, msgID)
+	}
+}
+
+// lost is the GPU-seconds of work since the task's last checkpoint.
+func (a *Agent) lost(t *domain.Task) float64 {
+	from := t.StartedAt
+	if t.CheckpointAt.After(from) {
+		from = t.CheckpointAt
+	}
+	if from.IsZero() {
+		return 0
+	}
+	return a.cfg.Now().Sub(from).Seconds() * float64(len(t.GPUUUIDs()))
+}
+
+func (a *Agent) append(ctx context.Context, e events.Event, msgID string) {
+	if _, err := events.Append(ctx, a.cfg.Log, e, events.Meta{Time: a.cfg.Now()}, msgID, nil); err != nil && ctx.Err() == nil {
+		a.cfg.Logger.Error().Err(err).Str("event", string(e.EventType())).Str("task", e.Key()).Msg("gpuagent: append failed")
+	}
+}

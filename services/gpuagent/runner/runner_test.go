@@ -1,0 +1,432 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func start(t *testing.T, s Spec) *Proc {
+	t.Helper()
+	if s.LogPath == "" {
+		s.LogPath = filepath.Join(t.TempDir(), "logs", "task.log")
+	}
+	if s.TaskID == "" {
+		s.TaskID = "t1"
+	}
+	p, err := Start(s)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if !p.Exited() {
+			_ = p.Signal(syscall.SIGKILL)
+			<-p.Wait()
+		}
+	})
+	return p
+}
+
+func result(t *testing.T, p *Proc) Result {
+	t.Helper()
+	select {
+	case r := <-p.Wait():
+		return r
+	case <-time.After(20 * time.Second):
+		t.Fatal("process did not exit")
+		return Result{}
+	}
+}
+
+// waitFile waits until path contains want (the child is ready).
+func waitFile(t *testing.T, path, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), want) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s never contained %q", path, want)
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestRun(t *testing.T) {
+	tests := []struct {
+		name     string
+		command  string
+		env      []string
+		want     Result
+		wantTail string
+		wantLog  []string
+	}{
+		{
+			name:    "exit 0",
+			command: "echo hello",
+			want:    Result{ExitCode: 0},
+			wantLog: []string{"hello\n"},
+		},
+		{
+			name:     "exit 3 with stderr tail",
+			command:  "echo out; echo 'CUDA error: out of memory' >&2; echo 'Traceback' >&2; exit 3",
+			want:     Result{ExitCode: 3},
+			wantTail: "CUDA error: out of memory\nTraceback",
+			wantLog:  []string{"out\n", "CUDA error: out of memory\n", "Traceback\n"},
+		},
+		{
+			name:     "tail keeps last 20 lines",
+			command:  "i=1; while [ $i -le 30 ]; do echo line$i >&2; i=$((i+1)); done; exit 1",
+			want:     Result{ExitCode: 1},
+			wantTail: tailOf(11, 30),
+			wantLog:  []string{"line1\n", "line30\n"},
+		},
+		{
+			name:     "unterminated last line kept",
+			command:  "echo a >&2; printf b >&2",
+			want:     Result{ExitCode: 0},
+			wantTail: "a\nb",
+		},
+		{
+			name:    "env visible to the child",
+			command: `echo "$CUDA_VISIBLE_DEVICES|$GPUQ_TASK_ID|$HOME_OVERRIDE"`,
+			env:     []string{"CUDA_VISIBLE_DEVICES=GPU-a,GPU-b", "GPUQ_TASK_ID=t42", "HOME_OVERRIDE=x"},
+			want:    Result{ExitCode: 0},
+			wantLog: []string{"GPU-a,GPU-b|t42|x\n"},
+		},
+		{
+			name:    "Spec.Env wins over inherited",
+			command: `echo "path=$PATH"`,
+			env:     []string{"PATH=/gpuq/bin:/usr/bin:/bin"},
+			want:    Result{ExitCode: 0},
+			wantLog: []string{"path=/gpuq/bin:/usr/bin:/bin\n"},
+		},
+		{
+			name:    "killed by a signal",
+			command: "kill -9 $$",
+			want:    Result{ExitCode: 137, Signaled: true, Signal: syscall.SIGKILL},
+		},
+		{
+			name:    "command not found",
+			command: "/nonexistent/gpuq-train",
+			want:    Result{ExitCode: 127},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			log := filepath.Join(t.TempDir(), "a", "b", "task.log")
+			p := start(t, Spec{Command: tc.command, Env: tc.env, LogPath: log})
+			if p.PID() <= 0 {
+				t.Errorf("PID() = %d", p.PID())
+			}
+			got := result(t, p)
+			if got != tc.want {
+				t.Errorf("Result = %+v, want %+v", got, tc.want)
+			}
+			if tc.wantTail != "" {
+				if tail := p.StderrTail(); tail != tc.wantTail {
+					t.Errorf("StderrTail() = %q, want %q", tail, tc.wantTail)
+				}
+			}
+			content := readFile(t, log)
+			for _, w := range tc.wantLog {
+				if !strings.Contains(content, w) {
+					t.Errorf("log %q lacks %q", content, w)
+				}
+			}
+		})
+	}
+}
+
+func tailOf(from, to int) string {
+	var lines []string
+	for i := from; i <= to; i++ {
+		lines = append(lines, "line"+strconv.Itoa(i))
+	}
+	return strings.Join(lines, "\n")
+}
+
+func TestEnvToFileAndDir(t *testing.T) {
+	dir := t.TempDir()
+	p := start(t, Spec{
+		Command: `echo "$CUDA_VISIBLE_DEVICES" > cvd.txt`,
+		Env:     []string{"CUDA_VISIBLE_DEVICES=GPU-1234,GPU-5678"},
+		Dir:     dir,
+	})
+	if r := result(t, p); r != (Result{}) {
+		t.Fatalf("Result = %+v", r)
+	}
+	if got := readFile(t, filepath.Join(dir, "cvd.txt")); got != "GPU-1234,GPU-5678\n" {
+		t.Errorf("child saw CUDA_VISIBLE_DEVICES=%q", got)
+	}
+}
+
+func TestLogAppends(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "task.log")
+	for i, cmd := range []string{"echo first", "echo second >&2"} {
+		p := start(t, Spec{Command: cmd, LogPath: log})
+		if r := result(t, p); r.ExitCode != 0 {
+			t.Fatalf("run %d: %+v", i, r)
+		}
+	}
+	if got := readFile(t, log); got != "first\nsecond\n" {
+		t.Errorf("log = %q, want both runs appended", got)
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		spec Spec
+		want string
+	}{
+		{"empty command", Spec{TaskID: "t", Command: "  ", LogPath: filepath.Join(dir, "l")}, "empty command"},
+		{"no log path", Spec{TaskID: "t", Command: "true"}, "no log path"},
+		{"log dir is a file", Spec{TaskID: "t", Command: "true", LogPath: filepath.Join(file, "x.log")}, "log dir"},
+		{"missing work dir", Spec{TaskID: "t", Command: "true", LogPath: filepath.Join(dir, "l"), Dir: filepath.Join(dir, "nope")}, "start"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Start(tc.spec)
+			if err == nil {
+				<-p.Wait()
+				t.Fatal("Start succeeded, want error")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestSignal(t *testing.T) {
+	tests := []struct {
+		name    string
+		command string
+		sig     syscall.Signal
+		want    Result
+		wantLog string
+	}{
+		{
+			name:    "USR1 reaches the trap",
+			command: `trap 'echo got; exit 0' USR1; echo ready; while :; do sleep 0.05; done`,
+			sig:     syscall.SIGUSR1,
+			want:    Result{ExitCode: 0},
+			wantLog: "got\n",
+		},
+		{
+			name:    "TERM without a trap kills",
+			command: `echo ready; while :; do sleep 0.05; done`,
+			sig:     syscall.SIGTERM,
+			want:    Result{ExitCode: 128 + 15, Signaled: true, Signal: syscall.SIGTERM},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			log := filepath.Join(t.TempDir(), "task.log")
+			p := start(t, Spec{Command: tc.command, LogPath: log})
+			waitFile(t, log, "ready")
+			if err := p.Signal(tc.sig); err != nil {
+				t.Fatalf("Signal: %v", err)
+			}
+			if got := result(t, p); got != tc.want {
+				t.Errorf("Result = %+v, want %+v", got, tc.want)
+			}
+			if !strings.Contains(readFile(t, log), tc.wantLog) {
+				t.Errorf("log lacks %q", tc.wantLog)
+			}
+			if err := p.Signal(tc.sig); !errors.Is(err, os.ErrProcessDone) {
+				t.Errorf("Signal after exit = %v, want os.ErrProcessDone", err)
+			}
+		})
+	}
+}
+
+func TestStop(t *testing.T) {
+	const loop = `echo ready; while :; do sleep 0.05; done`
+	tests := []struct {
+		name       string
+		command    string
+		first      syscall.Signal
+		wantForced bool
+		want       Result
+		wantLog    string
+	}{
+		{
+			name:    "exits on the first signal",
+			command: `trap 'echo checkpointed; exit 0' USR1; ` + loop,
+			first:   syscall.SIGUSR1, want: Result{ExitCode: 0}, wantLog: "checkpointed",
+		},
+		{
+			name:    "ignores USR1, dies on TERM",
+			command: `trap '' USR1; ` + loop,
+			first:   syscall.SIGUSR1, wantForced: true,
+			want: Result{ExitCode: 143, Signaled: true, Signal: syscall.SIGTERM},
+		},
+		{
+			name:    "ignores USR1 and TERM, gets KILL",
+			command: `trap '' USR1 TERM; ` + loop,
+			first:   syscall.SIGUSR1, wantForced: true,
+			want: Result{ExitCode: 137, Signaled: true, Signal: syscall.SIGKILL},
+		},
+		{
+			name:    "TERM first, trapped",
+			command: `trap 'exit 7' TERM; ` + loop,
+			first:   syscall.SIGTERM, want: Result{ExitCode: 7},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			log := filepath.Join(t.TempDir(), "task.log")
+			p := start(t, Spec{Command: tc.command, LogPath: log})
+			p.TermTimeout = 300 * time.Millisecond
+			waitFile(t, log, "ready")
+			begin := time.Now()
+			forced := p.Stop(300*time.Millisecond, tc.first)
+			if forced != tc.wantForced {
+				t.Errorf("Stop forced = %v, want %v", forced, tc.wantForced)
+			}
+			if el := time.Since(begin); el > 5*time.Second {
+				t.Errorf("Stop took %v", el)
+			}
+			if !p.Exited() {
+				t.Fatal("Stop returned before the process exited")
+			}
+			if got := result(t, p); got != tc.want {
+				t.Errorf("Result = %+v, want %+v", got, tc.want)
+			}
+			if !strings.Contains(readFile(t, log), tc.wantLog) {
+				t.Errorf("log lacks %q", tc.wantLog)
+			}
+		})
+	}
+
+	t.Run("already exited", func(t *testing.T) {
+		p := start(t, Spec{Command: "exit 0"})
+		result(t, p)
+		if p.Stop(time.Millisecond, syscall.SIGUSR1) {
+			t.Error("Stop of an exited process reported forced")
+		}
+	})
+}
+
+// alive reports whether pid exists and is not a zombie (a container's init
+// may be slow to reap reparented children).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+func TestProcessGroupReachesGrandchildren(t *testing.T) {
+	// The grandchild ignores nothing but is a separate process: it must be
+	// reached through the group, not through sh.
+	tests := []struct {
+		name string
+		cmd  string // must write the grandchild's PID to pid.txt, then "ready"
+		end  func(t *testing.T, p *Proc)
+	}{
+		{
+			name: "Signal KILL",
+			cmd:  `sleep 1000 & echo $! > pid.txt; echo ready; wait`,
+			end: func(t *testing.T, p *Proc) {
+				if err := p.Signal(syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+		{
+			name: "Stop escalation",
+			cmd:  `trap '' USR1 TERM; sh -c 'trap "" USR1 TERM; sleep 1000' & echo $! > pid.txt; echo ready; wait`,
+			end: func(t *testing.T, p *Proc) {
+				p.TermTimeout = 100 * time.Millisecond
+				if !p.Stop(100*time.Millisecond, syscall.SIGUSR1) {
+					t.Error("Stop not forced")
+				}
+			},
+		},
+		{
+			name: "leader exits, stray child is cleaned up",
+			cmd:  `sleep 1000 & echo $! > pid.txt; echo ready; sleep 0.3; exit 0`,
+			end:  func(t *testing.T, p *Proc) {},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			log := filepath.Join(dir, "task.log")
+			p := start(t, Spec{Command: tc.cmd, LogPath: log, Dir: dir})
+			waitFile(t, log, "ready")
+			pid, err := strconv.Atoi(strings.TrimSpace(readFile(t, filepath.Join(dir, "pid.txt"))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pgid, err := syscall.Getpgid(pid); err != nil || pgid != p.PID() {
+				t.Fatalf("grandchild pgid = %d, %v; want %d", pgid, err, p.PID())
+			}
+			tc.end(t, p)
+			result(t, p)
+			deadline := time.Now().Add(5 * time.Second)
+			for alive(pid) {
+				if time.Now().After(deadline) {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+					t.Fatalf("grandchild %d survived", pid)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}
+
+func TestTailBuffer(t *testing.T) {
+	long := strings.Repeat("x", maxLine+100)
+	tests := []struct {
+		name   string
+		n      int
+		writes []string
+		want   string
+	}{
+		{"empty", 3, nil, ""},
+		{"split writes", 3, []string{"ab", "c\nd", "e\n"}, "abc\nde"},
+		{"wraps", 2, []string{"1\n2\n3\n4\n"}, "3\n4"},
+		{"partial counts as a line", 2, []string{"1\n2\n3"}, "2\n3"},
+		{"long line truncated", 2, []string{long + "\nok\n"}, long[:maxLine] + "\nok"},
+		{"empty lines kept", 3, []string{"a\n\nb\n"}, "a\n\nb"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newTailBuffer(tc.n)
+			for _, w := range tc.writes {
+				if n, err := b.Write([]byte(w)); n != len(w) || err != nil {
+					t.Fatalf("Write = %d, %v", n, err)
+				}
+			}
+			if got := b.String(); got != tc.want {
+				t.Errorf("String() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
