@@ -24,6 +24,7 @@ const (
 	OpCancel      = "cancel"
 	OpAmend       = "amend"
 	OpChecklist   = "checklist"
+	OpHistory     = "history"
 	QueueGroup    = "submitter"
 )
 
@@ -111,7 +112,13 @@ func View(t *domain.Task) TaskView {
 		Hypothesis: t.Hypothesis, Command: t.Command, Preemptible: t.Preemptible, GPUModel: t.GPUModel,
 		State: string(t.State), Node: t.Node, SubmittedAt: t.SubmittedAt, Error: t.Error, Reason: t.Reason,
 		Preemptions: t.Preemptions, Checkpoint: t.Checkpoint, ResumeFrom: t.ResumeFrom,
-		LostGPUHours: t.LostGPUSecs / 3600, Checklist: t.Checklist, Seq: t.LastSeq,
+		LostGPUHours: t.LostGPUSecs / 3600, Seq: t.LastSeq,
+	}
+	if len(t.Checklist) > 0 {
+		v.Checklist = make(map[string]bool, len(t.Checklist))
+		for k, b := range t.Checklist {
+			v.Checklist[k] = b
+		}
 	}
 	for _, p := range t.Placements {
 		v.Placements = append(v.Placements, PlacementView{Node: p.Node, GPUs: append([]string(nil), p.GPUs...)})

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/gpuq/gpuq/pkg/events"
@@ -77,6 +78,13 @@ func (s *State) Apply(r events.Record) {
 		return
 	case events.Unknown:
 		s.Skipped++
+		// JetStream's expected-sequence check counts every message on a
+		// task's subjects, so the task's LastSeq must count this one too.
+		if strings.HasPrefix(r.Subject, events.TaskPrefix) {
+			if t := s.Tasks[e.K]; t != nil {
+				t.LastSeq = r.Seq
+			}
+		}
 		return
 	}
 	t := s.Tasks[r.Event.Key()]

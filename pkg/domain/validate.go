@@ -44,8 +44,9 @@ type Request struct {
 var Signals = map[string]syscall.Signal{"SIGUSR1": syscall.SIGUSR1, "SIGUSR2": syscall.SIGUSR2, "SIGTERM": syscall.SIGTERM, "SIGINT": syscall.SIGINT, "SIGHUP": syscall.SIGHUP}
 
 // Validate checks a request against the limits; the first broken rule is
-// returned as a *FieldError. Defaults are filled in place (gpus 1, hours 4,
-// priority medium, signal SIGUSR1, grace 120 s).
+// returned as a *FieldError. gpus and hours must be given (the CLI defaults
+// them to 1 and 4); priority defaults to medium, the preemption signal to
+// SIGUSR1 and the grace period to 120 s, filled in place.
 func (r *Request) Validate(l Limits) error {
 	if l.MaxGPUs <= 0 {
 		l.MaxGPUs = DefaultLimits.MaxGPUs
@@ -63,8 +64,8 @@ func (r *Request) Validate(l Limits) error {
 	if r.Team == "" {
 		return &FieldError{"team", "is required"}
 	}
-	if strings.ContainsAny(r.Team, ".*> \t\r\n") || len(r.Team) > 64 {
-		return &FieldError{"team", "must be at most 64 characters without spaces, '.', '*' or '>'"}
+	if strings.ContainsAny(r.Team, ".*>: \t\r\n") || len(r.Team) > 64 {
+		return &FieldError{"team", "must be at most 64 characters without spaces, '.', ':', '*' or '>'"}
 	}
 	if r.Priority == "" {
 		r.Priority = "medium"

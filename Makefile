@@ -1,0 +1,51 @@
+# gpuq — see README.md. `make` alone lists the targets.
+SHELL := bash
+GO ?= go
+MODULES := $(shell $(GO) list -f '{{.Dir}}' -m 2>/dev/null)
+PKGS := $(addsuffix /...,$(MODULES))
+export CGO_ENABLED := 1
+export CGO_CFLAGS := -Wno-deprecated-declarations
+DATA ?= ./.gpuq
+NATS_PORT ?= 4222
+HTTP ?= 127.0.0.1:8080
+
+.DEFAULT_GOAL := help
+.PHONY: help build run test test-race lint bench contract compose-up compose-down images clean
+
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
+
+build: ## Build bin/gpuq
+	$(GO) build -o bin/gpuq ./cmd/gpuq
+
+run: build ## Start gpuq dev and submit a small demo (Ctrl-C stops it)
+	@scripts/demo.sh "$(DATA)" "$(NATS_PORT)" "$(HTTP)"
+
+test: ## Run every module's tests
+	$(GO) test -count=1 -timeout 15m $(PKGS)
+
+test-race: ## Run every module's tests with the race detector
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+bench: ## Go benchmarks (fold, ingest, placement)
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 $(PKGS)
+
+contract: build ## The shared black-box contract checks
+	@for s in ../shared/contract/core-e2e.sh ../shared/contract/preempt-resume.sh ../shared/contract/advice.sh; do \
+	  [ -x $$s ] || continue; echo "== $$s"; bash $$s || exit 1; done
+
+images: ## Build FROM-scratch images for deploy/compose.yaml
+	deploy/build-images.sh
+
+compose-up: images ## Start the compose stack (NATS + four services)
+	docker-compose -f deploy/compose.yaml up -d
+
+compose-down: ## Stop the compose stack
+	docker-compose -f deploy/compose.yaml down -v
+
+clean: ## Remove build outputs and the dev data dir
+	rm -rf bin $(DATA)

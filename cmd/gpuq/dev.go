@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/embedded"
+	"github.com/gpuq/gpuq/pkg/events/jetstream"
+	"github.com/gpuq/gpuq/pkg/policy"
+	"github.com/gpuq/gpuq/services/advisor"
+	"github.com/gpuq/gpuq/services/gpuagent"
+	"github.com/gpuq/gpuq/services/gpuagent/inventory"
+	"github.com/gpuq/gpuq/services/scheduler"
+	"github.com/gpuq/gpuq/services/submitter"
+)
+
+type devFlags struct {
+	data      string
+	port      int
+	http      string
+	gpus      int
+	nodes     int
+	model     string
+	realNVML  bool
+	dedupe    time.Duration
+	maxGPUs   int
+	maxHours  float64
+	heartbeat time.Duration
+	verbose   bool
+}
+
+func newDev() *cobra.Command {
+	var f devFlags
+	c := &cobra.Command{
+		Use:   "dev",
+		Short: "Run everything in one process: embedded NATS (JetStream on disk), all four services, mock GPUs",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			switch {
+			case f.gpus < 1:
+				return invalid("gpus", "must be ≥ 1")
+			case f.nodes < 1:
+				return invalid("nodes", "must be ≥ 1")
+			case f.port < 0 || f.port > 65535:
+				return invalid("nats-port", "must be between 0 and 65535")
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runDev(ctx, f)
+		},
+	}
+	fl := c.Flags()
+	fl.StringVar(&f.data, "data", "./.gpuq", "data directory (JetStream store, task logs, checkpoints)")
+	fl.IntVar(&f.port, "nats-port", 4222, "NATS client port")
+	fl.StringVar(&f.http, "http", "127.0.0.1:8080", "HTTP API address")
+	fl.IntVar(&f.gpus, "gpus", 8, "mock GPUs per node")
+	fl.IntVar(&f.nodes, "nodes", 1, "mock nodes")
+	fl.StringVar(&f.model, "gpu-model", "a100", "mock GPU model: a100, h100, h200, a30, b200")
+	fl.BoolVar(&f.realNVML, "nvml", false, "use the real NVML library when a driver exists (one node)")
+	fl.DurationVar(&f.dedupe, "dedupe-window", 24*time.Hour, "how long an idempotency key de-duplicates in the stream")
+	fl.IntVar(&f.maxGPUs, "max-gpus", domain.DefaultLimits.MaxGPUs, "largest GPU count a task may ask for")
+	fl.Float64Var(&f.maxHours, "max-hours", domain.DefaultLimits.MaxHours, "largest estimate a task may give")
+	fl.DurationVar(&f.heartbeat, "heartbeat", 5*time.Second, "agent heartbeat interval")
+	fl.BoolVar(&f.verbose, "verbose", false, "debug logging")
+	return c
+}
+
+func runDev(ctx context.Context, f devFlags) error {
+	lvl := zerolog.InfoLevel
+	if f.verbose {
+		lvl = zerolog.DebugLevel
+	}
+	logger := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"}).Level(lvl).With().Timestamp().Logger()
+	data, err := filepath.Abs(f.data)
+	if err != nil {
+		return err
+	}
+	// 1. Embedded NATS with JetStream on disk.
+	srv, err := embedded.Start(embedded.Options{StoreDir: filepath.Join(data, "jetstream"), Port: f.port})
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	url := fmt.Sprintf("nats://127.0.0.1:%d", f.port)
+	logger.Info().Str("nats", url).Str("data", data).Msg("gpuq dev: NATS with JetStream ready")
+
+	nc, err := srv.Connect("gpuq-dev")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	log, err := jetstream.Open(ctx, nc, jetstream.StreamConfig{DedupeWindow: f.dedupe})
+	if err != nil {
+		return err
+	}
+	js := log.JetStream()
+
+	// 2. The four services, each as it would run on its own.
+	var ready sync.WaitGroup
+	services := 3 + f.nodes
+	ready.Add(services)
+	var readyOnce []sync.Once = make([]sync.Once, services)
+	readyFn := func(i int) func() { return func() { readyOnce[i].Do(ready.Done) } }
+	allReady := make(chan struct{})
+	go func() { ready.Wait(); close(allReady) }()
+	health := func() error {
+		select {
+		case <-allReady:
+			return nil
+		default:
+			return errors.New("starting")
+		}
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, services)
+	var wg sync.WaitGroup
+	spawn := func(name string, run func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(); err != nil && ctx.Err() == nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	spawn("submitter", func() error {
+		return submitter.Run(ctx, submitter.Config{NC: nc, Log: log, HTTPAddr: f.http, Logger: logger.With().Str("svc", "submitter").Logger(),
+			Limits: domain.Limits{MaxGPUs: f.maxGPUs, MaxHours: f.maxHours}, Ready: readyFn(0), Health: health})
+	})
+	spawn("scheduler", func() error {
+		return scheduler.Run(ctx, scheduler.Config{Log: log, JS: js, Policy: policy.New(policy.Options{}),
+			Logger: logger.With().Str("svc", "scheduler").Logger(), LeaseTTL: 5 * time.Second, Ready: readyFn(1)})
+	})
+	spawn("advisor", func() error {
+		return advisor.Run(ctx, advisor.Config{Log: log, JS: js, Logger: logger.With().Str("svc", "advisor").Logger(), Ready: readyFn(2)})
+	})
+	for i := 1; i <= f.nodes; i++ {
+		node := fmt.Sprintf("node-%d", i)
+		i := i
+		spawn("gpuagent "+node, func() error {
+			return gpuagent.Run(ctx, gpuagent.Config{Log: log, JS: js, Node: node, NATSURL: url,
+				DataDir: filepath.Join(data, "agents", node), CheckpointRoot: filepath.Join(data, "checkpoints"),
+				Inventory: inventory.Options{Mock: !f.realNVML, MockGPUs: f.gpus, MockModel: f.model},
+				Heartbeat: f.heartbeat, Logger: logger.With().Str("svc", "gpuagent").Str("node", node).Logger(), Ready: readyFn(2 + i)})
+		})
+	}
+	go func() {
+		select {
+		case <-allReady:
+			logger.Info().Str("http", "http://"+f.http).Str("nats", url).Msg("gpuq dev: ready — try `gpuq submit ...` or `gpuq queue`")
+		case <-ctx.Done():
+		}
+	}()
+
+	// 3. Run until a signal or a service fails.
+	var runErr error
+	select {
+	case <-ctx.Done():
+		logger.Info().Msg("gpuq dev: stopping")
+	case runErr = <-errc:
+		logger.Error().Err(runErr).Msg("gpuq dev: a service failed; stopping")
+	}
+	cancel()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		logger.Warn().Msg("gpuq dev: services did not stop in 10 s")
+	}
+	return runErr
+}

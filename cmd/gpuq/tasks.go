@@ -1,0 +1,446 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuq/gpuq/pkg/api"
+	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/events/jetstream"
+)
+
+func newSubmit() *cobra.Command {
+	var f clientFlags
+	var r domain.Request
+	var grace time.Duration
+	var minMemGiB int
+	c := &cobra.Command{
+		Use:   "submit --name N --team T --priority P --hypothesis TEXT --command CMD",
+		Short: "Submit a task; prints its id",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			r.GraceS = grace.Seconds()
+			r.MinGPUMemMiB = minMemGiB * 1024
+			// Check the rules that need no server first; maxima are the server's.
+			local := r
+			if err := local.Validate(domain.Limits{MaxGPUs: 1 << 20, MaxHours: 1e9}); err != nil {
+				return &exitError{exitInvalid, err}
+			}
+			cl, done, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer done()
+			var out api.SubmitReply
+			if err := cl.Call(api.OpSubmit, r, &out); err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(os.Stdout, map[string]any{"task_id": out.TaskID, "duplicate": out.Duplicate})
+			}
+			if out.Duplicate {
+				fmt.Fprintf(os.Stderr, "idempotency key seen before: this is the original task\n")
+			}
+			fmt.Println(out.TaskID)
+			return nil
+		},
+	}
+	f.add(c)
+	fl := c.Flags()
+	fl.StringVar(&r.Name, "name", "", "task name (required)")
+	fl.StringVar(&r.Team, "team", "", "team (required)")
+	fl.StringVar(&r.Priority, "priority", "medium", "critical|high|medium|low")
+	fl.IntVar(&r.GPUs, "gpus", 1, "number of GPUs")
+	fl.Float64Var(&r.Hours, "hours", 4, "estimated run time in hours")
+	fl.StringVar(&r.Hypothesis, "hypothesis", "", "what the experiment tests (required)")
+	fl.StringVar(&r.Command, "command", "", "shell command to run (required)")
+	fl.BoolVar(&r.NoPreempt, "no-preempt", false, "the task may not be preempted")
+	fl.StringVar(&r.IdempotencyKey, "idempotency-key", "", "retries with the same key return the original task")
+	fl.StringVar(&r.PreemptSignal, "preempt-signal", "SIGUSR1", "signal delivered on preemption")
+	fl.DurationVar(&grace, "grace", 120*time.Second, "time to checkpoint after the preemption signal")
+	fl.StringVar(&r.GPUModel, "gpu-model", "", "only GPUs whose model contains this (e.g. A100, H100)")
+	fl.IntVar(&minMemGiB, "min-gpu-mem", 0, "minimum memory per GPU in GiB")
+	return c
+}
+
+func oneID(c *cobra.Command, args []string) error {
+	if len(args) != 1 || strings.TrimSpace(args[0]) == "" {
+		return invalid("task_id", "exactly one task id is required")
+	}
+	if !events.ValidKey(args[0]) {
+		return invalid("task_id", "must not contain spaces, '.', '*' or '>'")
+	}
+	return nil
+}
+
+func newShow() *cobra.Command {
+	var f clientFlags
+	c := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one task",
+		Args:  oneID,
+		RunE: func(c *cobra.Command, args []string) error {
+			cl, done, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer done()
+			var v api.TaskView
+			if err := cl.Call(api.OpShow, api.IDRequest{TaskID: args[0]}, &v); err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(os.Stdout, v)
+			}
+			printTask(v)
+			return nil
+		},
+	}
+	f.add(c)
+	return c
+}
+
+func printTask(v api.TaskView) {
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	row := func(k string, val any) { fmt.Fprintf(w, "%s:\t%v\n", k, val) }
+	row("task", v.TaskID)
+	row("name", v.Name)
+	row("team", v.Team)
+	row("priority", v.Priority)
+	row("state", v.State)
+	row("gpus", v.GPUs)
+	row("hours", v.Hours)
+	row("hypothesis", v.Hypothesis)
+	row("submitted", v.SubmittedAt.Local().Format(time.DateTime))
+	if v.Node != "" {
+		row("node", v.Node)
+	}
+	for _, p := range v.Placements {
+		row("  "+p.Node, strings.Join(p.GPUs, ","))
+	}
+	if v.Reason != "" {
+		row("reason", v.Reason)
+	}
+	if v.Preemptions > 0 {
+		row("preemptions", v.Preemptions)
+	}
+	if v.ResumeFrom != "" {
+		row("resume_from", v.ResumeFrom)
+	}
+	if v.ExitCode != nil {
+		row("exit_code", *v.ExitCode)
+	}
+	if v.Error != "" {
+		row("error", v.Error)
+	}
+	w.Flush()
+}
+
+func newQueue() *cobra.Command {
+	var f clientFlags
+	var all bool
+	c := &cobra.Command{
+		Use:   "queue [--all]",
+		Short: "List tasks not yet finished (--all: every task)",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			cl, done, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer done()
+			var vs []api.TaskView
+			if err := cl.Call(api.OpQueue, api.QueueRequest{All: all}, &vs); err != nil {
+				return err
+			}
+			if vs == nil {
+				vs = []api.TaskView{}
+			}
+			if f.json {
+				return printJSON(os.Stdout, vs)
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "TASK\tNAME\tTEAM\tPRIORITY\tGPUS\tSTATE\tNODE\tSUBMITTED")
+			for _, v := range vs {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", v.TaskID, v.Name, v.Team, v.Priority, v.GPUs, v.State, v.Node,
+					v.SubmittedAt.Local().Format(time.DateTime))
+			}
+			return w.Flush()
+		},
+	}
+	f.add(c)
+	c.Flags().BoolVar(&all, "all", false, "include finished tasks")
+	return c
+}
+
+func attach(f *clientFlags) (*jetstream.Log, func(), error) {
+	nc, err := f.connect()
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := jetstream.Attach(ctx, nc, "")
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return l, nc.Close, nil
+}
+
+func historyEntry(r events.Record) api.HistoryEntry {
+	return api.HistoryEntry{Seq: r.Seq, Type: string(r.Envelope.Type), Time: r.Envelope.Time, ID: r.Envelope.ID,
+		CausationID: r.Envelope.CausationID, Data: r.Envelope.Data}
+}
+
+func printEntry(e api.HistoryEntry) {
+	fmt.Printf("%6d  %s  %-17s  %s\n", e.Seq, e.Time.Local().Format("2006-01-02 15:04:05.000"), e.Type, string(e.Data))
+}
+
+func newHistory() *cobra.Command {
+	var f clientFlags
+	c := &cobra.Command{
+		Use:   "history ID",
+		Short: "A task's events in log order, from the log itself",
+		Args:  oneID,
+		RunE: func(c *cobra.Command, args []string) error {
+			l, done, err := attach(&f)
+			if err != nil {
+				return err
+			}
+			defer done()
+			out := []api.HistoryEntry{}
+			_, err = events.ReadAll(c.Context(), l, 1, events.TaskSubjects(args[0]), func(r events.Record) error {
+				out = append(out, historyEntry(r))
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if len(out) == 0 {
+				return &exitError{exitNotFound, fmt.Errorf("task %s not found", args[0])}
+			}
+			if f.json {
+				return printJSON(os.Stdout, out)
+			}
+			for _, e := range out {
+				printEntry(e)
+			}
+			return nil
+		},
+	}
+	f.add(c)
+	return c
+}
+
+func newCancel() *cobra.Command {
+	var f clientFlags
+	c := &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a task; a running task's process is stopped",
+		Args:  oneID,
+		RunE: func(c *cobra.Command, args []string) error {
+			cl, done, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer done()
+			var v api.TaskView
+			by := os.Getenv("USER")
+			if err := cl.Call(api.OpCancel, api.IDRequest{TaskID: args[0], By: by}, &v); err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(os.Stdout, v)
+			}
+			fmt.Printf("%s cancelled\n", v.TaskID)
+			return nil
+		},
+	}
+	f.add(c)
+	return c
+}
+
+func newAmend() *cobra.Command {
+	var f clientFlags
+	var r api.AmendRequest
+	c := &cobra.Command{
+		Use:   "amend ID [--gpus N] [--priority P] [--hours H] [--hypothesis T]",
+		Short: "Change a queued task without losing its place in line",
+		Args:  oneID,
+		RunE: func(c *cobra.Command, args []string) error {
+			r.TaskID = args[0]
+			if !c.Flags().Changed("gpus") && !c.Flags().Changed("priority") && !c.Flags().Changed("hours") && !c.Flags().Changed("hypothesis") {
+				return invalid("amend", "give at least one of --gpus, --priority, --hours, --hypothesis")
+			}
+			if c.Flags().Changed("gpus") && r.GPUs < 1 {
+				return invalid("gpus", fmt.Sprintf("must be ≥ 1 (got %d)", r.GPUs))
+			}
+			if c.Flags().Changed("hours") && !(r.Hours > 0) {
+				return invalid("hours", fmt.Sprintf("must be > 0 (got %g)", r.Hours))
+			}
+			if c.Flags().Changed("priority") {
+				if _, err := domain.ParsePriority(r.Priority); err != nil {
+					return invalid("priority", "must be one of critical, high, medium, low")
+				}
+			}
+			cl, done, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer done()
+			var v api.TaskView
+			if err := cl.Call(api.OpAmend, r, &v); err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(os.Stdout, v)
+			}
+			printTask(v)
+			return nil
+		},
+	}
+	f.add(c)
+	c.Flags().IntVar(&r.GPUs, "gpus", 0, "new GPU count")
+	c.Flags().StringVar(&r.Priority, "priority", "", "new class")
+	c.Flags().Float64Var(&r.Hours, "hours", 0, "new estimated hours")
+	c.Flags().StringVar(&r.Hypothesis, "hypothesis", "", "new hypothesis")
+	return c
+}
+
+func newChecklist() *cobra.Command {
+	var f clientFlags
+	var doneItem, undo string
+	c := &cobra.Command{
+		Use:   "checklist ID --done ITEM",
+		Short: "Mark a waiting-playbook item (code_review, experiment_plan, documentation) done",
+		Args:  oneID,
+		RunE: func(c *cobra.Command, args []string) error {
+			req := api.ChecklistRequest{TaskID: args[0], Item: doneItem, Done: true}
+			if undo != "" {
+				req.Item, req.Done = undo, false
+			}
+			if req.Item == "" {
+				return invalid("done", "give --done ITEM (one of "+strings.Join(domain.ChecklistItems, ", ")+")")
+			}
+			cl, done, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer done()
+			var v api.TaskView
+			if err := cl.Call(api.OpChecklist, req, &v); err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(os.Stdout, v)
+			}
+			for _, it := range domain.ChecklistItems {
+				mark := " "
+				if v.Checklist[it] {
+					mark = "x"
+				}
+				fmt.Printf("[%s] %s\n", mark, it)
+			}
+			return nil
+		},
+	}
+	f.add(c)
+	c.Flags().StringVar(&doneItem, "done", "", "item to mark done")
+	c.Flags().StringVar(&undo, "undo", "", "item to mark not done")
+	return c
+}
+
+func newCheckpoint() *cobra.Command {
+	var f clientFlags
+	var ref, task string
+	c := &cobra.Command{
+		Use:   "checkpoint --ref REF",
+		Short: "Report a saved checkpoint (from inside a job: task from GPUQ_TASK_ID)",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if task == "" {
+				task = os.Getenv("GPUQ_TASK_ID")
+			}
+			if task == "" {
+				return invalid("task", "give --task or run inside a job (GPUQ_TASK_ID)")
+			}
+			if !events.ValidKey(task) {
+				return invalid("task", "must not contain spaces, '.', '*' or '>'")
+			}
+			if strings.TrimSpace(ref) == "" {
+				return invalid("ref", "is required: where the checkpoint was saved")
+			}
+			l, done, err := attach(&f)
+			if err != nil {
+				return err
+			}
+			defer done()
+			ack, err := events.Append(c.Context(), l, events.Checkpointed{TaskID: task, Ref: ref}, events.Meta{Time: time.Now()}, "", nil)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(os.Stdout, map[string]any{"task_id": task, "ref": ref, "seq": ack.Seq})
+			}
+			return nil
+		},
+	}
+	f.add(c)
+	c.Flags().StringVar(&ref, "ref", "", "checkpoint reference (a path or URI)")
+	c.Flags().StringVar(&task, "task", "", "task id (default $GPUQ_TASK_ID)")
+	return c
+}
+
+func newWatch() *cobra.Command {
+	var f clientFlags
+	c := &cobra.Command{
+		Use:   "watch ID",
+		Short: "Stream a task's events as they happen; ends when the task ends",
+		Args:  oneID,
+		RunE: func(c *cobra.Command, args []string) error {
+			l, done, err := attach(&f)
+			if err != nil {
+				return err
+			}
+			defer done()
+			ctx := c.Context()
+			fl, err := l.Follow(ctx, 1, events.TaskSubjects(args[0]))
+			if err != nil {
+				return err
+			}
+			defer fl.Close()
+			enc := json.NewEncoder(os.Stdout)
+			for {
+				m, err := fl.Next(ctx)
+				if err != nil {
+					return err
+				}
+				r, err := events.Decode(m)
+				if err != nil {
+					return err
+				}
+				e := historyEntry(r)
+				if f.json {
+					_ = enc.Encode(e)
+				} else {
+					printEntry(e)
+				}
+				switch r.Event.(type) {
+				case events.Completed, events.Failed, events.Cancelled:
+					return nil
+				}
+			}
+		},
+	}
+	f.add(c)
+	return c
+}

@@ -1,0 +1,68 @@
+// Package submitter is gpuq's write gateway for people and CI. It validates
+// requests, appends the facts they cause (submitted, amended, cancelled,
+// checklist_updated) to the audit log, and answers queries from a read model
+// that is a fold of that log.
+//
+// # Transports
+//
+// The same internal operations are served two ways. Over NATS,
+// request/reply on gpuq.api.v1.<op> (queue group api.QueueGroup), ops
+// submit, show, queue, cancel, amend, checklist and history; every answer is
+// an api.Reply. Over HTTP, when Config.HTTPAddr is set:
+//
+//	POST /v1/tasks                 submit      201, 200 for a duplicate
+//	GET  /v1/tasks[?all=true]      queue
+//	GET  /v1/tasks/{id}            show
+//	POST /v1/tasks/{id}/cancel     cancel      body optional: {"by": "..."}
+//	POST /v1/tasks/{id}/amend      amend
+//	POST /v1/tasks/{id}/checklist  checklist
+//	GET  /v1/tasks/{id}/history    the task's events, in log order
+//	GET  /healthz                  200 {"status":"ok"} once ready, 503 before
+//
+// Until the read model has caught up, every HTTP route but /healthz answers
+// 503, and the NATS subscriptions do not exist yet. /healthz also consults
+// Config.Health when set.
+//
+// queue lists non-terminal tasks (all tasks with all=true) in three groups:
+// tasks holding or about to hold GPUs (dispatched, running, preempting),
+// then queued tasks, both in queue order (domain.Task.Before), then terminal
+// tasks by the time they ended. The checklist may be marked in any state;
+// amend applies to queued tasks only; cancel to any task not yet ended.
+//
+// A success answers the result JSON itself; a failure answers
+// {"error": "...", "field": "...", "not_found": true} with 400 (a field or the
+// body is wrong), 404 (no such task or route), 405, 409 (the task kept
+// changing under a cancel or amend), 413 (body over 1 MiB), 503 (starting,
+// or the read model is behind the log) or 500.
+//
+// # Read model and consistency
+//
+// On start the service folds the whole log into a domain.State, then follows
+// the log from the next sequence, applying each record under a mutex. Every
+// query first asks the log for its last sequence and waits (at most
+// syncTimeout) until the fold has reached it: read-your-writes, so `show`
+// right after `submit` sees the task, on any replica of the service.
+// Records that do not decode are skipped, logged and counted; the fold still
+// advances past them.
+//
+// # Writes
+//
+// Submissions are validated with domain.Request.Validate. An idempotency key
+// is checked against the fold's index first (it outlives JetStream's
+// de-duplication window); otherwise the submitted event carries the message
+// id "submit:<team>:<key>", so concurrent retries are de-duplicated by the
+// stream, and a duplicate ack is answered with the original task's id.
+//
+// Cancel and amend append with an expected last sequence on the task's
+// subjects (gpuq.task.<id>.>): if another writer (the scheduler, another
+// submitter) appended to the task meanwhile, the append is refused, the
+// service catches up, decides again and retries a few times.
+//
+// # Concurrency and shutdown
+//
+// NATS requests are handled concurrently (bounded); HTTP requests by
+// net/http. When Run's context ends the service stops taking requests,
+// lets in-flight ones finish (bounded), stops following the log and returns
+// nil. Handlers never panic on bad input; a panic in a handler is recovered
+// and answered as a 500.
+package submitter

@@ -1,0 +1,440 @@
+package submitter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/gpuq/gpuq/pkg/api"
+	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/events"
+)
+
+// opError is an operation's failure as both transports report it.
+type opError struct {
+	Status   int // HTTP status
+	Msg      string
+	Field    string // set when the caller's input is at fault
+	NotFound bool
+}
+
+func (e *opError) Error() string {
+	if e.Field != "" {
+		return e.Field + ": " + e.Msg
+	}
+	return e.Msg
+}
+
+func invalid(field, rule string) error {
+	return &opError{Status: http.StatusBadRequest, Field: field, Msg: rule}
+}
+
+func notFound(id string) error {
+	return &opError{Status: http.StatusNotFound, NotFound: true, Msg: "task " + id + " not found"}
+}
+
+// asOpError classifies any error: opErrors and domain.FieldErrors are the
+// caller's; everything else is the server's (500).
+func asOpError(err error) *opError {
+	var oe *opError
+	if errors.As(err, &oe) {
+		return oe
+	}
+	var fe *domain.FieldError
+	if errors.As(err, &fe) {
+		return &opError{Status: http.StatusBadRequest, Field: fe.Field, Msg: fe.Rule}
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return &opError{Status: http.StatusServiceUnavailable, Msg: "request timed out: " + err.Error()}
+	}
+	return &opError{Status: http.StatusInternalServerError, Msg: "internal error: " + err.Error()}
+}
+
+// errStop ends a log read after the first message.
+var errStop = errors.New("stop")
+
+// sync waits until the fold has reached the log's last sequence: every
+// write acknowledged before the call is visible afterwards.
+func (s *server) sync(ctx context.Context) error {
+	last, err := s.log.LastSeq(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the log's last sequence: %w", err)
+	}
+	return s.m.waitFor(ctx, last, s.syncTimeout)
+}
+
+// checkID rejects an empty id; an id that cannot be a subject token cannot
+// name a task, so it is not found.
+func checkID(id string) error {
+	if id == "" {
+		return invalid("task_id", "is required")
+	}
+	if !events.ValidKey(id) {
+		return notFound(id)
+	}
+	return nil
+}
+
+// view renders a task; call it with the state locked. The checklist map is
+// copied so the view can be encoded after the lock is released.
+func view(t *domain.Task) api.TaskView {
+	v := api.View(t)
+	v.Checklist = maps.Clone(v.Checklist)
+	return v
+}
+
+// submit validates req and appends a submitted event, unless the team's
+// idempotency key names an existing task: then it answers that task with
+// Duplicate set.
+func (s *server) submit(ctx context.Context, req domain.Request) (api.SubmitReply, error) {
+	if err := req.Validate(s.limits); err != nil {
+		return api.SubmitReply{}, err
+	}
+	key := req.IdempotencyKey
+	if key != "" {
+		// 1. The fold remembers every key, beyond the stream's dedupe window.
+		if err := s.sync(ctx); err != nil {
+			return api.SubmitReply{}, err
+		}
+		var (
+			rep api.SubmitReply
+			ok  bool
+		)
+		s.m.read(func(st *domain.State) {
+			id, found := st.Idem[domain.IdemKey(req.Team, key)]
+			if t := st.Tasks[id]; found && t != nil {
+				rep, ok = api.SubmitReply{TaskID: id, Duplicate: true, Seq: t.SubmitSeq}, true
+			}
+		})
+		if ok {
+			return rep, nil
+		}
+	}
+
+	// 2. Append; the message id covers concurrent retries.
+	id, err := uuid.NewV7()
+	if err != nil {
+		return api.SubmitReply{}, err
+	}
+	now := s.now()
+	e := events.Submitted{
+		TaskID: id.String(), Name: req.Name, Team: req.Team, Priority: req.Priority, GPUs: req.GPUs,
+		Hours: req.Hours, Hypothesis: req.Hypothesis, Command: req.Command, Preemptible: !req.NoPreempt,
+		PreemptSignal: req.PreemptSignal, GraceS: req.GraceS, GPUModel: req.GPUModel,
+		MinGPUMemMiB: req.MinGPUMemMiB, IdempotencyKey: key, SubmittedAt: now.UTC(),
+	}
+	msgIDs := []string{""}
+	if key != "" {
+		msgIDs = []string{submitMsgID(req.Team, key), submitMsgIDLong(req.Team, key)}
+	}
+	for _, msgID := range msgIDs {
+		ack, err := events.Append(ctx, s.log, e, events.Meta{Time: now}, msgID, nil)
+		if err != nil {
+			return api.SubmitReply{}, err
+		}
+		if !ack.Duplicate {
+			s.logger.Info().Str("task_id", e.TaskID).Str("team", e.Team).Str("priority", e.Priority).
+				Int("gpus", e.GPUs).Uint64("seq", ack.Seq).Msg("submitted")
+			return api.SubmitReply{TaskID: e.TaskID, Seq: ack.Seq}, nil
+		}
+		// 3. A concurrent retry won: answer with the original.
+		orig, err := s.submittedAt(ctx, ack.Seq)
+		if err != nil {
+			return api.SubmitReply{}, err
+		}
+		if orig.Team == req.Team && orig.IdempotencyKey == key {
+			return api.SubmitReply{TaskID: orig.TaskID, Duplicate: true, Seq: ack.Seq}, nil
+		}
+		// The short id of another (team, key) pair collided with ours (a team
+		// name with ':'); try the unambiguous one.
+		s.logger.Warn().Str("team", req.Team).Str("other_team", orig.Team).Msg("idempotency message id collision")
+	}
+	return api.SubmitReply{}, &opError{Status: http.StatusInternalServerError,
+		Msg: "internal error: idempotency message id collides with another team's"}
+}
+
+// submitMsgID is the Nats-Msg-Id of a keyed submission.
+func submitMsgID(team, key string) string { return "submit:" + team + ":" + key }
+
+// submitMsgIDLong is unambiguous (the team's length is spelled out); it is
+// used only when submitMsgID collided with another team's, which needs a ':'
+// in a team name.
+func submitMsgIDLong(team, key string) string {
+	return "submit#" + strconv.Itoa(len(team)) + ":" + team + ":" + key
+}
+
+// submittedAt reads the submitted event at seq.
+func (s *server) submittedAt(ctx context.Context, seq uint64) (events.Submitted, error) {
+	var rec events.Record
+	found := false
+	_, err := s.log.Read(ctx, seq, "", func(m events.Stored) error {
+		r, err := events.Decode(m)
+		if err != nil {
+			return err
+		}
+		rec, found = r, true
+		return errStop
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return events.Submitted{}, fmt.Errorf("reading the original submission at %d: %w", seq, err)
+	}
+	sub, ok := rec.Event.(events.Submitted)
+	if !found || rec.Seq != seq || !ok {
+		return events.Submitted{}, fmt.Errorf("the duplicate ack names seq %d, which is not a submitted event", seq)
+	}
+	return sub, nil
+}
+
+// show answers one task.
+func (s *server) show(ctx context.Context, id string) (api.TaskView, error) {
+	if err := checkID(id); err != nil {
+		return api.TaskView{}, err
+	}
+	if err := s.sync(ctx); err != nil {
+		return api.TaskView{}, err
+	}
+	var (
+		v  api.TaskView
+		ok bool
+	)
+	s.m.read(func(st *domain.State) {
+		if t := st.Tasks[id]; t != nil {
+			v, ok = view(t), true
+		}
+	})
+	if !ok {
+		return api.TaskView{}, notFound(id)
+	}
+	return v, nil
+}
+
+// queue lists the non-terminal tasks (all tasks with all), in this order:
+//
+//  1. tasks holding or about to hold GPUs (dispatched, running,
+//     preempting), in queue order (domain.Task.Before);
+//  2. queued tasks, in queue order — the order the scheduler considers them;
+//  3. with all, terminal tasks by the time they ended, oldest first.
+func (s *server) queue(ctx context.Context, all bool) ([]api.TaskView, error) {
+	if err := s.sync(ctx); err != nil {
+		return nil, err
+	}
+	out := []api.TaskView{}
+	s.m.read(func(st *domain.State) {
+		var ts []*domain.Task
+		for _, t := range st.Tasks {
+			if all || !t.State.Terminal() {
+				ts = append(ts, t)
+			}
+		}
+		sort.Slice(ts, func(i, j int) bool { return listBefore(ts[i], ts[j]) })
+		for _, t := range ts {
+			out = append(out, view(t))
+		}
+	})
+	return out, nil
+}
+
+func listGroup(t *domain.Task) int {
+	switch {
+	case t.State.Terminal():
+		return 2
+	case t.State == domain.Queued:
+		return 1
+	default:
+		return 0
+	}
+}
+
+func listBefore(a, b *domain.Task) bool {
+	ga, gb := listGroup(a), listGroup(b)
+	if ga != gb {
+		return ga < gb
+	}
+	if ga == 2 {
+		if !a.EndedAt.Equal(b.EndedAt) {
+			return a.EndedAt.Before(b.EndedAt)
+		}
+		return a.SubmitSeq < b.SubmitSeq
+	}
+	return a.Before(b)
+}
+
+// decision is what a write decides on a task's current state: the event to
+// append and, when it must not act on stale state, the expected sequence.
+type decision struct {
+	event  events.Event
+	expect *events.Expect
+}
+
+// mutate catches up, lets decide look at the task (with the state locked;
+// decide must not block), appends what it decided and answers the task as
+// it is afterwards. When the append is refused because the task changed,
+// it catches up and decides again, at most appendAttempts times.
+func (s *server) mutate(ctx context.Context, id string, decide func(t *domain.Task) (decision, error)) (api.TaskView, error) {
+	if err := checkID(id); err != nil {
+		return api.TaskView{}, err
+	}
+	now := s.now()
+	for attempt := 1; ; attempt++ {
+		if err := s.sync(ctx); err != nil {
+			return api.TaskView{}, err
+		}
+		var (
+			d     decision
+			err   error
+			found bool
+		)
+		s.m.read(func(st *domain.State) {
+			if t := st.Tasks[id]; t != nil {
+				found = true
+				d, err = decide(t)
+			}
+		})
+		if !found {
+			return api.TaskView{}, notFound(id)
+		}
+		if err != nil {
+			return api.TaskView{}, err
+		}
+		ack, err := events.Append(ctx, s.log, d.event, events.Meta{Time: now}, "", d.expect)
+		if errors.Is(err, events.ErrConflict) {
+			if attempt < appendAttempts {
+				s.logger.Debug().Str("task_id", id).Int("attempt", attempt).Msg("task changed meanwhile; deciding again")
+				continue
+			}
+			return api.TaskView{}, &opError{Status: http.StatusConflict,
+				Msg: fmt.Sprintf("task %s kept changing during %d attempts; try again", id, attempt)}
+		}
+		if err != nil {
+			return api.TaskView{}, err
+		}
+		s.logger.Info().Str("task_id", id).Str("event", string(d.event.EventType())).Uint64("seq", ack.Seq).Msg("appended")
+		if err := s.m.waitFor(ctx, ack.Seq, s.syncTimeout); err != nil {
+			return api.TaskView{}, err
+		}
+		var v api.TaskView
+		s.m.read(func(st *domain.State) { v = view(st.Tasks[id]) })
+		return v, nil
+	}
+}
+
+// expectTask guards an append on the task's last event.
+func expectTask(t *domain.Task) *events.Expect {
+	return &events.Expect{Filter: events.TaskSubjects(t.ID), LastSeq: t.LastSeq}
+}
+
+// cancel withdraws a task that has not ended. A running task keeps its GPUs
+// until its agent reports the process gone.
+func (s *server) cancel(ctx context.Context, req api.IDRequest) (api.TaskView, error) {
+	return s.mutate(ctx, req.TaskID, func(t *domain.Task) (decision, error) {
+		if t.State.Terminal() {
+			return decision{}, invalid("task_id", "task is already "+string(t.State))
+		}
+		reason := "cancelled"
+		if req.By != "" {
+			reason = "cancelled by " + req.By
+		}
+		return decision{events.Cancelled{TaskID: t.ID, By: req.By, Reason: reason}, expectTask(t)}, nil
+	})
+}
+
+// amend changes a queued task's gpus, priority, hours or hypothesis. The
+// task keeps its SubmittedAt (its place among tasks of its class). The
+// changed task must pass the same rules as a submission.
+func (s *server) amend(ctx context.Context, req api.AmendRequest) (api.TaskView, error) {
+	if req.GPUs == 0 && req.Priority == "" && req.Hours == 0 && req.Hypothesis == "" {
+		if err := checkID(req.TaskID); err != nil {
+			return api.TaskView{}, err
+		}
+		return api.TaskView{}, invalid("body", "nothing to amend: give gpus, priority, hours or hypothesis")
+	}
+	return s.mutate(ctx, req.TaskID, func(t *domain.Task) (decision, error) {
+		if t.State != domain.Queued {
+			return decision{}, invalid("task_id", "task is "+string(t.State)+"; only queued tasks can be amended")
+		}
+		r := requestOf(t)
+		if req.GPUs != 0 {
+			r.GPUs = req.GPUs
+		}
+		if req.Priority != "" {
+			r.Priority = req.Priority
+		}
+		if req.Hours != 0 {
+			r.Hours = req.Hours
+		}
+		if req.Hypothesis != "" {
+			r.Hypothesis = req.Hypothesis
+		}
+		if err := r.Validate(s.limits); err != nil {
+			return decision{}, err
+		}
+		e := events.Amended{TaskID: t.ID}
+		if req.GPUs != 0 {
+			e.GPUs = r.GPUs
+		}
+		if req.Priority != "" {
+			e.Priority = r.Priority // normalised by Validate
+		}
+		if req.Hours != 0 {
+			e.Hours = r.Hours
+		}
+		if req.Hypothesis != "" {
+			e.Hypothesis = r.Hypothesis
+		}
+		return decision{e, expectTask(t)}, nil
+	})
+}
+
+// requestOf is the submission a task would be now.
+func requestOf(t *domain.Task) domain.Request {
+	return domain.Request{
+		Name: t.Name, Team: t.Team, Priority: t.Priority.String(), GPUs: t.GPUs, Hours: t.Hours,
+		Hypothesis: t.Hypothesis, Command: t.Command, NoPreempt: !t.Preemptible, PreemptSignal: t.PreemptSignal,
+		GraceS: t.GraceS, GPUModel: t.GPUModel, MinGPUMemMiB: t.MinGPUMemMiB, IdempotencyKey: t.IdempotencyKey,
+	}
+}
+
+// checklist marks a waiting-playbook item done or undone, in any state.
+func (s *server) checklist(ctx context.Context, req api.ChecklistRequest) (api.TaskView, error) {
+	if !slices.Contains(domain.ChecklistItems, req.Item) {
+		if err := checkID(req.TaskID); err != nil {
+			return api.TaskView{}, err
+		}
+		return api.TaskView{}, invalid("item", "must be one of "+strings.Join(domain.ChecklistItems, ", ")+
+			fmt.Sprintf(" (got %q)", req.Item))
+	}
+	return s.mutate(ctx, req.TaskID, func(t *domain.Task) (decision, error) {
+		return decision{event: events.ChecklistUpdated{TaskID: t.ID, Item: req.Item, Done: req.Done}}, nil
+	})
+}
+
+// history lists a task's events in log order.
+func (s *server) history(ctx context.Context, id string) ([]api.HistoryEntry, error) {
+	if _, err := s.show(ctx, id); err != nil {
+		return nil, err
+	}
+	out := []api.HistoryEntry{}
+	_, err := s.log.Read(ctx, 0, events.TaskSubjects(id), func(m events.Stored) error {
+		var env events.Envelope
+		if err := json.Unmarshal(m.Data, &env); err != nil || !json.Valid(env.Data) {
+			s.logger.Error().Err(err).Uint64("seq", m.Seq).Msg("history: skipping undecodable record")
+			return nil
+		}
+		out = append(out, api.HistoryEntry{Seq: m.Seq, Type: string(env.Type), Time: env.Time, ID: env.ID,
+			CausationID: env.CausationID, Data: env.Data})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -1,0 +1,288 @@
+package submitter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/gpuq/gpuq/pkg/api"
+	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/events"
+)
+
+// Config configures Run.
+type Config struct {
+	NC       *nats.Conn // for the request/reply API (queue group api.QueueGroup); nil = no NATS API
+	Log      events.Log // the audit log
+	HTTPAddr string     // "" = no HTTP server
+	Limits   domain.Limits
+	Logger   zerolog.Logger
+	Now      func() time.Time // default time.Now; the only clock read
+	Ready    func()           // called once the read model caught up and the API/HTTP listen
+	// Health, when set, is asked by GET /healthz once the service is ready:
+	// a non-nil error answers 503 (e.g. `gpuq dev` reports its other
+	// services still starting).
+	Health func() error
+}
+
+const (
+	// syncTimeout bounds how long a query waits for the fold to reach the
+	// log's last sequence (read-your-writes).
+	syncTimeout = 5 * time.Second
+	// requestTimeout bounds one NATS request's work.
+	requestTimeout = 15 * time.Second
+	// shutdownTimeout bounds how long in-flight requests may finish.
+	shutdownTimeout = 5 * time.Second
+	// maxInFlight bounds concurrently handled NATS requests.
+	maxInFlight = 64
+	// maxBody bounds request bodies, HTTP and NATS.
+	maxBody = 1 << 20
+	// appendAttempts bounds retries of a conditional append after conflicts.
+	appendAttempts = 5
+)
+
+// server holds what the operations share.
+type server struct {
+	log         events.Log
+	limits      domain.Limits
+	now         func() time.Time
+	logger      zerolog.Logger
+	m           *model
+	syncTimeout time.Duration
+	health      func() error
+	ready       atomic.Bool
+}
+
+func newServer(cfg Config) *server {
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &server{
+		log:         cfg.Log,
+		limits:      cfg.Limits,
+		now:         now,
+		logger:      cfg.Logger,
+		m:           newModel(cfg.Logger),
+		syncTimeout: syncTimeout,
+		health:      cfg.Health,
+	}
+}
+
+// Run serves the submitter until ctx ends. It returns nil on a clean
+// shutdown, or the error that kept it from starting or serving (the initial
+// read of the log, subscribing, listening). Losing the log's follow is not
+// fatal: it is retried with backoff while queries answer 503 if they cannot
+// catch up.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Log == nil {
+		return errors.New("submitter: Config.Log is required")
+	}
+	s := newServer(cfg)
+	lg := s.logger
+
+	// 1. Listen for HTTP first, so /healthz answers 503 while catching up.
+	var (
+		srv     *http.Server
+		httpErr = make(chan error, 1)
+	)
+	if cfg.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("submitter: http listen %s: %w", cfg.HTTPAddr, err)
+		}
+		srv = &http.Server{
+			Handler:           s.handler(),
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+		}
+		go func() { httpErr <- srv.Serve(ln) }()
+		lg.Info().Str("addr", ln.Addr().String()).Msg("http listening")
+	}
+	stopHTTP := func() {
+		if srv == nil {
+			return
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			lg.Warn().Err(err).Msg("http shutdown")
+		}
+	}
+
+	// 2. Fold the whole log.
+	if err := s.catchUp(ctx); err != nil {
+		stopHTTP()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("submitter: reading the log: %w", err)
+	}
+
+	// 3. Follow the log from the next sequence. The follower outlives ctx
+	// until in-flight requests are done, so they can still catch up.
+	followCtx, stopFollow := context.WithCancel(context.WithoutCancel(ctx))
+	followDone := make(chan struct{})
+	go func() {
+		defer close(followDone)
+		s.follow(followCtx)
+	}()
+	defer func() {
+		stopFollow()
+		<-followDone
+	}()
+
+	// 4. Serve the NATS API.
+	// Each op is its own subscription: other services may answer other
+	// ops under the same prefix (a wildcard here would race their replies).
+	var (
+		subs     []*nats.Subscription
+		inflight sync.WaitGroup
+	)
+	if cfg.NC != nil {
+		reqCtx := context.WithoutCancel(ctx)
+		sem := make(chan struct{}, maxInFlight)
+		serve := func(msg *nats.Msg) {
+			sem <- struct{}{} // back-pressure: the subscription's pending queue absorbs bursts
+			inflight.Add(1)
+			go func() {
+				defer func() { <-sem; inflight.Done() }()
+				s.serveNATS(reqCtx, msg)
+			}()
+		}
+		var err error
+		for _, op := range ops {
+			var sub *nats.Subscription
+			if sub, err = cfg.NC.QueueSubscribe(api.SubjectPrefix+op, api.QueueGroup, serve); err != nil {
+				break
+			}
+			subs = append(subs, sub)
+		}
+		if err == nil {
+			err = cfg.NC.Flush()
+		}
+		if err != nil {
+			for _, sub := range subs {
+				_ = sub.Unsubscribe()
+			}
+			stopHTTP()
+			return fmt.Errorf("submitter: subscribing to the API: %w", err)
+		}
+	}
+
+	// 5. Ready.
+	s.ready.Store(true)
+	lg.Info().Uint64("seq", s.m.seq()).Msg("submitter ready")
+	if cfg.Ready != nil {
+		cfg.Ready()
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-httpErr:
+		runErr = fmt.Errorf("submitter: http: %w", err)
+	}
+
+	// 6. Shut down: stop taking requests, let in-flight ones finish.
+	s.ready.Store(false)
+	for _, sub := range subs {
+		if err := sub.Drain(); err != nil {
+			lg.Warn().Err(err).Str("subject", sub.Subject).Msg("draining an API subscription")
+		}
+	}
+	waitUntil(func() bool {
+		for _, sub := range subs {
+			if sub.IsValid() {
+				return false
+			}
+		}
+		return true
+	}, shutdownTimeout)
+	stopHTTP()
+	waitGroup(&inflight, shutdownTimeout)
+	lg.Info().Msg("submitter stopped")
+	return runErr
+}
+
+// waitGroup waits for wg at most d.
+func waitGroup(wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// waitUntil polls done until it holds or d passes.
+func waitUntil(done func() bool, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !done() {
+		select {
+		case <-t.C:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// catchUp folds every record present in the log now.
+func (s *server) catchUp(ctx context.Context) error {
+	last, err := s.log.Read(ctx, s.m.seq()+1, "", func(m events.Stored) error {
+		s.m.apply(m)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.m.advanceTo(last)
+	return nil
+}
+
+// follow applies records as they are appended until ctx ends. A failed
+// follow is re-opened from the next unfolded sequence, with backoff.
+func (s *server) follow(ctx context.Context) {
+	const minBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
+	backoff := minBackoff
+	for ctx.Err() == nil {
+		f, err := s.log.Follow(ctx, s.m.seq()+1, "")
+		if err == nil {
+			for {
+				var m events.Stored
+				m, err = f.Next(ctx)
+				if err != nil {
+					break
+				}
+				s.m.apply(m)
+				backoff = minBackoff
+			}
+			f.Close()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.logger.Warn().Err(err).Dur("retry_in", backoff).Msg("following the log failed")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
