@@ -3,6 +3,7 @@ module github.com/gpuq/gpuq/cmd/gpuq
 go 1.26.0
 
 require (
+	github.com/google/go-cmp v0.7.0
 	github.com/gpuq/gpuq/pkg v0.0.0
 	github.com/gpuq/gpuq/services/advisor v0.0.0
 	github.com/gpuq/gpuq/services/gpuagent v0.0.0
