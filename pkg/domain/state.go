@@ -23,6 +23,8 @@ type State struct {
 	Skipped, Ignored int
 	// LastTime is the time of the last applied event: the fold's "now".
 	LastTime time.Time
+
+	q queueIndex
 }
 
 // NewState returns an empty state.
@@ -75,6 +77,13 @@ func (s *State) Apply(r events.Record) {
 	case events.Lost:
 		n := s.node(e.Node)
 		n.State, n.Reason = NodeLost, e.Reason
+		// A cancelled task still holding GPUs there has no agent left to
+		// report its end: release it now.
+		for _, t := range s.Tasks {
+			if t.State == Cancelled && t.Holding && t.holdsOn(e.Node) {
+				s.release(t)
+			}
+		}
 		return
 	case events.Unknown:
 		s.Skipped++
@@ -102,8 +111,13 @@ func (s *State) Apply(r events.Record) {
 		if e.GPUs > 0 {
 			t.GPUs = e.GPUs
 		}
-		if p, err := ParsePriority(e.Priority); err == nil {
+		if p, err := ParsePriority(e.Priority); err == nil && p != t.Priority {
+			old := t.Priority
 			t.Priority = p
+			if t.State == Queued {
+				s.q.left(old)
+				s.q.add(t)
+			}
 		}
 		if e.Hours > 0 {
 			t.Hours = e.Hours
@@ -121,6 +135,9 @@ func (s *State) Apply(r events.Record) {
 		default:
 			s.release(t)
 		}
+		if t.State == Queued {
+			s.q.left(t.Priority)
+		}
 		t.State, t.EndedAt, t.Reason = Cancelled, at, e.Reason
 	case events.ChecklistUpdated:
 		if t.Checklist == nil {
@@ -132,6 +149,7 @@ func (s *State) Apply(r events.Record) {
 			s.Ignored++
 			return
 		}
+		s.q.left(t.Priority)
 		t.State, t.DispatchedAt, t.DispatchSeq = Dispatched, at, r.Seq
 		t.Placements = clonePlacements(e.Placements)
 		t.Node = ""
@@ -182,6 +200,7 @@ func (s *State) Apply(r events.Record) {
 		s.release(t)
 		t.State, t.Reason = Queued, e.Reason
 		t.ResumeFrom = e.ResumeFrom
+		s.q.add(t)
 		t.Node, t.PID = "", 0
 	case events.Completed:
 		s.finish(t, at, Completed)
@@ -207,6 +226,7 @@ func (s *State) submitted(seq uint64, e events.Submitted) {
 		SubmittedAt: e.SubmittedAt, SubmitSeq: seq, State: Queued, LastSeq: seq,
 	}
 	s.Tasks[t.ID] = t
+	s.q.add(t)
 	if e.IdempotencyKey != "" {
 		k := IdemKey(e.Team, e.IdempotencyKey)
 		if _, ok := s.Idem[k]; !ok {
@@ -298,18 +318,6 @@ func (s *State) FreeGPUs(n *Node) []GPU {
 	return out
 }
 
-// Queued returns the queued tasks in queue order.
-func (s *State) Queued() []*Task {
-	var out []*Task
-	for _, t := range s.Tasks {
-		if t.State == Queued {
-			out = append(out, t)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
-	return out
-}
-
 // Active returns the tasks holding GPUs, in submit order.
 func (s *State) Active() []*Task {
 	var out []*Task
@@ -357,6 +365,18 @@ func (s *State) Clone() *State {
 		Owner: make(map[string]string, len(s.Owner)), Idem: make(map[string]string, len(s.Idem))}
 	for k, v := range s.Tasks {
 		c.Tasks[k] = v.Clone()
+	}
+	for p := range s.q.lists {
+		if len(s.q.lists[p]) == 0 {
+			continue
+		}
+		l := make([]qentry, 0, len(s.q.lists[p]))
+		for _, e := range s.q.lists[p] {
+			if e.live(Priority(p)) {
+				l = append(l, qentry{c.Tasks[e.t.ID], e.gen})
+			}
+		}
+		c.q.lists[p] = l
 	}
 	for k, v := range s.Nodes {
 		c.Nodes[k] = v.Clone()

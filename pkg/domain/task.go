@@ -86,6 +86,8 @@ type Task struct {
 	// LastSeq is the sequence of the task's last event: the expected
 	// sequence for a writer that must not act on stale task state.
 	LastSeq uint64
+
+	qgen uint32 // queue index generation
 }
 
 // GPUUUIDs lists every GPU of the current placement.
@@ -134,4 +136,13 @@ func clonePlacements(ps []events.Placement) []events.Placement {
 		out[i] = events.Placement{Node: p.Node, GPUs: append([]string(nil), p.GPUs...)}
 	}
 	return out
+}
+
+func (t *Task) holdsOn(node string) bool {
+	for _, p := range t.Placements {
+		if p.Node == node {
+			return true
+		}
+	}
+	return false
 }

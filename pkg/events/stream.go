@@ -63,3 +63,14 @@ func AdviceStream(replicas int) js.StreamConfig {
 		MaxAge:            30 * 24 * time.Hour,
 	}
 }
+
+// HeartbeatKV defines the agents' heartbeat bucket: one key per node, the
+// latest beat. Liveness is judged from the beat's time by the scheduler's
+// node timeout; the TTL only clears nodes long gone.
+func HeartbeatKV(replicas int) js.KeyValueConfig {
+	if replicas <= 0 {
+		replicas = 1
+	}
+	return js.KeyValueConfig{Bucket: HeartbeatBucket, TTL: 10 * time.Minute, History: 1, Replicas: replicas,
+		Description: "gpuq agent heartbeats"}
+}

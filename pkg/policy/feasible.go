@@ -3,20 +3,25 @@ package policy
 import (
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
 )
 
-// freeMap is the free, healthy GPUs of every schedulable node during a pass.
+// freeMap is the free, healthy GPUs of every schedulable node during a pass,
+// and the GPUs reserved for blocked tasks.
 type freeMap struct {
-	nodes []string                // sorted names of schedulable nodes
+	nodes []string                // sorted names of schedulable nodes with GPUs
 	free  map[string][]domain.GPU // by node, in index order
-	model map[string]domain.GPU   // a representative GPU per node, for constraints
+	count int
+	// reserved GPUs may only be used by a task predicted to end by the
+	// time given (the reservation's start); zero time: not at all.
+	reserved map[string]time.Time
 }
 
 func newFreeMap(s *domain.State) *freeMap {
-	f := &freeMap{free: map[string][]domain.GPU{}, model: map[string]domain.GPU{}}
+	f := &freeMap{free: map[string][]domain.GPU{}, reserved: map[string]time.Time{}}
 	for _, name := range s.NodeNames() {
 		n := s.Nodes[name]
 		if !n.Schedulable() || len(n.GPUs) == 0 {
@@ -26,8 +31,42 @@ func newFreeMap(s *domain.State) *freeMap {
 		g := s.FreeGPUs(n)
 		sort.Slice(g, func(i, j int) bool { return g[i].Index < g[j].Index })
 		f.free[name] = g
+		f.count += len(g)
 	}
 	return f
+}
+
+// clone copies the free GPUs (not the reservations).
+func (f *freeMap) clone() *freeMap {
+	c := &freeMap{nodes: f.nodes, free: make(map[string][]domain.GPU, len(f.free)), count: f.count, reserved: map[string]time.Time{}}
+	for n, g := range f.free {
+		c.free[n] = append([]domain.GPU(nil), g...)
+	}
+	return c
+}
+
+// add returns GPUs to the map (a what-if: a task ends or is preempted).
+func (f *freeMap) add(s *domain.State, ps []events.Placement) {
+	for _, p := range ps {
+		n := s.Nodes[p.Node]
+		if n == nil || !n.Schedulable() {
+			continue
+		}
+		if _, ok := f.free[p.Node]; !ok {
+			continue
+		}
+		held := map[string]bool{}
+		for _, g := range p.GPUs {
+			held[g] = true
+		}
+		for _, g := range n.GPUs {
+			if held[g.UUID] && g.Healthy {
+				f.free[p.Node] = append(f.free[p.Node], g)
+				f.count++
+			}
+		}
+		sort.Slice(f.free[p.Node], func(i, j int) bool { return f.free[p.Node][i].Index < f.free[p.Node][j].Index })
+	}
 }
 
 func (f *freeMap) take(ps []events.Placement) {
@@ -36,12 +75,13 @@ func (f *freeMap) take(ps []events.Placement) {
 		for _, g := range p.GPUs {
 			used[g] = true
 		}
-		var rest []domain.GPU
+		rest := f.free[p.Node][:0:0]
 		for _, g := range f.free[p.Node] {
 			if !used[g.UUID] {
 				rest = append(rest, g)
 			}
 		}
+		f.count -= len(f.free[p.Node]) - len(rest)
 		f.free[p.Node] = rest
 	}
 }
@@ -54,13 +94,62 @@ func gpuFits(t *domain.Task, g domain.GPU) bool {
 	return t.MinGPUMemMiB == 0 || g.MemoryMiB >= t.MinGPUMemMiB
 }
 
-// usable returns the free GPUs of a node the task may use.
-func (f *freeMap) usable(t *domain.Task, node string) []domain.GPU {
+// usable returns the free GPUs of a node the task may use: fitting its
+// constraints, and either unreserved or reserved from a time after end
+// (end zero: no reserved GPU at all).
+func (f *freeMap) usable(t *domain.Task, node string, end time.Time) []domain.GPU {
 	var out []domain.GPU
 	for _, g := range f.free[node] {
-		if gpuFits(t, g) {
-			out = append(out, g)
+		if !gpuFits(t, g) {
+			continue
 		}
+		if r, ok := f.reserved[g.UUID]; ok && (end.IsZero() || r.IsZero() || end.After(r)) {
+			continue
+		}
+		out = append(out, g)
 	}
 	return out
+}
+
+// capacity answers "could this task ever run here": on all nodes that exist
+// (ever), and on healthy GPUs of schedulable nodes (now).
+type capacity struct {
+	s     *domain.State
+	cache map[capKey][2]bool
+}
+
+type capKey struct {
+	model string
+	mem   int
+	gpus  int
+}
+
+func (c *capacity) feasible(t *domain.Task) (ever, now bool) {
+	k := capKey{t.GPUModel, t.MinGPUMemMiB, t.GPUs}
+	if v, ok := c.cache[k]; ok {
+		return v[0], v[1]
+	}
+	ever, now = c.check(t, false), c.check(t, true)
+	c.cache[k] = [2]bool{ever, now}
+	return ever, now
+}
+
+func (c *capacity) check(t *domain.Task, healthyOnly bool) bool {
+	total, best := 0, 0
+	for _, n := range c.s.Nodes {
+		if healthyOnly && !n.Schedulable() {
+			continue
+		}
+		k := 0
+		for _, g := range n.GPUs {
+			if (g.Healthy || !healthyOnly) && gpuFits(t, g) {
+				k++
+			}
+		}
+		total += k
+		if k > best {
+			best = k
+		}
+	}
+	return best >= t.GPUs || total >= t.GPUs
 }

@@ -2,37 +2,45 @@ package policy
 
 import (
 	"sort"
+	"time"
 
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
 )
 
-// place finds GPUs for t among the free ones: a task that fits on one node
-// goes on the fitting node with the fewest free GPUs (best fit, ties by
-// name); a larger one takes whole free nodes, most free first, and the
-// remainder on the best-fitting further node — all or nothing.
-func place(t *domain.Task, f *freeMap, s *domain.State) ([]events.Placement, bool) {
+// place finds GPUs for t among the usable free ones (see freeMap.usable
+// for end): a task that fits on one node goes on the fitting node with the
+// fewest usable GPUs (best fit, ties by name); a larger one takes whole free
+// nodes, most free first, and the remainder on the best-fitting further
+// node — all or nothing (gang).
+func place(t *domain.Task, f *freeMap, s *domain.State, end time.Time) ([]events.Placement, bool) {
+	if t.GPUs <= 0 || f.count < t.GPUs {
+		return nil, false
+	}
 	type cand struct {
 		node string
 		gpus []domain.GPU
 	}
 	var cands []cand
-	for _, n := range f.nodes {
-		if u := f.usable(t, n); len(u) > 0 {
-			cands = append(cands, cand{n, u})
-		}
-	}
-	// Best fit on one node.
 	best := -1
-	for i, c := range cands {
-		if len(c.gpus) >= t.GPUs && (best < 0 || len(c.gpus) < len(cands[best].gpus)) {
-			best = i
+	for _, n := range f.nodes {
+		if len(f.free[n]) == 0 {
+			continue
+		}
+		u := f.usable(t, n, end)
+		if len(u) == 0 {
+			continue
+		}
+		cands = append(cands, cand{n, u})
+		if len(u) >= t.GPUs && (best < 0 || len(u) < len(cands[best].gpus)) {
+			best = len(cands) - 1
 		}
 	}
+	// 1. Best fit on one node.
 	if best >= 0 {
 		return []events.Placement{{Node: cands[best].node, GPUs: uuids(cands[best].gpus[:t.GPUs])}}, true
 	}
-	// Gang across nodes: most free first.
+	// 2. Gang across nodes: whole free nodes, most free first.
 	sort.SliceStable(cands, func(i, j int) bool { return len(cands[i].gpus) > len(cands[j].gpus) })
 	need := t.GPUs
 	var ps []events.Placement
@@ -47,6 +55,7 @@ func place(t *domain.Task, f *freeMap, s *domain.State) ([]events.Placement, boo
 			used[i] = true
 		}
 	}
+	// 3. The remainder on the best-fitting further node.
 	if need > 0 {
 		rem := -1
 		for i, c := range cands {
@@ -65,9 +74,8 @@ func place(t *domain.Task, f *freeMap, s *domain.State) ([]events.Placement, boo
 
 // isWholeNode: the free count equals the node's healthy GPUs.
 func isWholeNode(s *domain.State, node string, free int) bool {
-	n := s.Nodes[node]
 	healthy := 0
-	for _, g := range n.GPUs {
+	for _, g := range s.Nodes[node].GPUs {
 		if g.Healthy {
 			healthy++
 		}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/gpuq/gpuq/pkg/domain"
@@ -23,48 +24,152 @@ type Decision struct {
 	Placements []events.Placement // Dispatch
 	For        string             // Preempt: the task the victim yields to
 	Reason     string
-	Backfill   bool
+	Backfill   bool // Dispatch: started ahead of a reservation
 }
 
-// Options configure the policy.
-type Options struct{}
+// Preemption policies.
+const (
+	CriticalOnly = "critical-only" // the default: only CRITICAL preempts
+	Ladder       = "ladder"        // each class may preempt strictly lower ones
+)
 
-// Policy decides. Its zero value is the default policy.
-type Policy struct {
-	Opts Options
+// Orders within a class.
+const (
+	FIFO              = "fifo"
+	ShortestPredicted = "shortest-predicted"
+)
+
+// Options configure the policy. The zero value is the default policy:
+// critical-only preemption, FIFO within class, EASY backfill, no teams.
+type Options struct {
+	Preemption  string // CriticalOnly (default) or Ladder
+	WithinClass string // FIFO (default) or ShortestPredicted
+	// AgingTau: under ShortestPredicted a task's key is its predicted run
+	// time divided by (1 + wait/AgingTau), so a long task's place improves
+	// with its wait (default 2 h).
+	AgingTau time.Duration
+	// MaxWait: a task that waited this long goes ahead of every non-aged
+	// task of its class, in submit order — the starvation guard (default 48 h).
+	MaxWait time.Duration
+	// Teams are the guaranteed shares; nil means none.
+	Teams Teams
+	// NoBackfill turns EASY backfill off (strict order: the first task that
+	// does not fit blocks all behind it).
+	NoBackfill bool
+	// Explain fills Result.Waiting for every queued task; without it a pass
+	// stops as soon as nothing more can start.
+	Explain bool
 }
 
-// New returns a policy with the given options.
-func New(o Options) *Policy { return &Policy{Opts: o} }
-
-// Input is what one pass sees.
-type Input struct {
-	State *domain.State
-	Now   time.Time
-}
-
-// Schedule returns the decisions of one pass. It does not modify in.State.
-//
-//  1. Take the queued tasks in order.
-//  2. For each, find a placement on free GPUs; the first task that does not
-//     fit blocks every task behind it (strict order).
-func (p *Policy) Schedule(in Input) []Decision {
-	s := in.State
-	free := newFreeMap(s)
-	var out []Decision
-	for _, t := range order(s) {
-		ps, ok := place(t, free, s)
-		if !ok {
-			break
-		}
-		free.take(ps)
-		out = append(out, Decision{Kind: Dispatch, TaskID: t.ID, Placements: ps, Reason: "placed in queue order"})
+// Validate checks the option names.
+func (o Options) Validate() error {
+	switch o.Preemption {
+	case "", CriticalOnly, Ladder:
+	default:
+		return fmt.Errorf("policy %q: must be %s or %s", o.Preemption, CriticalOnly, Ladder)
 	}
-	return out
+	switch o.WithinClass {
+	case "", FIFO, ShortestPredicted:
+	default:
+		return fmt.Errorf("within-class %q: must be %s or %s", o.WithinClass, FIFO, ShortestPredicted)
+	}
+	return o.Teams.Validate()
 }
 
-// order returns the queued tasks in the order they are considered.
-func order(s *domain.State) []*domain.Task { return s.Queued() }
+func (o Options) withDefaults() Options {
+	if o.Preemption == "" {
+		o.Preemption = CriticalOnly
+	}
+	if o.WithinClass == "" {
+		o.WithinClass = FIFO
+	}
+	if o.AgingTau <= 0 {
+		o.AgingTau = 2 * time.Hour
+	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = 48 * time.Hour
+	}
+	return o
+}
+
+// Policy decides. Create it with New.
+type Policy struct {
+	opts Options
+}
+
+// New returns a policy with the given options (defaults filled in).
+func New(o Options) *Policy { return &Policy{opts: o.withDefaults()} }
+
+// Options returns the policy's options.
+func (p *Policy) Options() Options { return p.opts }
 
 // Name is the preemption policy's name, recorded in preemption events.
-func (p *Policy) Name() string { return "critical-only" }
+func (p *Policy) Name() string { return p.opts.Preemption }
+
+// With returns a copy of the policy with Explain set as given.
+func (p *Policy) With(explain bool) *Policy {
+	o := p.opts
+	o.Explain = explain
+	return &Policy{opts: o}
+}
+
+// Input is what one pass sees. Predict gives a task's predicted total run
+// time (nil: the user's estimate); it must be deterministic.
+type Input struct {
+	State   *domain.State
+	Now     time.Time
+	Predict func(*domain.Task) time.Duration
+}
+
+func (in Input) predict(t *domain.Task) time.Duration {
+	if in.Predict != nil {
+		if d := in.Predict(t); d > 0 {
+			return d
+		}
+	}
+	return time.Duration(t.Hours * float64(time.Hour))
+}
+
+// remaining is the predicted time until a holding task ends, at least a
+// minute (a task past its prediction is expected to end soon, not now).
+func (in Input) remaining(t *domain.Task) time.Duration {
+	elapsed := time.Duration(0)
+	if !t.StartedAt.IsZero() && in.Now.After(t.StartedAt) {
+		elapsed = in.Now.Sub(t.StartedAt)
+	}
+	r := in.predict(t) - elapsed
+	if r < time.Minute {
+		r = time.Minute
+	}
+	return r
+}
+
+// Reasons a queued task is not running now.
+const (
+	ReasonNoCapacity     = "no-capacity"
+	ReasonHigherAhead    = "higher-priority-ahead"
+	ReasonTeamOver       = "team-over-guarantee"
+	ReasonReserved       = "reserved-for-another"
+	ReasonUnsatisfiable  = "constraint-unsatisfiable"
+	ReasonNodesUnhealthy = "nodes-unhealthy"
+	ReasonPreempting     = "preempting-for-it" // victims are checkpointing
+)
+
+// Wait explains one queued task.
+type Wait struct {
+	Position int // 1-based, in the order of this pass
+	Reason   string
+	Blockers []string
+	// ReservedAt is the reservation time when this task holds the
+	// backfill reservation.
+	ReservedAt time.Time
+}
+
+// Result is one pass's outcome.
+type Result struct {
+	Decisions []Decision
+	Waiting   map[string]Wait // only with Options.Explain
+}
+
+// Schedule returns the decisions of one pass; see Plan.
+func (p *Policy) Schedule(in Input) []Decision { return p.Plan(in).Decisions }

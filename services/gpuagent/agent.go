@@ -52,16 +52,25 @@ type Config struct {
 	// NATSURL is passed to tasks as GPUQ_NATS_URL.
 	NATSURL   string
 	Inventory inventory.Options
+	// Inv, when set, is used instead of opening one from Inventory (tests
+	// inject GPU faults through it).
+	Inv *inventory.Inventory
 	Logger    zerolog.Logger
 	Now       func() time.Time
-	// Heartbeat interval (default 5 s); the heartbeat key lives 6 intervals.
+	// Heartbeat interval (default 5 s).
 	Heartbeat time.Duration
 	// KillAfter is the wait between SIGTERM and SIGKILL (default 10 s).
 	KillAfter time.Duration
 	Ready     func()
 }
 
+// criticalXid lists Xid errors after which a GPU must not get new work:
+// uncorrectable ECC, fallen off the bus, row-remap failure, NVLink and
+// uncontained errors.
+var criticalXid = map[uint64]bool{48: true, 63: true, 64: true, 74: true, 79: true, 92: true, 94: true, 95: true}
+
 type proc struct {
+	orphan    bool // the log no longer places the task here: stop, report nothing
 	p         *runner.Proc
 	task      string
 	dispatch  uint64
@@ -106,12 +115,26 @@ func Run(ctx context.Context, cfg Config) error {
 	if !events.ValidKey(cfg.Node) {
 		return fmt.Errorf("gpuagent: invalid node name %q", cfg.Node)
 	}
-	cfg.Inventory.Node = cfg.Node
-	inv, err := inventory.Open(cfg.Inventory)
-	if err != nil {
-		return err
+	inv := cfg.Inv
+	if inv == nil {
+		cfg.Inventory.Node = cfg.Node
+		var err error
+		if inv, err = inventory.Open(cfg.Inventory); err != nil {
+			return err
+		}
+		defer inv.Close()
 	}
-	defer inv.Close()
+	if r := inv.FallbackReason(); r != "" {
+		cfg.Logger.Warn().Str("backend", inv.Backend()).Str("why", r).Msg("gpuagent: no NVIDIA driver; using mock GPUs")
+	}
+	// Critical Xid errors mark a GPU unhealthy; the next announce reports it.
+	go func() {
+		_ = inv.WatchXid(ctx, func(uuid string, xid uint64) {
+			if criticalXid[xid] {
+				inv.MarkUnhealthy(uuid, fmt.Sprintf("Xid %d", xid))
+			}
+		})
+	}()
 	a := &Agent{cfg: cfg, inv: inv, st: domain.NewState(), procs: map[string]*proc{}, exits: make(chan exit, 64),
 		boot: uuid.NewString(), reported: map[string]bool{}}
 	return a.run(ctx)
@@ -119,8 +142,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 func (a *Agent) run(ctx context.Context) error {
 	log := a.cfg.Log
-	hb, err := a.cfg.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: events.HeartbeatBucket,
-		TTL: 6 * a.cfg.Heartbeat, Description: "gpuq agent heartbeats"})
+	hb, err := a.cfg.JS.CreateOrUpdateKeyValue(ctx, events.HeartbeatKV(0))
 	if err != nil {
 		return err
 	}
@@ -266,6 +288,25 @@ func (a *Agent) mine(t *domain.Task) (p events.Placement, rank0, ok bool) {
 
 // reconcile compares the folded log with the processes of this boot.
 func (a *Agent) reconcile(ctx context.Context) {
+	// Processes the log no longer places here (requeued after this node was
+	// declared lost, say) are stopped without a report.
+	for id, pr := range a.procs {
+		t := a.st.Tasks[id]
+		if pr.p == nil || pr.signalled {
+			continue
+		}
+		placed := false
+		if t != nil {
+			_, _, placed = a.mine(t)
+		}
+		if !placed || t.DispatchSeq != pr.dispatch {
+			if t != nil && t.State == domain.Cancelled {
+				continue // handled below: cancelled tasks are reported
+			}
+			pr.orphan, pr.signalled, pr.termAt = true, true, a.cfg.Now()
+			a.cfg.Logger.Warn().Str("task", id).Msg("gpuagent: task no longer placed here; stopping its process")
+		}
+	}
 	for _, t := range a.st.Active() {
 		pl, rank0, ok := a.mine(t)
 		if !ok || !rank0 {
@@ -366,6 +407,9 @@ func (a *Agent) exited(ctx context.Context, x exit) {
 		return
 	}
 	a.reported[x.task] = true
+	if pr.orphan {
+		return
+	}
 	t := a.st.Tasks[x.task]
 	msgID := fmt.Sprintf("exit:%s:%d", x.task, pr.dispatch)
 	switch {

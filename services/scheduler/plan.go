@@ -16,12 +16,54 @@ type Command struct {
 	Expect *events.Expect
 }
 
+// Liveness is what the scheduler knows of node heartbeats (not part of the
+// audit log: heartbeats live in a KV bucket with a TTL).
+type Liveness struct {
+	LastSeen map[string]time.Time // node → last heartbeat
+	Timeout  time.Duration        // no heartbeat for this long: lost
+}
+
 // Plan is the scheduler's pure step: protocol reactions to what happened
-// (requeue what was preempted) and the policy's decisions, as events.
-func Plan(st *domain.State, p *policy.Policy, now time.Time) []Command {
+// (declare silent nodes lost and requeue their tasks; requeue what was
+// preempted) and the policy's decisions, as events.
+func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness) []Command {
 	var out []Command
 	guard := func(t *domain.Task) *events.Expect {
 		return &events.Expect{Filter: events.TaskSubjects(t.ID), LastSeq: t.LastSeq}
+	}
+	// 0. Nodes silent for longer than the timeout are lost; their tasks go
+	//    back to the queue at their original place (from their checkpoint).
+	if live.Timeout > 0 {
+		lost := map[string]bool{}
+		for _, name := range st.NodeNames() {
+			n := st.Nodes[name]
+			seen, ok := live.LastSeen[name]
+			if n.State == domain.NodeLost || !ok || now.Sub(seen) <= live.Timeout {
+				continue
+			}
+			lost[name] = true
+			reason := fmt.Sprintf("no heartbeat for %s (timeout %s)", now.Sub(seen).Round(time.Second), live.Timeout)
+			out = append(out, Command{Event: events.Lost{Node: name, Reason: reason},
+				MsgID: fmt.Sprintf("lost:%s:%d", name, st.Seq)})
+		}
+		if len(lost) > 0 {
+			for _, t := range st.Active() {
+				if t.State.Terminal() {
+					continue
+				}
+				for _, pl := range t.Placements {
+					if lost[pl.Node] {
+						out = append(out, Command{
+							Event:  events.Requeued{TaskID: t.ID, Reason: "node " + pl.Node + " lost", ResumeFrom: t.Checkpoint},
+							MsgID:  fmt.Sprintf("requeue:%s:%d", t.ID, t.LastSeq),
+							Expect: guard(t),
+						})
+						break
+					}
+				}
+			}
+			return out // decide placements once the loss is folded
+		}
 	}
 	// 1. A preempted task whose process is gone goes back to the queue at
 	//    its original place, resuming from its checkpoint.

@@ -29,6 +29,9 @@ type Config struct {
 	Tick  time.Duration
 	Now   func() time.Time
 	Ready func() // called once this instance leads and has folded the log
+	// NodeTimeout: a node without a heartbeat this long is lost (default
+	// 30 s; negative: never).
+	NodeTimeout time.Duration
 }
 
 // Scheduler is one instance.
@@ -37,12 +40,16 @@ type Scheduler struct {
 	mu    sync.Mutex
 	state *domain.State
 	lead  bool
+	seen  map[string]time.Time // node heartbeats
 }
 
 // New returns an instance; Run starts it.
 func New(cfg Config) *Scheduler {
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = 10 * time.Second
+	}
+	if cfg.NodeTimeout == 0 {
+		cfg.NodeTimeout = 30 * time.Second
 	}
 	if cfg.Tick == 0 {
 		cfg.Tick = time.Second
@@ -112,9 +119,17 @@ func (s *Scheduler) lead_(ctx context.Context) error {
 	if _, err := events.ReadAll(ctx, log, 1, "", func(r events.Record) error { st.Apply(r); return nil }); err != nil {
 		return err
 	}
+	// Every known node gets a full timeout to show its heartbeat.
+	seen := map[string]time.Time{}
+	for name := range st.Nodes {
+		seen[name] = s.cfg.Now()
+	}
 	s.mu.Lock()
-	s.state, s.lead = st, true
+	s.state, s.lead, s.seen = st, true, seen
 	s.mu.Unlock()
+	if err := s.watchHeartbeats(ctx); err != nil {
+		return err
+	}
 	defer func() { s.mu.Lock(); s.lead = false; s.mu.Unlock() }()
 
 	// 2. Follow the log from the next sequence.
@@ -196,7 +211,11 @@ func (s *Scheduler) apply(st *domain.State, m events.Stored) error {
 func (s *Scheduler) pass(ctx context.Context, st *domain.State) (uint64, error) {
 	now := s.cfg.Now()
 	s.mu.Lock()
-	cmds := Plan(st, s.cfg.Policy, now)
+	live := Liveness{LastSeen: s.seen, Timeout: s.cfg.NodeTimeout}
+	if s.cfg.NodeTimeout < 0 {
+		live.Timeout = 0
+	}
+	cmds := Plan(st, s.cfg.Policy, now, live)
 	s.mu.Unlock()
 	var last uint64
 	for _, c := range cmds {
@@ -218,4 +237,42 @@ func (s *Scheduler) pass(ctx context.Context, st *domain.State) (uint64, error) 
 		s.cfg.Logger.Info().Str("event", string(c.Event.EventType())).Str("task", c.Event.Key()).Uint64("seq", ack.Seq).Msg("scheduler: decided")
 	}
 	return last, nil
+}
+
+// watchHeartbeats follows the agents' heartbeat bucket into s.seen.
+func (s *Scheduler) watchHeartbeats(ctx context.Context) error {
+	kv, err := s.cfg.JS.CreateOrUpdateKeyValue(ctx, events.HeartbeatKV(0))
+	if err != nil {
+		return err
+	}
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return err
+	}
+	go func() {
+		defer w.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil || e.Operation() != jetstream.KeyValuePut {
+					continue
+				}
+				s.mu.Lock()
+				// The server's time of the heartbeat, or ours if it is older
+				// than our start (a standby taking over must not declare
+				// nodes lost from heartbeats it never waited for).
+				at := e.Created()
+				if prev, ok := s.seen[e.Key()]; !ok || at.After(prev) {
+					s.seen[e.Key()] = at
+				}
+				s.mu.Unlock()
+			}
+		}
+	}()
+	return nil
 }

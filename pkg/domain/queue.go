@@ -1,0 +1,86 @@
+package domain
+
+import "sort"
+
+// queueIndex keeps the queued tasks in queue order incrementally: one list
+// per class, each sorted by (SubmittedAt, SubmitSeq). Entries are removed
+// lazily: an entry is live while its task is queued and the entry's
+// generation is the task's current one (a requeue or a class change adds a
+// fresh entry and makes the old one stale). Lists are compacted when more
+// than half of their entries are stale.
+type queueIndex struct {
+	lists [Critical + 1][]qentry
+	stale [Critical + 1]int
+}
+
+type qentry struct {
+	t   *Task
+	gen uint32
+}
+
+func (e qentry) live(p Priority) bool {
+	return e.t.State == Queued && e.t.qgen == e.gen && e.t.Priority == p
+}
+
+// add enqueues t at its place: by submit time within its class.
+func (q *queueIndex) add(t *Task) {
+	if !t.Priority.Valid() {
+		return
+	}
+	t.qgen++
+	l := q.lists[t.Priority]
+	e := qentry{t, t.qgen}
+	n := len(l)
+	if n == 0 || l[n-1].t.Before(t) {
+		q.lists[t.Priority] = append(l, e)
+		return
+	}
+	i := sort.Search(n, func(i int) bool { return t.Before(l[i].t) })
+	l = append(l, qentry{})
+	copy(l[i+1:], l[i:])
+	l[i] = e
+	q.lists[t.Priority] = l
+}
+
+// left marks that one entry of class p went stale.
+func (q *queueIndex) left(p Priority) {
+	if !p.Valid() {
+		return
+	}
+	q.stale[p]++
+	if q.stale[p] > 64 && q.stale[p]*2 > len(q.lists[p]) {
+		l := q.lists[p][:0]
+		for _, e := range q.lists[p] {
+			if e.live(p) {
+				l = append(l, e)
+			}
+		}
+		for i := len(l); i < len(q.lists[p]); i++ {
+			q.lists[p][i] = qentry{}
+		}
+		q.lists[p], q.stale[p] = l, 0
+	}
+}
+
+// walk calls fn for each queued task in queue order until fn returns false.
+func (q *queueIndex) walk(fn func(*Task) bool) {
+	for p := Critical; p >= Low; p-- {
+		for _, e := range q.lists[p] {
+			if e.live(p) && !fn(e.t) {
+				return
+			}
+		}
+	}
+}
+
+// WalkQueued calls fn for each queued task in queue order (class rank, then
+// submit time, then log order) until fn returns false. It costs nothing
+// beyond the tasks visited: the order is kept incrementally by the fold.
+func (s *State) WalkQueued(fn func(*Task) bool) { s.q.walk(fn) }
+
+// Queued returns the queued tasks in queue order.
+func (s *State) Queued() []*Task {
+	var out []*Task
+	s.q.walk(func(t *Task) bool { out = append(out, t); return true })
+	return out
+}

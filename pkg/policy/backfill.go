@@ -1,0 +1,111 @@
+package policy
+
+import (
+	"sort"
+	"time"
+
+	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/events"
+)
+
+// buildEnds lists the tasks holding GPUs by predicted end: running tasks
+// at start + predicted run time (at least a minute from now), tasks placed
+// in this pass at now + predicted run time. Tasks already yielding to a
+// preemptor are left out: their GPUs are promised.
+func (pc *pass) buildEnds() {
+	if pc.ends != nil {
+		return
+	}
+	pc.ends = []ending{}
+	for _, t := range pc.s.Active() {
+		if pc.preempting[t.ID] {
+			continue
+		}
+		pc.ends = append(pc.ends, ending{t: t, at: pc.in.Now.Add(pc.in.remaining(t)), pls: t.Placements})
+	}
+	for id, ps := range pc.placedNow {
+		t := pc.s.Tasks[id]
+		pc.ends = append(pc.ends, ending{t: t, at: pc.in.Now.Add(pc.in.predict(t)), pls: ps})
+	}
+	sort.Slice(pc.ends, func(i, j int) bool { return endBefore(pc.ends[i], pc.ends[j]) })
+}
+
+func endBefore(a, b ending) bool {
+	if !a.at.Equal(b.at) {
+		return a.at.Before(b.at)
+	}
+	return a.t.SubmitSeq < b.t.SubmitSeq
+}
+
+func (pc *pass) addEnd(t *domain.Task, ps []events.Placement) {
+	e := ending{t: t, at: pc.in.Now.Add(pc.in.predict(t)), pls: ps}
+	i := sort.Search(len(pc.ends), func(i int) bool { return endBefore(e, pc.ends[i]) })
+	pc.ends = append(pc.ends, ending{})
+	copy(pc.ends[i+1:], pc.ends[i:])
+	pc.ends[i] = e
+}
+
+// reserve gives t, the first blocked task, the EASY reservation: walk the
+// holding tasks by predicted end, returning their GPUs to a copy of the
+// free map, until t fits; that end is the reservation's start, and the GPUs
+// t would get then are reserved from it on. A later task may use a reserved
+// GPU only if it is predicted to end by then. When t cannot fit even after
+// every holding task ends, there is no reservation.
+func (pc *pass) reserve(t *domain.Task) {
+	pc.buildEnds()
+	future := pc.free.clone()
+	// GPUs held back for preemptors are not the head's.
+	for g, at := range pc.free.reserved {
+		if at.IsZero() {
+			future.take([]events.Placement{{Node: nodeOf(pc.free, g), GPUs: []string{g}}})
+		}
+	}
+	at := pc.in.Now
+	ps, ok := place(t, future, pc.s, time.Time{})
+	for i := 0; !ok && i < len(pc.ends); i++ {
+		e := pc.ends[i]
+		future.add(pc.s, e.pls)
+		if future.count < t.GPUs {
+			continue
+		}
+		at = e.at
+		ps, ok = place(t, future, pc.s, time.Time{})
+	}
+	if !ok {
+		return
+	}
+	pc.hasRes = true
+	for _, p := range ps {
+		for _, g := range p.GPUs {
+			pc.free.reserved[g] = at
+			pc.owner[g] = t.ID
+		}
+	}
+	if pc.res.Waiting != nil {
+		w := pc.res.Waiting[t.ID]
+		w.ReservedAt = at
+		pc.res.Waiting[t.ID] = w
+	}
+}
+
+func nodeOf(f *freeMap, gpu string) string {
+	for n, gs := range f.free {
+		for _, g := range gs {
+			if g.UUID == gpu {
+				return n
+			}
+		}
+	}
+	return ""
+}
+
+// holdReserved reserves, for t and for good in this pass, the free GPUs of
+// a planned placement.
+func (pc *pass) holdReserved(t *domain.Task, ps []events.Placement) {
+	for _, p := range ps {
+		for _, g := range p.GPUs {
+			pc.free.reserved[g] = time.Time{}
+			pc.owner[g] = t.ID
+		}
+	}
+}

@@ -1,0 +1,117 @@
+package policy
+
+import (
+	"sort"
+
+	"github.com/gpuq/gpuq/pkg/domain"
+)
+
+// Tiers, considered in this order.
+const (
+	tierCritical = 0 // CRITICAL tasks
+	tierUnder    = 1 // tasks of teams under their guarantee
+	tierRest     = 2
+)
+
+// order yields the queued tasks in the order a pass considers them:
+//
+//  1. CRITICAL tasks;
+//  2. tasks of teams under their guarantee, by class;
+//  3. every other task, by class.
+//
+// Within a class: submit time (FIFO), or under ShortestPredicted the
+// predicted run time aged by the wait, with tasks that waited MaxWait first.
+func (pc *pass) order(yield func(t *domain.Task, tier int) bool) {
+	s := pc.in.State
+	if pc.opts.WithinClass == ShortestPredicted {
+		for _, t := range pc.sortedSPF() {
+			if !yield(t, pc.tier(t)) {
+				return
+			}
+		}
+		return
+	}
+	// FIFO: walk the fold's incremental queue index; no sorting.
+	stopped := false
+	s.WalkQueued(func(t *domain.Task) bool {
+		if t.Priority != domain.Critical {
+			return false
+		}
+		stopped = !yield(t, tierCritical)
+		return !stopped
+	})
+	if stopped {
+		return
+	}
+	if pc.anyUnder {
+		s.WalkQueued(func(t *domain.Task) bool {
+			if t.Priority == domain.Critical || !pc.under(t.Team) {
+				return true
+			}
+			stopped = !yield(t, tierUnder)
+			return !stopped
+		})
+		if stopped {
+			return
+		}
+	}
+	s.WalkQueued(func(t *domain.Task) bool {
+		if t.Priority == domain.Critical || (pc.anyUnder && pc.under(t.Team)) {
+			return true
+		}
+		return yield(t, tierRest)
+	})
+}
+
+func (pc *pass) tier(t *domain.Task) int {
+	switch {
+	case t.Priority == domain.Critical:
+		return tierCritical
+	case pc.anyUnder && pc.under(t.Team):
+		return tierUnder
+	}
+	return tierRest
+}
+
+// sortedSPF sorts the whole queue for ShortestPredicted (the key depends on
+// the wait, so it cannot be kept incrementally).
+func (pc *pass) sortedSPF() []*domain.Task {
+	q := pc.in.State.Queued()
+	now := pc.in.Now
+	type keyed struct {
+		t    *domain.Task
+		tier int
+		aged bool
+		key  float64
+	}
+	ks := make([]keyed, len(q))
+	for i, t := range q {
+		wait := now.Sub(t.SubmittedAt)
+		if wait < 0 {
+			wait = 0
+		}
+		ks[i] = keyed{t: t, tier: pc.tier(t), aged: wait >= pc.opts.MaxWait,
+			key: pc.in.predict(t).Seconds() / (1 + float64(wait)/float64(pc.opts.AgingTau))}
+	}
+	sort.SliceStable(ks, func(i, j int) bool {
+		a, b := ks[i], ks[j]
+		if a.tier != b.tier {
+			return a.tier < b.tier
+		}
+		if a.t.Priority != b.t.Priority {
+			return a.t.Priority > b.t.Priority
+		}
+		if a.aged != b.aged {
+			return a.aged
+		}
+		if !a.aged && a.key != b.key {
+			return a.key < b.key
+		}
+		return a.t.Before(b.t) // q is in queue order; stable
+	})
+	out := make([]*domain.Task, len(ks))
+	for i, k := range ks {
+		out[i] = k.t
+	}
+	return out
+}

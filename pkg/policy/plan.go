@@ -1,0 +1,264 @@
+package policy
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/events"
+)
+
+// pass is the working state of one Plan call. Nothing in it outlives the
+// call and nothing in the input state is modified.
+type pass struct {
+	in   Input
+	opts Options
+	s    *domain.State
+	free *freeMap
+	cap  capacity
+
+	usage     map[string]int // GPUs held per team, updated as the pass places
+	guar      map[string]int // resolved guarantees
+	underSet  map[string]bool
+	anyUnder  bool
+	anyVictim bool
+
+	preempting map[string]bool           // victims asked to yield (before or in this pass)
+	promised   map[string][]*domain.Task // preemptor → its victims still holding GPUs
+	owner      map[string]string         // reserved GPU → the task it is reserved for
+	hasRes     bool                      // the EASY reservation exists
+	blocked    []*domain.Task            // tasks not placed, in order (explain: first few)
+	tierAhead  []string                  // tier-1 tasks seen (explain)
+	ends       []ending                  // holding tasks by predicted end, built lazily
+	placedNow  map[string][]events.Placement
+	res        Result
+}
+
+type ending struct {
+	t   *domain.Task
+	at  time.Time
+	pls []events.Placement
+}
+
+// Plan runs one pass:
+//
+//  1. Take the queued tasks in order (order.go).
+//  2. Skip what can never run here (constraint-unsatisfiable) or not on
+//     the healthy nodes (nodes-unhealthy); it blocks nobody.
+//  3. Place the task on free GPUs that no reservation holds; or, when it is
+//     predicted to end before a reservation starts, on reserved ones too
+//     (EASY backfill).
+//  4. If it does not fit: if victims are already checkpointing for it,
+//     hold the free GPUs it will need; else preempt if the policy lets it
+//     (preempt.go); else, if it is the first blocked task, give it the
+//     reservation at its earliest predicted start (backfill.go).
+func (p *Policy) Plan(in Input) Result {
+	pc := newPass(p.opts, in)
+	pos := 0
+	pc.order(func(t *domain.Task, tier int) bool {
+		pos++
+		if tier == tierUnder && pc.opts.Explain {
+			pc.tierAhead = append(pc.tierAhead, t.ID)
+		}
+		if !pc.opts.Explain && pc.free.count == 0 && !pc.mayPreempt(t, tier) {
+			return false
+		}
+		// 2. Feasibility.
+		ever, now := pc.cap.feasible(t)
+		if !ever || !now {
+			r := ReasonUnsatisfiable
+			if ever {
+				r = ReasonNodesUnhealthy
+			}
+			pc.wait(t, pos, r, nil)
+			return true
+		}
+		// 3. Placement, with EASY backfill around reservations.
+		if !(pc.opts.NoBackfill && len(pc.blocked) > 0) {
+			if ps, ok := place(t, pc.free, pc.s, time.Time{}); ok {
+				pc.dispatch(t, ps, pc.hasRes)
+				return true
+			}
+			if pc.hasRes && !pc.opts.NoBackfill {
+				if ps, ok := place(t, pc.free, pc.s, in.Now.Add(in.predict(t))); ok {
+					pc.dispatch(t, ps, true)
+					return true
+				}
+			}
+		}
+		// 4. Blocked.
+		if pc.holdForPromised(t) || pc.preempt(t, tier) {
+			pc.wait(t, pos, ReasonPreempting, victimIDs(pc.promisedTo(t)))
+			pc.blocked = append(pc.blocked, t)
+			return true
+		}
+		if !pc.hasRes && !pc.opts.NoBackfill && (pc.free.count > 0 || pc.opts.Explain) {
+			pc.reserve(t)
+		}
+		pc.explain(t, pos, tier)
+		pc.blocked = append(pc.blocked, t)
+		if pc.opts.NoBackfill && !pc.opts.Explain && !pc.mayPreempt(t, tier) {
+			return false
+		}
+		return true
+	})
+	return pc.res
+}
+
+func newPass(o Options, in Input) *pass {
+	s := in.State
+	pc := &pass{in: in, opts: o, s: s, free: newFreeMap(s), cap: capacity{s: s, cache: map[capKey][2]bool{}},
+		usage: map[string]int{}, guar: map[string]int{}, underSet: map[string]bool{},
+		preempting: map[string]bool{}, promised: map[string][]*domain.Task{}, owner: map[string]string{},
+		placedNow: map[string][]events.Placement{}}
+	if o.Explain {
+		pc.res.Waiting = map[string]Wait{}
+	}
+	for _, t := range s.Active() {
+		n := len(t.GPUUUIDs())
+		pc.usage[t.Team] += n
+		switch {
+		case t.State == domain.Preempting:
+			pc.preempting[t.ID] = true
+			if t.PreemptFor != "" {
+				pc.promised[t.PreemptFor] = append(pc.promised[t.PreemptFor], t)
+			}
+		case t.State == domain.Running && t.Preemptible && t.Priority != domain.Critical:
+			pc.anyVictim = true
+		}
+	}
+	if len(o.Teams) > 0 {
+		total, _ := s.TotalGPUs()
+		for team, g := range o.Teams {
+			pc.guar[team] = g.of(total)
+			if pc.usage[team] < pc.guar[team] {
+				pc.underSet[team] = true
+				pc.anyUnder = true
+			}
+		}
+	}
+	return pc
+}
+
+// under reports whether the team was under its guarantee when the pass began.
+func (pc *pass) under(team string) bool { return pc.underSet[team] }
+
+// mayPreempt reports whether t could still start by preempting someone;
+// when not, and nothing is free, the pass can stop early.
+func (pc *pass) mayPreempt(t *domain.Task, tier int) bool {
+	if !pc.anyVictim && len(pc.promised) == 0 {
+		return false
+	}
+	switch {
+	case tier == tierCritical:
+		return true
+	case tier == tierUnder:
+		return true
+	case pc.opts.Preemption == Ladder:
+		return t.Priority > domain.Low
+	}
+	return len(pc.promised[t.ID]) > 0
+}
+
+func (pc *pass) dispatch(t *domain.Task, ps []events.Placement, backfill bool) {
+	pc.free.take(ps)
+	pc.usage[t.Team] += t.GPUs
+	pc.placedNow[t.ID] = ps
+	reason := "placed in queue order"
+	if backfill {
+		reason = "backfilled: predicted to end before the reservation, or off the reserved GPUs"
+	}
+	pc.res.Decisions = append(pc.res.Decisions, Decision{Kind: Dispatch, TaskID: t.ID, Placements: ps, Reason: reason, Backfill: backfill})
+	if pc.ends != nil {
+		pc.addEnd(t, ps)
+	}
+}
+
+func (pc *pass) wait(t *domain.Task, pos int, reason string, blockers []string) {
+	if pc.res.Waiting == nil {
+		return
+	}
+	if blockers == nil {
+		blockers = []string{}
+	}
+	w := pc.res.Waiting[t.ID]
+	w.Position, w.Reason, w.Blockers = pos, reason, blockers
+	pc.res.Waiting[t.ID] = w
+}
+
+// explain records why a blocked task waits (only with Options.Explain).
+func (pc *pass) explain(t *domain.Task, pos, tier int) {
+	if pc.res.Waiting == nil {
+		return
+	}
+	// Free GPUs would fit it, but they are reserved for another task.
+	if pc.hasRes {
+		saved := pc.free.reserved
+		pc.free.reserved = map[string]time.Time{}
+		ps, ok := place(t, pc.free, pc.s, time.Time{})
+		pc.free.reserved = saved
+		if ok {
+			seen := map[string]bool{}
+			var bl []string
+			for _, p := range ps {
+				for _, g := range p.GPUs {
+					if o := pc.owner[g]; o != "" && !seen[o] {
+						seen[o] = true
+						bl = append(bl, o)
+					}
+				}
+			}
+			sort.Strings(bl)
+			pc.wait(t, pos, ReasonReserved, bl)
+			return
+		}
+	}
+	if tier == tierRest && pc.anyUnder && len(pc.tierAhead) > 0 {
+		if g, ok := pc.guar[t.Team]; !ok || pc.usage[t.Team] >= g {
+			pc.wait(t, pos, ReasonTeamOver, first(pc.tierAhead, 3))
+			return
+		}
+	}
+	var higher []string
+	for _, b := range pc.blocked {
+		if b.Priority > t.Priority {
+			higher = append(higher, b.ID)
+			if len(higher) == 3 {
+				break
+			}
+		}
+	}
+	if len(higher) > 0 {
+		pc.wait(t, pos, ReasonHigherAhead, higher)
+		return
+	}
+	pc.buildEnds()
+	var bl []string
+	for _, e := range pc.ends {
+		bl = append(bl, e.t.ID)
+		if len(bl) == 3 {
+			break
+		}
+	}
+	pc.wait(t, pos, ReasonNoCapacity, bl)
+}
+
+func first(s []string, n int) []string {
+	if len(s) > n {
+		s = s[:n]
+	}
+	return append([]string(nil), s...)
+}
+
+func victimIDs(ts []*domain.Task) []string {
+	out := make([]string, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, t.ID)
+	}
+	return out
+}
+
+func describe(t *domain.Task) string {
+	return fmt.Sprintf("%s (%s, team %s)", t.ID, t.Priority, t.Team)
+}

@@ -1,0 +1,91 @@
+package policy
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Guarantee is a team's guaranteed minimum: a GPU count, or a share of the
+// cluster's healthy GPUs (0 < share ≤ 1). GPUs wins when both are set.
+type Guarantee struct {
+	GPUs  int     `json:"gpus,omitempty" yaml:"gpus,omitempty"`
+	Share float64 `json:"share,omitempty" yaml:"share,omitempty"`
+}
+
+// Teams maps a team to its guarantee.
+type Teams map[string]Guarantee
+
+// GPUs resolves the guarantee on a cluster of total GPUs.
+func (g Guarantee) of(total int) int {
+	if g.GPUs > 0 {
+		return g.GPUs
+	}
+	return int(math.Floor(g.Share * float64(total)))
+}
+
+// Validate checks every guarantee.
+func (ts Teams) Validate() error {
+	names := make([]string, 0, len(ts))
+	for n := range ts {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	sum := 0.0
+	for _, n := range names {
+		g := ts[n]
+		if n == "" {
+			return fmt.Errorf("teams: empty team name")
+		}
+		if g.GPUs < 0 || g.Share < 0 || g.Share > 1 {
+			return fmt.Errorf("teams: %s: gpus must be ≥ 0 and share between 0 and 1", n)
+		}
+		if g.GPUs == 0 && g.Share == 0 {
+			return fmt.Errorf("teams: %s: give gpus or share", n)
+		}
+		if g.GPUs == 0 {
+			sum += g.Share
+		}
+	}
+	if sum > 1+1e-9 {
+		return fmt.Errorf("teams: shares add up to %.2f, more than 1", sum)
+	}
+	return nil
+}
+
+// LoadTeams reads a teams file, YAML or JSON:
+//
+//	teams:
+//	  vision: {gpus: 8}
+//	  nlp: {share: 0.25}
+func LoadTeams(path string) (Teams, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var doc struct {
+		Teams Teams `json:"teams" yaml:"teams"`
+	}
+	if strings.EqualFold(filepath.Ext(path), ".json") {
+		dec := json.NewDecoder(strings.NewReader(string(b)))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(&doc)
+	} else {
+		dec := yaml.NewDecoder(strings.NewReader(string(b)))
+		dec.KnownFields(true)
+		err = dec.Decode(&doc)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("teams file %s: %w", path, err)
+	}
+	if err := doc.Teams.Validate(); err != nil {
+		return nil, fmt.Errorf("teams file %s: %w", path, err)
+	}
+	return doc.Teams, nil
+}

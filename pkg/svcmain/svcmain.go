@@ -1,0 +1,226 @@
+// Package svcmain holds what the four service binaries (gpuq-submitter,
+// gpuq-scheduler, gpuq-advisor, gpuq-agent) share: flags that fall back to
+// GPUQ_* environment variables, the flags every service takes, and the
+// start-up connection to NATS and the audit log.
+//
+// Bad flags or environment values end the process with status 2 and name
+// the field. The package does not depend on a logging library; callers pass
+// a callback for the messages it has to say while waiting.
+package svcmain
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/events/jetstream"
+)
+
+// DefaultNATSURL is where services look for NATS when neither --nats nor
+// GPUQ_NATS_URL says otherwise.
+const DefaultNATSURL = "nats://127.0.0.1:4222"
+
+// StartupTimeout bounds how long Connect waits for NATS and JetStream.
+const StartupTimeout = 60 * time.Second
+
+// LogLevels are the accepted --log-level values (zerolog's names).
+var LogLevels = []string{"trace", "debug", "info", "warn", "error", "fatal", "panic", "disabled"}
+
+// Flags is a flag set whose flags default to an environment variable.
+type Flags struct {
+	fs     *flag.FlagSet
+	name   string
+	envErr map[string]string // flag name -> message, for env values that did not parse
+}
+
+// NewFlags returns an empty flag set for the binary called name.
+func NewFlags(name string) *Flags {
+	f := &Flags{fs: flag.NewFlagSet(name, flag.ContinueOnError), name: name, envErr: map[string]string{}}
+	f.fs.Usage = func() {
+		fmt.Fprintf(f.fs.Output(), "Usage of %s (every flag also reads the environment variable named in brackets):\n", name)
+		f.fs.PrintDefaults()
+	}
+	return f
+}
+
+// envDefault reads env into def with parse; a bad value is remembered and
+// reported by Parse unless the flag is given on the command line.
+func envDefault[T any](f *Flags, name, env string, def T, parse func(string) (T, error)) T {
+	s, ok := os.LookupEnv(env)
+	if !ok || s == "" {
+		return def
+	}
+	v, err := parse(s)
+	if err != nil {
+		f.envErr[name] = fmt.Sprintf("%s=%q: %v", env, s, unwrapNum(err))
+		return def
+	}
+	return v
+}
+
+func unwrapNum(err error) error {
+	var ne *strconv.NumError
+	if errors.As(err, &ne) {
+		return ne.Err
+	}
+	return err
+}
+
+func usage(env, u string) string { return fmt.Sprintf("%s [%s]", u, env) }
+
+// String defines a string flag with an environment fallback.
+func (f *Flags) String(p *string, name, env, def, u string) {
+	f.fs.StringVar(p, name, envDefault(f, name, env, def, func(s string) (string, error) { return s, nil }), usage(env, u))
+}
+
+// Int defines an int flag with an environment fallback.
+func (f *Flags) Int(p *int, name, env string, def int, u string) {
+	f.fs.IntVar(p, name, envDefault(f, name, env, def, strconv.Atoi), usage(env, u))
+}
+
+// Float defines a float64 flag with an environment fallback.
+func (f *Flags) Float(p *float64, name, env string, def float64, u string) {
+	parse := func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }
+	f.fs.Float64Var(p, name, envDefault(f, name, env, def, parse), usage(env, u))
+}
+
+// Duration defines a duration flag (e.g. 5s, 24h) with an environment
+// fallback.
+func (f *Flags) Duration(p *time.Duration, name, env string, def time.Duration, u string) {
+	f.fs.DurationVar(p, name, envDefault(f, name, env, def, time.ParseDuration), usage(env, u))
+}
+
+// Bool defines a bool flag with an environment fallback (1/0, true/false).
+func (f *Flags) Bool(p *bool, name, env string, def bool, u string) {
+	f.fs.BoolVar(p, name, envDefault(f, name, env, def, strconv.ParseBool), usage(env, u))
+}
+
+// Common are the flags every service takes.
+type Common struct {
+	NATSURL      string
+	Replicas     int
+	DedupeWindow time.Duration
+	LogLevel     string
+}
+
+// Common defines the shared flags; their values are set by Parse.
+func (f *Flags) Common() *Common {
+	c := &Common{}
+	f.String(&c.NATSURL, "nats", "GPUQ_NATS_URL", DefaultNATSURL, "NATS server URL(s), comma-separated")
+	f.Int(&c.Replicas, "stream-replicas", "GPUQ_STREAM_REPLICAS", 1, "replicas of the audit stream (3 on a 3-node NATS cluster)")
+	f.Duration(&c.DedupeWindow, "dedupe-window", "GPUQ_DEDUPE_WINDOW", events.DefaultDedupeWindow, "how long an idempotency key de-duplicates in the stream")
+	f.String(&c.LogLevel, "log-level", "GPUQ_LOG_LEVEL", "info", "log level: "+strings.Join(LogLevels, ", "))
+	return c
+}
+
+// Parse parses os.Args[1:] and checks the common flags (when Common was
+// called). It exits 0 after -h and 2 on a bad flag or environment value.
+func (f *Flags) Parse(c *Common) {
+	if err := f.fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		os.Exit(2) // the flag package has named the flag
+	}
+	if f.fs.NArg() > 0 {
+		f.Invalid("args", fmt.Sprintf("unexpected argument %q (this command takes only flags)", f.fs.Arg(0)))
+	}
+	set := map[string]bool{}
+	f.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	for name, msg := range f.envErr {
+		if !set[name] {
+			f.Invalid(name, msg)
+		}
+	}
+	if c == nil {
+		return
+	}
+	switch {
+	case strings.TrimSpace(c.NATSURL) == "":
+		f.Invalid("nats", "must not be empty")
+	case c.Replicas < 1 || c.Replicas > 5:
+		f.Invalid("stream-replicas", "must be between 1 and 5")
+	case c.DedupeWindow < 0:
+		f.Invalid("dedupe-window", "must not be negative")
+	}
+	if !validLevel(c.LogLevel) {
+		f.Invalid("log-level", fmt.Sprintf("%q is not one of %s", c.LogLevel, strings.Join(LogLevels, ", ")))
+	}
+}
+
+func validLevel(s string) bool {
+	for _, l := range LogLevels {
+		if s == l {
+			return true
+		}
+	}
+	return false
+}
+
+// Invalid reports a bad value of field (a flag name) and exits 2.
+func (f *Flags) Invalid(field, msg string) {
+	fmt.Fprintf(os.Stderr, "%s: invalid --%s: %s\n", f.name, field, msg)
+	fmt.Fprintf(os.Stderr, "Run '%s -h' for the flags.\n", f.name)
+	os.Exit(2)
+}
+
+// Notify receives what Connect has to say while it waits or after it has
+// connected (disconnects, reconnects). A nil err is news (log at info),
+// a non-nil one a problem (log at warn).
+type Notify func(msg string, err error)
+
+// Connect connects to NATS (retrying a failed first connect, reconnecting
+// forever) and opens the audit log, retrying while JetStream is not ready,
+// for up to StartupTimeout. The caller closes the connection.
+func Connect(ctx context.Context, name string, c *Common, notify Notify) (*nats.Conn, *jetstream.Log, error) {
+	if notify == nil {
+		notify = func(string, error) {}
+	}
+	nc, err := nats.Connect(c.NATSURL,
+		nats.Name(name),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.ConnectHandler(func(nc *nats.Conn) { notify("nats: connected to "+nc.ConnectedUrlRedacted(), nil) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil: our own Close
+				notify("nats: disconnected", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { notify("nats: connected to "+nc.ConnectedUrlRedacted(), nil) }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { notify("nats: async error", err) }),
+	)
+	if err != nil {
+		return nil, nil, fmt.Errorf("nats %s: %w", c.NATSURL, err)
+	}
+	deadline := time.Now().Add(StartupTimeout)
+	cfg := jetstream.StreamConfig{Replicas: c.Replicas, DedupeWindow: c.DedupeWindow}
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		log, err := jetstream.Open(actx, nc, cfg)
+		cancel()
+		if err == nil {
+			return nc, log, nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			nc.Close()
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return nil, nil, fmt.Errorf("open the audit log on %s (status %s, after %d attempts): %w", c.NATSURL, nc.Status(), attempt, err)
+		}
+		notify(fmt.Sprintf("waiting for NATS/JetStream at %s (status %s, attempt %d)", c.NATSURL, nc.Status(), attempt), err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}

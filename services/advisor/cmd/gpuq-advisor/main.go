@@ -1,0 +1,55 @@
+// Command gpuq-advisor runs the advisor on its own: wait estimates, reasons,
+// actions and alerts on the advice stream.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gpuq/gpuq/pkg/svcmain"
+	"github.com/gpuq/gpuq/services/advisor"
+)
+
+const name = "gpuq-advisor"
+
+func main() {
+	f := svcmain.NewFlags(name)
+	c := f.Common()
+	f.Parse(c)
+
+	lvl, _ := zerolog.ParseLevel(c.LogLevel)
+	logger := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("svc", "advisor").Logger()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, c, logger); err != nil && ctx.Err() == nil {
+		logger.Error().Err(err).Msg("stopped")
+		stop()
+		os.Exit(1)
+	}
+	logger.Info().Msg("stopped")
+}
+
+func run(ctx context.Context, c *svcmain.Common, logger zerolog.Logger) error {
+	nc, log, err := svcmain.Connect(ctx, name, c, notify(logger))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	return advisor.Run(ctx, advisor.Config{Log: log, JS: log.JetStream(), Logger: logger,
+		Ready: func() { logger.Info().Msg("ready") }})
+}
+
+// notify logs what svcmain.Connect reports: problems at warn, news at info.
+func notify(logger zerolog.Logger) svcmain.Notify {
+	return func(msg string, err error) {
+		if err != nil {
+			logger.Warn().Err(err).Msg(msg)
+			return
+		}
+		logger.Info().Msg(msg)
+	}
+}

@@ -1,0 +1,110 @@
+// Command gpuq-agent runs the GPU agent of one host: NVML inventory and
+// health, the tasks dispatched to this node, preemption signals.
+//
+// Without --mock it loads the real NVML (libnvidia-ml.so.1) and falls back
+// to mock GPUs where there is none; a statically linked build cannot load
+// it and always ends up on the mock (see docs/operations.md).
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gpuq/gpuq/pkg/svcmain"
+	"github.com/gpuq/gpuq/services/gpuagent"
+	"github.com/gpuq/gpuq/services/gpuagent/inventory"
+)
+
+const name = "gpuq-agent"
+
+type config struct {
+	node, dataDir, ckptDir string
+	inv                    inventory.Options
+	heartbeat, killAfter   time.Duration
+}
+
+func main() {
+	f := svcmain.NewFlags(name)
+	c := f.Common()
+	var a config
+	host, _ := os.Hostname()
+	f.String(&a.node, "node", "GPUQ_NODE", host, "node name (unique per host)")
+	f.String(&a.dataDir, "data-dir", "GPUQ_DATA_DIR", "", "task logs under <dir>/tasks/<id>/ (default ./.gpuq/agents/<node>)")
+	f.String(&a.ckptDir, "checkpoint-dir", "GPUQ_CHECKPOINT_DIR", "", "checkpoint root shared by all nodes (default ./.gpuq/checkpoints)")
+	f.Bool(&a.inv.Mock, "mock", "GPUQ_MOCK", false, "use mock GPUs even where NVML is available")
+	f.Int(&a.inv.MockGPUs, "gpus", "GPUQ_MOCK_GPUS", inventory.DefaultMockGPUs, "mock GPUs on this node")
+	f.String(&a.inv.MockModel, "gpu-model", "GPUQ_GPU_MODEL", "a100", "mock GPU model: "+strings.Join(inventory.MockModels(), ", "))
+	f.Duration(&a.heartbeat, "heartbeat", "GPUQ_HEARTBEAT", 5*time.Second, "heartbeat interval")
+	f.Duration(&a.killAfter, "kill-after", "GPUQ_KILL_AFTER", 10*time.Second, "wait between SIGTERM and SIGKILL")
+	f.Parse(c)
+	switch {
+	case strings.TrimSpace(a.node) == "" || strings.ContainsAny(a.node, ".*> \t"):
+		f.Invalid("node", "must be a non-empty NATS subject token (no '.', '*', '>' or spaces)")
+	case a.inv.MockGPUs < 1:
+		f.Invalid("gpus", "must be ≥ 1")
+	case !slices.Contains(inventory.MockModels(), a.inv.MockModel):
+		f.Invalid("gpu-model", "must be one of "+strings.Join(inventory.MockModels(), ", "))
+	case a.heartbeat < 100*time.Millisecond:
+		f.Invalid("heartbeat", "must be ≥ 100ms")
+	case a.killAfter <= 0:
+		f.Invalid("kill-after", "must be > 0")
+	}
+	a.inv.Node = a.node
+	if a.dataDir == "" {
+		a.dataDir = filepath.Join(".gpuq", "agents", a.node)
+	}
+	if a.ckptDir == "" {
+		a.ckptDir = filepath.Join(".gpuq", "checkpoints")
+	}
+	for field, p := range map[string]*string{"data-dir": &a.dataDir, "checkpoint-dir": &a.ckptDir} {
+		abs, err := filepath.Abs(*p)
+		if err == nil {
+			err = os.MkdirAll(abs, 0o755)
+		}
+		if err != nil {
+			f.Invalid(field, err.Error())
+		}
+		*p = abs
+	}
+
+	lvl, _ := zerolog.ParseLevel(c.LogLevel)
+	logger := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("svc", "gpuagent").Str("node", a.node).Logger()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, c, a, logger); err != nil && ctx.Err() == nil {
+		logger.Error().Err(err).Msg("stopped")
+		stop()
+		os.Exit(1)
+	}
+	logger.Info().Msg("stopped")
+}
+
+func run(ctx context.Context, c *svcmain.Common, a config, logger zerolog.Logger) error {
+	nc, log, err := svcmain.Connect(ctx, name+"-"+a.node, c, notify(logger))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	return gpuagent.Run(ctx, gpuagent.Config{Log: log, JS: log.JetStream(), Node: a.node, NATSURL: c.NATSURL,
+		DataDir: a.dataDir, CheckpointRoot: a.ckptDir, Inventory: a.inv, Heartbeat: a.heartbeat, KillAfter: a.killAfter,
+		Logger: logger, Ready: func() { logger.Info().Str("data", a.dataDir).Str("checkpoints", a.ckptDir).Msg("ready") }})
+}
+
+// notify logs what svcmain.Connect reports: problems at warn, news at info.
+func notify(logger zerolog.Logger) svcmain.Notify {
+	return func(msg string, err error) {
+		if err != nil {
+			logger.Warn().Err(err).Msg(msg)
+			return
+		}
+		logger.Info().Msg(msg)
+	}
+}

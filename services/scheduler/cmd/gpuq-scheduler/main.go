@@ -1,0 +1,65 @@
+// Command gpuq-scheduler runs one scheduler instance on its own. Several may
+// run; the one holding the leader lease decides, the others stand by.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gpuq/gpuq/pkg/policy"
+	"github.com/gpuq/gpuq/pkg/svcmain"
+	"github.com/gpuq/gpuq/services/scheduler"
+)
+
+const name = "gpuq-scheduler"
+
+func main() {
+	f := svcmain.NewFlags(name)
+	c := f.Common()
+	var leaseTTL time.Duration
+	var instance string
+	f.Duration(&leaseTTL, "lease-ttl", "GPUQ_LEASE_TTL", 10*time.Second, "leader lease TTL: how soon a standby takes over from a dead leader")
+	f.String(&instance, "instance", "GPUQ_INSTANCE", "", "this instance's name in the lease (default hostname-pid)")
+	f.Parse(c)
+	if leaseTTL < time.Second {
+		f.Invalid("lease-ttl", "must be ≥ 1s")
+	}
+
+	lvl, _ := zerolog.ParseLevel(c.LogLevel)
+	logger := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("svc", "scheduler").Logger()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, c, leaseTTL, instance, logger); err != nil && ctx.Err() == nil {
+		logger.Error().Err(err).Msg("stopped")
+		stop()
+		os.Exit(1)
+	}
+	logger.Info().Msg("stopped")
+}
+
+func run(ctx context.Context, c *svcmain.Common, leaseTTL time.Duration, instance string, logger zerolog.Logger) error {
+	nc, log, err := svcmain.Connect(ctx, name, c, notify(logger))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	return scheduler.Run(ctx, scheduler.Config{Log: log, JS: log.JetStream(), Policy: policy.New(policy.Options{}),
+		Logger: logger, Instance: instance, LeaseTTL: leaseTTL,
+		Ready: func() { logger.Info().Msg("ready: leading") }})
+}
+
+// notify logs what svcmain.Connect reports: problems at warn, news at info.
+func notify(logger zerolog.Logger) svcmain.Notify {
+	return func(msg string, err error) {
+		if err != nil {
+			logger.Warn().Err(err).Msg(msg)
+			return
+		}
+		logger.Info().Msg(msg)
+	}
+}

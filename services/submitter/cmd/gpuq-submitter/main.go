@@ -1,0 +1,67 @@
+// Command gpuq-submitter runs the submitter on its own: the write gateway
+// (HTTP API and NATS request/reply API) over the audit log.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/svcmain"
+	"github.com/gpuq/gpuq/services/submitter"
+)
+
+const name = "gpuq-submitter"
+
+func main() {
+	f := svcmain.NewFlags(name)
+	c := f.Common()
+	var httpAddr string
+	var lim domain.Limits
+	f.String(&httpAddr, "http", "GPUQ_HTTP_ADDR", ":8080", `HTTP API address ("" = NATS API only)`)
+	f.Int(&lim.MaxGPUs, "max-gpus", "GPUQ_MAX_GPUS", domain.DefaultLimits.MaxGPUs, "largest GPU count a task may ask for")
+	f.Float(&lim.MaxHours, "max-hours", "GPUQ_MAX_HOURS", domain.DefaultLimits.MaxHours, "largest estimate (hours) a task may give")
+	f.Parse(c)
+	switch {
+	case lim.MaxGPUs < 1:
+		f.Invalid("max-gpus", "must be ≥ 1")
+	case !(lim.MaxHours > 0):
+		f.Invalid("max-hours", "must be > 0")
+	}
+
+	lvl, _ := zerolog.ParseLevel(c.LogLevel)
+	logger := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("svc", "submitter").Logger()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, c, httpAddr, lim, logger); err != nil && ctx.Err() == nil {
+		logger.Error().Err(err).Msg("stopped")
+		stop()
+		os.Exit(1)
+	}
+	logger.Info().Msg("stopped")
+}
+
+func run(ctx context.Context, c *svcmain.Common, httpAddr string, lim domain.Limits, logger zerolog.Logger) error {
+	nc, log, err := svcmain.Connect(ctx, name, c, notify(logger))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	return submitter.Run(ctx, submitter.Config{NC: nc, Log: log, HTTPAddr: httpAddr, Limits: lim, Logger: logger,
+		Ready: func() { logger.Info().Str("http", httpAddr).Str("nats", c.NATSURL).Msg("ready") }})
+}
+
+// notify logs what svcmain.Connect reports: problems at warn, news at info.
+func notify(logger zerolog.Logger) svcmain.Notify {
+	return func(msg string, err error) {
+		if err != nil {
+			logger.Warn().Err(err).Msg(msg)
+			return
+		}
+		logger.Info().Msg(msg)
+	}
+}
