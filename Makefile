@@ -10,7 +10,7 @@ NATS_PORT ?= 4222
 HTTP ?= 127.0.0.1:8080
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test test-race lint bench contract compose-up compose-down images clean
+.PHONY: help build run test test-race lint bench contract compose-up compose-down compose-smoke images clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -43,6 +43,9 @@ images: ## Build FROM-scratch images for deploy/compose.yaml
 
 compose-up: images ## Start the compose stack (NATS + four services)
 	docker-compose -f deploy/compose.yaml up -d
+
+compose-smoke: images ## Compose smoke: up, one 2-GPU task over HTTP to completed, down -v
+	BUILD=0 deploy/smoke.sh
 
 compose-down: ## Stop the compose stack
 	docker-compose -f deploy/compose.yaml down -v

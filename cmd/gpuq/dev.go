@@ -38,6 +38,11 @@ type devFlags struct {
 	maxHours  float64
 	heartbeat time.Duration
 	verbose   bool
+	policy    string
+	within    string
+	teams     string
+	nodeTO    time.Duration
+	maxWait   time.Duration
 }
 
 func newDev() *cobra.Command {
@@ -55,9 +60,20 @@ func newDev() *cobra.Command {
 			case f.port < 0 || f.port > 65535:
 				return invalid("nats-port", "must be between 0 and 65535")
 			}
+			opts := policy.Options{Preemption: f.policy, WithinClass: f.within, MaxWait: f.maxWait}
+			if f.teams != "" {
+				ts, err := policy.LoadTeams(f.teams)
+				if err != nil {
+					return &exitError{exitInvalid, fmt.Errorf("teams: %w", err)}
+				}
+				opts.Teams = ts
+			}
+			if err := opts.Validate(); err != nil {
+				return &exitError{exitInvalid, err}
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return runDev(ctx, f)
+			return runDev(ctx, f, opts)
 		},
 	}
 	fl := c.Flags()
@@ -73,10 +89,15 @@ func newDev() *cobra.Command {
 	fl.Float64Var(&f.maxHours, "max-hours", domain.DefaultLimits.MaxHours, "largest estimate a task may give")
 	fl.DurationVar(&f.heartbeat, "heartbeat", 5*time.Second, "agent heartbeat interval")
 	fl.BoolVar(&f.verbose, "verbose", false, "debug logging")
+	fl.StringVar(&f.policy, "policy", policy.CriticalOnly, "preemption policy: critical-only (only CRITICAL preempts) or ladder")
+	fl.StringVar(&f.within, "within-class", policy.FIFO, "order within a class: fifo or shortest-predicted")
+	fl.StringVar(&f.teams, "teams", "", "teams file (YAML or JSON) with guaranteed GPUs or shares")
+	fl.DurationVar(&f.nodeTO, "node-timeout", 30*time.Second, "a node without heartbeat this long is lost")
+	fl.DurationVar(&f.maxWait, "max-wait", 48*time.Hour, "shortest-predicted: tasks waiting this long go first in their class")
 	return c
 }
 
-func runDev(ctx context.Context, f devFlags) error {
+func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	lvl := zerolog.InfoLevel
 	if f.verbose {
 		lvl = zerolog.DebugLevel
@@ -141,11 +162,11 @@ func runDev(ctx context.Context, f devFlags) error {
 			Limits: domain.Limits{MaxGPUs: f.maxGPUs, MaxHours: f.maxHours}, Ready: readyFn(0), Health: health})
 	})
 	spawn("scheduler", func() error {
-		return scheduler.Run(ctx, scheduler.Config{Log: log, JS: js, Policy: policy.New(policy.Options{}),
+		return scheduler.Run(ctx, scheduler.Config{Log: log, JS: js, Policy: policy.New(opts), NodeTimeout: f.nodeTO,
 			Logger: logger.With().Str("svc", "scheduler").Logger(), LeaseTTL: 5 * time.Second, Ready: readyFn(1)})
 	})
 	spawn("advisor", func() error {
-		return advisor.Run(ctx, advisor.Config{Log: log, JS: js, Logger: logger.With().Str("svc", "advisor").Logger(), Ready: readyFn(2)})
+		return advisor.Run(ctx, advisor.Config{Log: log, JS: js, Policy: policy.New(opts), Logger: logger.With().Str("svc", "advisor").Logger(), Ready: readyFn(2)})
 	})
 	for i := 1; i <= f.nodes; i++ {
 		node := fmt.Sprintf("node-%d", i)

@@ -22,12 +22,21 @@ func newSubmit() *cobra.Command {
 	var r domain.Request
 	var grace time.Duration
 	var minMemGiB int
+	var export string
 	c := &cobra.Command{
 		Use:   "submit --name N --team T --priority P --hypothesis TEXT --command CMD",
 		Short: "Submit a task; prints its id",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			r.GraceS = grace.Seconds()
+			env, err := exportEnv(export, os.Environ())
+			if err != nil {
+				return err
+			}
+			r.Env = env
+			if wd, err := os.Getwd(); err == nil {
+				r.Dir = wd
+			}
 			r.MinGPUMemMiB = minMemGiB * 1024
 			// Check the rules that need no server first; maxima are the server's.
 			local := r
@@ -68,6 +77,7 @@ func newSubmit() *cobra.Command {
 	fl.DurationVar(&grace, "grace", 120*time.Second, "time to checkpoint after the preemption signal")
 	fl.StringVar(&r.GPUModel, "gpu-model", "", "only GPUs whose model contains this (e.g. A100, H100)")
 	fl.IntVar(&minMemGiB, "min-gpu-mem", 0, "minimum memory per GPU in GiB")
+	fl.StringVar(&export, "export", "ALL", "environment for the job: ALL (yours, minus GPUQ_*, CUDA_VISIBLE_DEVICES and secret-looking names), NONE, or VAR1,VAR2")
 	return c
 }
 
@@ -443,4 +453,35 @@ func newWatch() *cobra.Command {
 	}
 	f.add(c)
 	return c
+}
+
+// exportEnv picks the environment exported with a task, like Slurm's
+// --export: ALL, NONE or a comma-separated list of names.
+func exportEnv(spec string, environ []string) (map[string]string, error) {
+	all := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && !domain.ExportExcluded(k) {
+			all[k] = v
+		}
+	}
+	switch strings.ToUpper(strings.TrimSpace(spec)) {
+	case "ALL", "":
+		return all, nil
+	case "NONE":
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, k := range strings.Split(spec, ",") {
+		k = strings.TrimSpace(k)
+		if k == "" {
+			continue
+		}
+		if domain.ExportExcluded(k) {
+			return nil, invalid("export", k+" is never exported (set by the agent, or looks like a secret)")
+		}
+		if v, ok := all[k]; ok {
+			out[k] = v
+		}
+	}
+	return out, nil
 }

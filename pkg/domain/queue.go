@@ -31,11 +31,11 @@ func (q *queueIndex) add(t *Task) {
 	l := q.lists[t.Priority]
 	e := qentry{t, t.qgen}
 	n := len(l)
-	if n == 0 || l[n-1].t.Before(t) {
+	if n == 0 || inLine(l[n-1].t, t) {
 		q.lists[t.Priority] = append(l, e)
 		return
 	}
-	i := sort.Search(n, func(i int) bool { return t.Before(l[i].t) })
+	i := sort.Search(n, func(i int) bool { return inLine(t, l[i].t) })
 	l = append(l, qentry{})
 	copy(l[i+1:], l[i:])
 	l[i] = e
@@ -83,4 +83,13 @@ func (s *State) Queued() []*Task {
 	var out []*Task
 	s.q.walk(func(t *Task) bool { out = append(out, t); return true })
 	return out
+}
+
+// inLine orders a class list: submit time, then log order. It ignores the
+// class, which stale entries of a task that changed class no longer share.
+func inLine(a, b *Task) bool {
+	if !a.SubmittedAt.Equal(b.SubmittedAt) {
+		return a.SubmittedAt.Before(b.SubmittedAt)
+	}
+	return a.SubmitSeq < b.SubmitSeq
 }

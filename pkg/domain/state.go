@@ -51,6 +51,7 @@ func (s *State) Apply(r events.Record) {
 	case events.Available:
 		n := s.node(e.Node)
 		n.GPUs = gpusFromEvent(e.GPUs)
+		sort.SliceStable(n.GPUs, func(i, j int) bool { return n.GPUs[i].Index < n.GPUs[j].Index })
 		n.BootID = e.BootID
 		if n.State != NodeDrained {
 			n.State = NodeUp
@@ -181,6 +182,10 @@ func (s *State) Apply(r events.Record) {
 	case events.Checkpointed:
 		t.Checkpoint, t.CheckpointAt = e.Ref, at
 	case events.Preempted:
+		if !t.HoldsGPUs() {
+			s.Ignored++ // nothing to yield: a duplicate or a stray report
+			return
+		}
 		s.endRun(t, at)
 		if e.Checkpoint != "" {
 			t.Checkpoint = e.Checkpoint
@@ -205,14 +210,21 @@ func (s *State) Apply(r events.Record) {
 	case events.Completed:
 		s.finish(t, at, Completed)
 	case events.Failed:
+		if t.State != Cancelled && (t.State.Terminal() || t.State == Queued) {
+			s.Ignored++
+			return
+		}
 		t.ExitCode, t.Error, t.StderrTail = e.ExitCode, e.Error, e.StderrTail
 		s.finish(t, at, Failed)
 	}
 }
 
 func (s *State) submitted(seq uint64, e events.Submitted) {
-	if _, dup := s.Tasks[e.TaskID]; dup {
+	if d, dup := s.Tasks[e.TaskID]; dup {
 		s.Ignored++
+		if seq > d.LastSeq {
+			d.LastSeq = seq // the stream's expected-sequence check counts it
+		}
 		return
 	}
 	p, err := ParsePriority(e.Priority)
@@ -223,7 +235,7 @@ func (s *State) submitted(seq uint64, e events.Submitted) {
 		ID: e.TaskID, Name: e.Name, Team: e.Team, Priority: p, GPUs: e.GPUs, Hours: e.Hours,
 		Hypothesis: e.Hypothesis, Command: e.Command, Preemptible: e.Preemptible, PreemptSignal: e.PreemptSignal,
 		GraceS: e.GraceS, GPUModel: e.GPUModel, MinGPUMemMiB: e.MinGPUMemMiB, IdempotencyKey: e.IdempotencyKey,
-		SubmittedAt: e.SubmittedAt, SubmitSeq: seq, State: Queued, LastSeq: seq,
+		SubmittedAt: e.SubmittedAt, SubmitSeq: seq, State: Queued, LastSeq: seq, Env: e.Env, Dir: e.Dir,
 	}
 	s.Tasks[t.ID] = t
 	s.q.add(t)

@@ -49,6 +49,8 @@ type Task struct {
 	GPUModel       string
 	MinGPUMemMiB   int
 	IdempotencyKey string
+	Env            map[string]string
+	Dir            string
 
 	// SubmittedAt is the task's place in line; it never changes.
 	SubmittedAt time.Time

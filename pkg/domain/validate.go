@@ -38,6 +38,41 @@ type Request struct {
 	GPUModel       string  `json:"gpu_model,omitempty"`
 	MinGPUMemMiB   int     `json:"min_gpu_mem_mib,omitempty"`
 	IdempotencyKey string  `json:"idempotency_key,omitempty"`
+	// Env is exported to the job (like Slurm's --export); Dir is its
+	// working directory when it exists on the node.
+	Env map[string]string `json:"env,omitempty"`
+	Dir string            `json:"dir,omitempty"`
+}
+
+// MaxEnvBytes bounds the exported environment of one task.
+const MaxEnvBytes = 64 << 10
+
+// ExportExcluded reports whether an environment variable is never
+// exported with a task: what the agent sets itself, and names that look
+// like secrets — the audit log keeps every submission forever.
+func ExportExcluded(name string) bool {
+	u := strings.ToUpper(name)
+	if strings.HasPrefix(u, "GPUQ_") || u == "CUDA_VISIBLE_DEVICES" || u == "NVIDIA_VISIBLE_DEVICES" {
+		return true
+	}
+	for _, s := range []string{"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE", "API_KEY", "ACCESS_KEY", "AUTH"} {
+		if strings.Contains(u, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func validEnvName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i, c := range k {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // Signals a task may ask to be preempted with.
@@ -100,7 +135,7 @@ func (r *Request) Validate(l Limits) error {
 	if r.GraceS == 0 {
 		r.GraceS = 120
 	}
-	if r.GraceS < 0 || r.GraceS > 3600 {
+	if !(r.GraceS >= 0 && r.GraceS <= 3600) {
 		return &FieldError{"grace", "must be between 0 and 3600 seconds"}
 	}
 	if r.MinGPUMemMiB < 0 {
@@ -108,6 +143,23 @@ func (r *Request) Validate(l Limits) error {
 	}
 	if len(r.IdempotencyKey) > 256 {
 		return &FieldError{"idempotency_key", "must be at most 256 characters"}
+	}
+	size := 0
+	for k, v := range r.Env {
+		if !validEnvName(k) {
+			return &FieldError{"env", fmt.Sprintf("%q is not a variable name", k)}
+		}
+		if ExportExcluded(k) {
+			delete(r.Env, k)
+			continue
+		}
+		size += len(k) + len(v) + 2
+	}
+	if size > MaxEnvBytes {
+		return &FieldError{"env", fmt.Sprintf("must be at most %d bytes in all (got %d)", MaxEnvBytes, size)}
+	}
+	if r.Dir != "" && !strings.HasPrefix(r.Dir, "/") {
+		return &FieldError{"dir", "must be an absolute path"}
 	}
 	return nil
 }

@@ -53,6 +53,10 @@ type Submitted struct {
 	MinGPUMemMiB   int       `json:"min_gpu_mem_mib,omitempty"`
 	IdempotencyKey string    `json:"idempotency_key,omitempty"`
 	SubmittedAt    time.Time `json:"submitted_at"`
+	// Env and Dir are the submitter's environment (filtered, see
+	// domain.Request) and working directory, for the job.
+	Env map[string]string `json:"env,omitempty"`
+	Dir string            `json:"dir,omitempty"`
 }
 
 // Amended: some of a queued task's fields changed; it keeps its place.

@@ -1,11 +1,3 @@
-// Package svcmain holds what the four service binaries (gpuq-submitter,
-// gpuq-scheduler, gpuq-advisor, gpuq-agent) share: flags that fall back to
-// GPUQ_* environment variables, the flags every service takes, and the
-// start-up connection to NATS and the audit log.
-//
-// Bad flags or environment values end the process with status 2 and name
-// the field. The package does not depend on a logging library; callers pass
-// a callback for the messages it has to say while waiting.
 package svcmain
 
 import (
@@ -14,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -121,39 +114,64 @@ func (f *Flags) Common() *Common {
 	return c
 }
 
-// Parse parses os.Args[1:] and checks the common flags (when Common was
-// called). It exits 0 after -h and 2 on a bad flag or environment value.
+// Parse parses os.Args[1:] and checks the common flags (c may be nil when
+// Common was not called). It exits 0 after -h and 2 on a bad flag or
+// environment value, naming the field.
 func (f *Flags) Parse(c *Common) {
-	if err := f.fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
+	err := f.parse(os.Args[1:], c)
+	var fe *FieldError
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case errors.As(err, &fe):
+		f.Invalid(fe.Field, fe.Msg)
+	default:
 		os.Exit(2) // the flag package has named the flag
 	}
+}
+
+// FieldError is a bad value of one flag (or of its environment variable).
+type FieldError struct {
+	Field string // the flag's name, without dashes
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("invalid --%s: %s", e.Field, e.Msg) }
+
+func (f *Flags) parse(args []string, c *Common) error {
+	if err := f.fs.Parse(args); err != nil {
+		return err
+	}
 	if f.fs.NArg() > 0 {
-		f.Invalid("args", fmt.Sprintf("unexpected argument %q (this command takes only flags)", f.fs.Arg(0)))
+		return &FieldError{"args", fmt.Sprintf("unexpected argument %q (this command takes only flags)", f.fs.Arg(0))}
 	}
 	set := map[string]bool{}
 	f.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	for name, msg := range f.envErr {
+	var bad []string
+	for name := range f.envErr {
 		if !set[name] {
-			f.Invalid(name, msg)
+			bad = append(bad, name)
 		}
 	}
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		return &FieldError{bad[0], f.envErr[bad[0]]}
+	}
 	if c == nil {
-		return
+		return nil
 	}
 	switch {
 	case strings.TrimSpace(c.NATSURL) == "":
-		f.Invalid("nats", "must not be empty")
+		return &FieldError{"nats", "must not be empty"}
 	case c.Replicas < 1 || c.Replicas > 5:
-		f.Invalid("stream-replicas", "must be between 1 and 5")
+		return &FieldError{"stream-replicas", "must be between 1 and 5"}
 	case c.DedupeWindow < 0:
-		f.Invalid("dedupe-window", "must not be negative")
+		return &FieldError{"dedupe-window", "must not be negative"}
+	case !validLevel(c.LogLevel):
+		return &FieldError{"log-level", fmt.Sprintf("%q is not one of %s", c.LogLevel, strings.Join(LogLevels, ", "))}
 	}
-	if !validLevel(c.LogLevel) {
-		f.Invalid("log-level", fmt.Sprintf("%q is not one of %s", c.LogLevel, strings.Join(LogLevels, ", ")))
-	}
+	return nil
 }
 
 func validLevel(s string) bool {

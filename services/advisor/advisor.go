@@ -13,12 +13,14 @@ import (
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/policy"
 )
 
 // Config of the advisor.
 type Config struct {
 	Log    events.Log
 	JS     jetstream.JetStream // publishes to the advice stream
+	Policy *policy.Policy      // the scheduler's policy, for reasons
 	Logger zerolog.Logger
 	Now    func() time.Time
 	Tick   time.Duration // re-advise without events (default 5 s)
@@ -39,6 +41,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.Tick == 0 {
 		cfg.Tick = 5 * time.Second
+	}
+	if cfg.Policy == nil {
+		cfg.Policy = policy.New(policy.Options{})
 	}
 	a := &Advisor{cfg: cfg, st: domain.NewState(), last: map[string]estimate.Advice{}}
 	if _, err := cfg.JS.CreateOrUpdateStream(ctx, events.AdviceStream(1)); err != nil {
@@ -104,17 +109,28 @@ func (a *Advisor) apply(m events.Stored) {
 	a.st.Apply(r)
 }
 
-// Advise computes the advice for every queued task, in queue order.
-func Advise(st *domain.State, now time.Time) []estimate.Advice {
+// Advise computes the advice for every queued task, in queue order: the
+// reason from the real policy (explained), the wait from the source's
+// baseline formula, the first undone playbook item.
+func Advise(st *domain.State, p *policy.Policy, now time.Time) []estimate.Advice {
+	res := p.With(true).Plan(policy.Input{State: st, Now: now})
 	var out []estimate.Advice
 	for i, t := range st.Queued() {
 		w := estimate.SeedFormula(st, t)
 		act := estimate.NextAction(t)
+		why := res.Waiting[t.ID]
+		if why.Reason == "" {
+			why.Reason, why.Blockers = "starting", []string{} // placed by this very pass
+		}
+		pos := why.Position
+		if pos == 0 {
+			pos = i + 1
+		}
 		out = append(out, estimate.Advice{
-			TaskID: t.ID, State: string(t.State), Position: i + 1,
+			TaskID: t.ID, State: string(t.State), Position: pos,
 			P50WaitS: w.Seconds(), P90WaitS: 2 * w.Seconds(),
 			P50Start: now.Add(w), P90Start: now.Add(2 * w), Method: "seed-formula",
-			Reason: "no-capacity", Blockers: []string{}, Action: act.Item, ActionText: act.Text,
+			Reason: why.Reason, Blockers: why.Blockers, Action: act.Item, ActionText: act.Text,
 			Suggestions: []string{}, BasedOnSeq: st.Seq, At: now,
 		})
 	}
@@ -132,7 +148,7 @@ func material(old, cur estimate.Advice) bool {
 
 func (a *Advisor) publish(ctx context.Context) {
 	now := a.cfg.Now()
-	adv := Advise(a.st, now)
+	adv := Advise(a.st, a.cfg.Policy, now)
 	seen := map[string]bool{}
 	for _, v := range adv {
 		seen[v.TaskID] = true

@@ -25,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -54,9 +55,9 @@ type Config struct {
 	Inventory inventory.Options
 	// Inv, when set, is used instead of opening one from Inventory (tests
 	// inject GPU faults through it).
-	Inv *inventory.Inventory
-	Logger    zerolog.Logger
-	Now       func() time.Time
+	Inv    *inventory.Inventory
+	Logger zerolog.Logger
+	Now    func() time.Time
 	// Heartbeat interval (default 5 s).
 	Heartbeat time.Duration
 	// KillAfter is the wait between SIGTERM and SIGKILL (default 10 s).
@@ -334,7 +335,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 			grace := time.Duration(t.GraceS * float64(time.Second))
 			pr.signalled, pr.preempt, pr.termAt = true, true, a.cfg.Now().Add(grace)
 			a.cfg.Logger.Info().Str("task", t.ID).Str("signal", t.PreemptSignal).Dur("grace", grace).Msg("gpuagent: preempting")
-			_ = pr.p.Signal(sig)
+			_ = pr.p.SignalJob(sig)
 		case t.State == domain.Cancelled && pr != nil && !pr.signalled:
 			pr.signalled, pr.cancelled = true, true
 			pr.termAt = a.cfg.Now() // SIGTERM at once
@@ -373,19 +374,28 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 	}
 	// 2. Start the process.
 	placements, _ := json.Marshal(t.Placements)
-	env := []string{
-		"CUDA_VISIBLE_DEVICES=" + strings.Join(pl.GPUs, ","),
-		"GPUQ_TASK_ID=" + t.ID,
-		"GPUQ_CHECKPOINT_DIR=" + ckpt,
-		"GPUQ_NATS_URL=" + a.cfg.NATSURL,
-		"GPUQ_NODE=" + a.cfg.Node,
-		"GPUQ_PLACEMENTS=" + string(placements),
+	var env []string
+	for _, k := range sortedKeys(t.Env) {
+		env = append(env, k+"="+t.Env[k])
 	}
+	env = append(env,
+		"CUDA_VISIBLE_DEVICES="+strings.Join(pl.GPUs, ","),
+		"GPUQ_TASK_ID="+t.ID,
+		"GPUQ_CHECKPOINT_DIR="+ckpt,
+		"GPUQ_NATS_URL="+a.cfg.NATSURL,
+		"GPUQ_NODE="+a.cfg.Node,
+		"GPUQ_PLACEMENTS="+string(placements),
+	)
 	if t.ResumeFrom != "" {
 		env = append(env, "GPUQ_RESUME_FROM="+t.ResumeFrom)
 	}
 	_ = os.MkdirAll(ckpt, 0o755)
-	p, err := runner.Start(runner.Spec{TaskID: t.ID, Command: t.Command, Env: env, LogPath: filepath.Join(taskDir, "output.log"), Dir: taskDir})
+	dir := taskDir
+	if st, err := os.Stat(t.Dir); t.Dir != "" && err == nil && st.IsDir() {
+		dir = t.Dir // the submitter's working directory, when this node has it
+	}
+	_ = os.MkdirAll(taskDir, 0o755)
+	p, err := runner.Start(runner.Spec{TaskID: t.ID, Command: t.Command, Env: env, LogPath: filepath.Join(taskDir, "output.log"), Dir: dir})
 	if err != nil {
 		a.procs[t.ID] = &proc{task: t.ID, dispatch: t.DispatchSeq} // placeholder until the failure folds
 		a.append(ctx, events.Failed{TaskID: t.ID, Node: a.cfg.Node, ExitCode: -1, Error: "could not start: " + err.Error()},
@@ -447,4 +457,13 @@ func (a *Agent) append(ctx context.Context, e events.Event, msgID string) {
 	if _, err := events.Append(ctx, a.cfg.Log, e, events.Meta{Time: a.cfg.Now()}, msgID, nil); err != nil && ctx.Err() == nil {
 		a.cfg.Logger.Error().Err(err).Str("event", string(e.EventType())).Str("task", e.Key()).Msg("gpuagent: append failed")
 	}
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

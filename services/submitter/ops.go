@@ -130,7 +130,7 @@ func (s *server) submit(ctx context.Context, req domain.Request) (api.SubmitRepl
 		TaskID: id.String(), Name: req.Name, Team: req.Team, Priority: req.Priority, GPUs: req.GPUs,
 		Hours: req.Hours, Hypothesis: req.Hypothesis, Command: req.Command, Preemptible: !req.NoPreempt,
 		PreemptSignal: req.PreemptSignal, GraceS: req.GraceS, GPUModel: req.GPUModel,
-		MinGPUMemMiB: req.MinGPUMemMiB, IdempotencyKey: key, SubmittedAt: now.UTC(),
+		MinGPUMemMiB: req.MinGPUMemMiB, IdempotencyKey: key, SubmittedAt: now.UTC(), Env: req.Env, Dir: req.Dir,
 	}
 	msgIDs := []string{""}
 	if key != "" {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -293,4 +294,70 @@ func (b *tailBuffer) String() string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// SignalJob delivers a signal meant for the job itself (the preemption
+// signal) without killing the shell that wraps it: when the group leader
+// is still the wrapping /bin/sh, every other process of the group gets the
+// signal; when the shell exec'd the job (or is gone), the whole group does.
+// A shell that dies of SIGUSR1 would otherwise take the checkpointing job
+// with it (the runner stops the group when its leader exits).
+func (p *Proc) SignalJob(sig syscall.Signal) error {
+	pgid := p.PID()
+	if !isShell(pgid) {
+		return p.Signal(sig)
+	}
+	members := groupMembers(pgid)
+	if len(members) == 0 {
+		return p.Signal(sig)
+	}
+	var first error
+	for _, pid := range members {
+		if err := syscall.Kill(pid, sig); err != nil && err != syscall.ESRCH && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// isShell reports whether pid runs the same binary as /bin/sh.
+func isShell(pid int) bool {
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return false
+	}
+	sh, err := filepath.EvalSymlinks("/bin/sh")
+	return err == nil && exe == sh
+}
+
+// groupMembers lists the processes of process group pgid except its leader
+// (Linux /proc; empty elsewhere).
+func groupMembers(pgid int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == pgid {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp ...: comm may hold spaces; skip past ')'.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 2 {
+			if g, err := strconv.Atoi(f[2]); err == nil && g == pgid {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
 }

@@ -430,3 +430,30 @@ func TestTailBuffer(t *testing.T) {
 		})
 	}
 }
+
+// The shell wrapping a job must not die of the job's preemption signal: the
+// job (a child of the shell) handles it, checkpoints and exits 0.
+func TestGroupSignalReachesJobNotShell(t *testing.T) {
+	dir := t.TempDir()
+	mark := filepath.Join(dir, "ckpt")
+	job := `trap 'sleep 0.3; echo saved > ` + mark + `; exit 0' USR1; while :; do sleep 0.05; done`
+	p, err := Start(Spec{TaskID: "sig", Command: "sh -c \"" + job + "\"", LogPath: filepath.Join(dir, "out.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := p.SignalJob(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-p.Wait():
+		if r.ExitCode != 0 {
+			t.Errorf("exit %+v, want 0", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no exit")
+	}
+	if b, err := os.ReadFile(mark); err != nil || string(b) != "saved\n" {
+		t.Errorf("job did not finish its checkpoint: %q %v", b, err)
+	}
+}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/svcmain"
 	"github.com/gpuq/gpuq/services/gpuagent"
 	"github.com/gpuq/gpuq/services/gpuagent/inventory"
@@ -36,7 +37,8 @@ func main() {
 	c := f.Common()
 	var a config
 	host, _ := os.Hostname()
-	f.String(&a.node, "node", "GPUQ_NODE", host, "node name (unique per host)")
+	host, _, _ = strings.Cut(host, ".") // a node name is one subject token
+	f.String(&a.node, "node", "GPUQ_NODE", host, "node name, unique per host (default the short hostname)")
 	f.String(&a.dataDir, "data-dir", "GPUQ_DATA_DIR", "", "task logs under <dir>/tasks/<id>/ (default ./.gpuq/agents/<node>)")
 	f.String(&a.ckptDir, "checkpoint-dir", "GPUQ_CHECKPOINT_DIR", "", "checkpoint root shared by all nodes (default ./.gpuq/checkpoints)")
 	f.Bool(&a.inv.Mock, "mock", "GPUQ_MOCK", false, "use mock GPUs even where NVML is available")
@@ -46,7 +48,7 @@ func main() {
 	f.Duration(&a.killAfter, "kill-after", "GPUQ_KILL_AFTER", 10*time.Second, "wait between SIGTERM and SIGKILL")
 	f.Parse(c)
 	switch {
-	case strings.TrimSpace(a.node) == "" || strings.ContainsAny(a.node, ".*> \t"):
+	case !events.ValidKey(a.node):
 		f.Invalid("node", "must be a non-empty NATS subject token (no '.', '*', '>' or spaces)")
 	case a.inv.MockGPUs < 1:
 		f.Invalid("gpus", "must be ≥ 1")

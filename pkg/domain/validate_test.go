@@ -1,0 +1,145 @@
+package domain_test
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpuq/gpuq/pkg/domain"
+	dt "github.com/gpuq/gpuq/pkg/domain/domaintest"
+)
+
+func TestValidateFieldErrors(t *testing.T) {
+	valid := func(edit func(r *domain.Request)) domain.Request {
+		r := dt.Task().GPUs(2).Hours(4).Request()
+		edit(&r)
+		return r
+	}
+	cases := map[string]struct {
+		req       domain.Request
+		limits    domain.Limits
+		wantField string // "" = valid
+	}{
+		"valid":                     {req: valid(func(*domain.Request) {})},
+		"name missing":              {req: valid(func(r *domain.Request) { r.Name = "" }), wantField: "name"},
+		"name blank":                {req: valid(func(r *domain.Request) { r.Name = " \t" }), wantField: "name"},
+		"name 200 chars":            {req: valid(func(r *domain.Request) { r.Name = strings.Repeat("n", 200) })},
+		"name 201 chars":            {req: valid(func(r *domain.Request) { r.Name = strings.Repeat("n", 201) }), wantField: "name"},
+		"team missing":              {req: valid(func(r *domain.Request) { r.Team = "" }), wantField: "team"},
+		"team blank":                {req: valid(func(r *domain.Request) { r.Team = "  " }), wantField: "team"},
+		"team with dot":             {req: valid(func(r *domain.Request) { r.Team = "ml.vision" }), wantField: "team"},
+		"team with star":            {req: valid(func(r *domain.Request) { r.Team = "ml*" }), wantField: "team"},
+		"team with gt":              {req: valid(func(r *domain.Request) { r.Team = "ml>" }), wantField: "team"},
+		"team with colon":           {req: valid(func(r *domain.Request) { r.Team = "ml:cv" }), wantField: "team"},
+		"team with inner space":     {req: valid(func(r *domain.Request) { r.Team = "ml cv" }), wantField: "team"},
+		"team 64 chars":             {req: valid(func(r *domain.Request) { r.Team = strings.Repeat("t", 64) })},
+		"team 65 chars":             {req: valid(func(r *domain.Request) { r.Team = strings.Repeat("t", 65) }), wantField: "team"},
+		"priority unknown":          {req: valid(func(r *domain.Request) { r.Priority = "urgent" }), wantField: "priority"},
+		"priority empty: default":   {req: valid(func(r *domain.Request) { r.Priority = "" })},
+		"gpus zero":                 {req: valid(func(r *domain.Request) { r.GPUs = 0 }), wantField: "gpus"},
+		"gpus negative":             {req: valid(func(r *domain.Request) { r.GPUs = -1 }), wantField: "gpus"},
+		"gpus at default max":       {req: valid(func(r *domain.Request) { r.GPUs = 64 })},
+		"gpus over default max":     {req: valid(func(r *domain.Request) { r.GPUs = 65 }), wantField: "gpus"},
+		"gpus over configured max":  {req: valid(func(r *domain.Request) { r.GPUs = 3 }), limits: domain.Limits{MaxGPUs: 2}, wantField: "gpus"},
+		"hours zero":                {req: valid(func(r *domain.Request) { r.Hours = 0 }), wantField: "hours"},
+		"hours negative":            {req: valid(func(r *domain.Request) { r.Hours = -1 }), wantField: "hours"},
+		"hours NaN":                 {req: valid(func(r *domain.Request) { r.Hours = math.NaN() }), wantField: "hours"},
+		"hours infinite":            {req: valid(func(r *domain.Request) { r.Hours = math.Inf(1) }), wantField: "hours"},
+		"hours at default max":      {req: valid(func(r *domain.Request) { r.Hours = 168 })},
+		"hours over default max":    {req: valid(func(r *domain.Request) { r.Hours = 168.5 }), wantField: "hours"},
+		"hours over configured max": {req: valid(func(r *domain.Request) { r.Hours = 2 }), limits: domain.Limits{MaxHours: 1}, wantField: "hours"},
+		"hypothesis missing":        {req: valid(func(r *domain.Request) { r.Hypothesis = "" }), wantField: "hypothesis"},
+		"hypothesis blank":          {req: valid(func(r *domain.Request) { r.Hypothesis = "\n " }), wantField: "hypothesis"},
+		"command missing":           {req: valid(func(r *domain.Request) { r.Command = "" }), wantField: "command"},
+		"command blank":             {req: valid(func(r *domain.Request) { r.Command = "  " }), wantField: "command"},
+		"signal SIGKILL":            {req: valid(func(r *domain.Request) { r.PreemptSignal = "SIGKILL" }), wantField: "preempt_signal"},
+		"signal number":             {req: valid(func(r *domain.Request) { r.PreemptSignal = "10" }), wantField: "preempt_signal"},
+		"signal short lower":        {req: valid(func(r *domain.Request) { r.PreemptSignal = "usr2" })},
+		"grace negative":            {req: valid(func(r *domain.Request) { r.GraceS = -1 }), wantField: "grace"},
+		"grace over an hour":        {req: valid(func(r *domain.Request) { r.GraceS = 3601 }), wantField: "grace"},
+		"grace an hour":             {req: valid(func(r *domain.Request) { r.GraceS = 3600 })},
+		"min gpu mem negative":      {req: valid(func(r *domain.Request) { r.MinGPUMemMiB = -1 }), wantField: "min_gpu_mem"},
+		"idempotency key 256":       {req: valid(func(r *domain.Request) { r.IdempotencyKey = strings.Repeat("k", 256) })},
+		"idempotency key 257":       {req: valid(func(r *domain.Request) { r.IdempotencyKey = strings.Repeat("k", 257) }), wantField: "idempotency_key"},
+		"first broken rule wins":    {req: valid(func(r *domain.Request) { r.Name, r.Team, r.GPUs = "", "", 0 }), wantField: "name"},
+		"rules in order: gpus before hours": {
+			req: valid(func(r *domain.Request) { r.GPUs, r.Hours, r.Command = 0, 0, "" }), wantField: "gpus",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := tc.req
+			err := r.Validate(tc.limits)
+			if tc.wantField == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			var fe *domain.FieldError
+			if !errors.As(err, &fe) {
+				t.Fatalf("Validate() = %v (%T), want a *domain.FieldError on %q", err, err, tc.wantField)
+			}
+			if fe.Field != tc.wantField || fe.Rule == "" {
+				t.Errorf("FieldError{%q, %q}, want field %q with a rule", fe.Field, fe.Rule, tc.wantField)
+			}
+			if want := fe.Field + ": " + fe.Rule; err.Error() != want {
+				t.Errorf("Error() = %q, want %q", err.Error(), want)
+			}
+		})
+	}
+}
+
+// TestValidateNaNGrace: NaN compares false with every bound, so it must be
+// refused explicitly (it also cannot be encoded as JSON).
+func TestValidateNaNGrace(t *testing.T) {
+	r := dt.Task().Request()
+	r.GraceS = math.NaN()
+	err := r.Validate(domain.Limits{})
+	var fe *domain.FieldError
+	field := ""
+	if errors.As(err, &fe) {
+		field = fe.Field
+	}
+	regression(t, "validate.go Validate: GraceS NaN passes `r.GraceS < 0 || r.GraceS > 3600`",
+		cmp.Diff("grace", field))
+}
+
+// TestValidateFillsDefaults: what Validate normalises in place.
+func TestValidateFillsDefaults(t *testing.T) {
+	cases := map[string]struct {
+		in, want domain.Request
+	}{
+		"defaults": {
+			in: domain.Request{Name: "n", Team: "ml", GPUs: 1, Hours: 1, Hypothesis: "h", Command: "c"},
+			want: domain.Request{Name: "n", Team: "ml", Priority: "medium", GPUs: 1, Hours: 1, Hypothesis: "h", Command: "c",
+				PreemptSignal: "SIGUSR1", GraceS: 120},
+		},
+		"normalised": {
+			in: domain.Request{Name: "  n ", Team: "\tml", Priority: " HIGH", GPUs: 1, Hours: 1, Hypothesis: "h", Command: "c",
+				PreemptSignal: "term", GraceS: 30},
+			want: domain.Request{Name: "n", Team: "ml", Priority: "high", GPUs: 1, Hours: 1, Hypothesis: "h", Command: "c",
+				PreemptSignal: "SIGTERM", GraceS: 30},
+		},
+		"kept": {
+			in: domain.Request{Name: "n", Team: "ml", Priority: "critical", GPUs: 8, Hours: 72, Hypothesis: "h", Command: "c",
+				NoPreempt: true, PreemptSignal: "SIGUSR2", GraceS: 3600, GPUModel: "A100", MinGPUMemMiB: 1, IdempotencyKey: "k"},
+			want: domain.Request{Name: "n", Team: "ml", Priority: "critical", GPUs: 8, Hours: 72, Hypothesis: "h", Command: "c",
+				NoPreempt: true, PreemptSignal: "SIGUSR2", GraceS: 3600, GPUModel: "A100", MinGPUMemMiB: 1, IdempotencyKey: "k"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := tc.in
+			if err := got.Validate(domain.DefaultLimits); err != nil {
+				t.Fatalf("Validate() = %v", err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("request after Validate (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
