@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/gpuq/gpuq/pkg/decide"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/policy"
@@ -211,11 +212,11 @@ func (s *Scheduler) apply(st *domain.State, m events.Stored) error {
 func (s *Scheduler) pass(ctx context.Context, st *domain.State) (uint64, error) {
 	now := s.cfg.Now()
 	s.mu.Lock()
-	live := Liveness{LastSeen: s.seen, Timeout: s.cfg.NodeTimeout}
+	live := decide.Liveness{LastSeen: s.seen, Timeout: s.cfg.NodeTimeout}
 	if s.cfg.NodeTimeout < 0 {
 		live.Timeout = 0
 	}
-	cmds := Plan(st, s.cfg.Policy, now, live)
+	cmds := decide.Plan(st, s.cfg.Policy, now, live)
 	s.mu.Unlock()
 	var last uint64
 	for _, c := range cmds {

@@ -1,4 +1,8 @@
-package scheduler
+// Package decide turns the policy's decisions and the protocol's reactions
+// into the events the scheduler appends, with their guards: the one pure
+// step shared by the live scheduler and the simulator (gpuq sim), so both
+// drive the same decisions from the same log.
+package decide
 
 import (
 	"fmt"
