@@ -24,12 +24,14 @@ type State struct {
 	// LastTime is the time of the last applied event: the fold's "now".
 	LastTime time.Time
 
-	q queueIndex
+	q    queueIndex
+	live map[string]*Task // tasks not finished, or still holding GPUs
 }
 
 // NewState returns an empty state.
 func NewState() *State {
-	return &State{Tasks: map[string]*Task{}, Nodes: map[string]*Node{}, Owner: map[string]string{}, Idem: map[string]string{}}
+	return &State{Tasks: map[string]*Task{}, Nodes: map[string]*Node{}, Owner: map[string]string{}, Idem: map[string]string{},
+		live: map[string]*Task{}}
 }
 
 // IdemKey is the key of the idempotency index.
@@ -83,6 +85,7 @@ func (s *State) Apply(r events.Record) {
 		for _, t := range s.Tasks {
 			if t.State == Cancelled && t.Holding && t.holdsOn(e.Node) {
 				s.release(t)
+				s.track(t)
 			}
 		}
 		return
@@ -103,6 +106,7 @@ func (s *State) Apply(r events.Record) {
 		return
 	}
 	t.LastSeq = r.Seq
+	defer s.track(t)
 	switch e := r.Event.(type) {
 	case events.Amended:
 		if t.State.Terminal() {
@@ -238,6 +242,7 @@ func (s *State) submitted(seq uint64, e events.Submitted) {
 		SubmittedAt: e.SubmittedAt, SubmitSeq: seq, State: Queued, LastSeq: seq, Env: e.Env, Dir: e.Dir,
 	}
 	s.Tasks[t.ID] = t
+	s.track(t)
 	s.q.add(t)
 	if e.IdempotencyKey != "" {
 		k := IdemKey(e.Team, e.IdempotencyKey)
@@ -330,10 +335,25 @@ func (s *State) FreeGPUs(n *Node) []GPU {
 	return out
 }
 
+// track keeps the live index: tasks not finished or still holding GPUs.
+func (s *State) track(t *Task) {
+	if s.live == nil {
+		s.live = map[string]*Task{}
+	}
+	if t.State.Terminal() && !t.HoldsGPUs() {
+		delete(s.live, t.ID)
+	} else {
+		s.live[t.ID] = t
+	}
+}
+
+// Live returns the number of tasks not finished or still holding GPUs.
+func (s *State) Live() int { return len(s.live) }
+
 // Active returns the tasks holding GPUs, in submit order.
 func (s *State) Active() []*Task {
 	var out []*Task
-	for _, t := range s.Tasks {
+	for _, t := range s.live {
 		if t.HoldsGPUs() {
 			out = append(out, t)
 		}
@@ -378,6 +398,28 @@ func (s *State) Clone() *State {
 	for k, v := range s.Tasks {
 		c.Tasks[k] = v.Clone()
 	}
+	s.cloneIndexes(c)
+	return c
+}
+
+// CloneLive returns a copy holding only the live tasks (not finished, or
+// still holding GPUs) and every node: what a forward simulation needs,
+// at a cost that does not grow with the log's history.
+func (s *State) CloneLive() *State {
+	c := &State{Seq: s.Seq, LastTime: s.LastTime, Tasks: make(map[string]*Task, len(s.live)),
+		Nodes: make(map[string]*Node, len(s.Nodes)), Owner: make(map[string]string, len(s.Owner)), Idem: map[string]string{}}
+	for k, v := range s.live {
+		c.Tasks[k] = v.Clone()
+	}
+	s.cloneIndexes(c)
+	return c
+}
+
+func (s *State) cloneIndexes(c *State) {
+	c.live = make(map[string]*Task, len(s.live))
+	for k := range s.live {
+		c.live[k] = c.Tasks[k]
+	}
 	for p := range s.q.lists {
 		if len(s.q.lists[p]) == 0 {
 			continue
@@ -396,16 +438,21 @@ func (s *State) Clone() *State {
 	for k, v := range s.Owner {
 		c.Owner[k] = v
 	}
-	for k, v := range s.Idem {
-		c.Idem[k] = v
+	if len(c.Idem) == 0 && len(c.Tasks) == len(s.Tasks) {
+		for k, v := range s.Idem {
+			c.Idem[k] = v
+		}
 	}
-	return c
 }
 
 // InState returns the tasks in one state, in submit order.
 func (s *State) InState(st TaskState) []*Task {
 	var out []*Task
-	for _, t := range s.Tasks {
+	tasks := s.live
+	if st.Terminal() {
+		tasks = s.Tasks
+	}
+	for _, t := range tasks {
 		if t.State == st {
 			out = append(out, t)
 		}
