@@ -1,0 +1,238 @@
+package estimate
+
+import (
+	"math"
+	"sort"
+	"time"
+
+	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/policy"
+)
+
+// Estimate is a task's predicted wait.
+type Estimate struct {
+	P50Wait, P90Wait   time.Duration
+	P50Start, P90Start time.Time
+	// Raw is the forward simulation's wait before calibration.
+	Raw   time.Duration
+	Never bool // the task cannot start on this cluster as it is
+}
+
+// Estimator is the advisor's core, pure and deterministic: fed the log in
+// order (Observe, after the state applied each record), it learns run
+// times from completed tasks and the error of its own start estimates,
+// and estimates starts by forward simulation of the real policy.
+//
+// Calibration is conformal and online: the P50 and P90 are the forward
+// simulation's wait scaled by the median and 90th percentile of the
+// recent log-ratios of actual to simulated wait (over started tasks whose
+// simulated or actual wait was not zero). Only what already happened is
+// used — never the future of the log.
+type Estimator struct {
+	Pol  *policy.Policy
+	Pred *Predictor
+	// Window is how many recent residuals calibrate (default 400).
+	Window int
+	// Arrivals: model work that may still arrive ahead of a task from the
+	// recent arrival rate of higher classes (default on).
+	NoArrivals bool
+
+	res      ring
+	atSubmit map[string]Estimate
+	recent   []arrival // recent submissions, for arrival rates
+	stats    Stats
+}
+
+type arrival struct {
+	at    time.Time
+	prio  domain.Priority
+	gpus  int
+	hours float64
+	team  string
+}
+
+// Stats is the estimator's self-measurement: estimates made at
+// submission, judged when the task started.
+type Stats struct {
+	N           int     `json:"n"`            // judged tasks (actual wait ≥ 60 s)
+	P90Coverage float64 `json:"p90_coverage"` // share started by the P90
+	MedianAbsS  float64 `json:"p50_median_abs_err_s"`
+	Alerts      int     `json:"alerts"` // waits beyond 2× the P50 at submission
+	errs        []float64
+	covered     int
+}
+
+// calibration constant: waits are compared as log((w+c)/(raw+c)).
+const calC = 60.0
+
+// NewEstimator returns an estimator for the given policy.
+func NewEstimator(pol *policy.Policy) *Estimator {
+	return &Estimator{Pol: pol, Pred: NewPredictor(0), Window: 400, atSubmit: map[string]Estimate{}}
+}
+
+// Observe learns from one record, which st has just applied.
+func (e *Estimator) Observe(st *domain.State, r events.Record) {
+	if e.res.max == 0 {
+		if e.Window <= 0 {
+			e.Window = 400
+		}
+		e.res.max = e.Window
+	}
+	switch ev := r.Event.(type) {
+	case events.Submitted:
+		t := st.Tasks[ev.TaskID]
+		if t == nil || t.SubmitSeq != r.Seq {
+			return
+		}
+		e.recent = append(e.recent, arrival{at: t.SubmittedAt, prio: t.Priority, gpus: t.GPUs, hours: t.Hours, team: t.Team})
+		if len(e.recent) > 4096 {
+			e.recent = append(e.recent[:0], e.recent[2048:]...)
+		}
+		e.atSubmit[t.ID] = e.Estimate(st, t.ID, r.Envelope.Time)
+	case events.Started:
+		t := st.Tasks[ev.TaskID]
+		if t == nil || !t.FirstStarted.Equal(r.Envelope.Time) {
+			return
+		}
+		est, ok := e.atSubmit[t.ID]
+		if !ok {
+			return
+		}
+		delete(e.atSubmit, t.ID)
+		actual := t.FirstStarted.Sub(t.SubmittedAt).Seconds()
+		raw := est.Raw.Seconds()
+		if !est.Never && (raw > 0 || actual > 1) {
+			e.res.add(math.Log((math.Max(actual, 0) + calC) / (raw + calC)))
+		}
+		if actual >= 60 {
+			e.stats.N++
+			if !est.Never && actual <= est.P90Wait.Seconds()+1 {
+				e.stats.covered++
+			}
+			e.stats.errs = append(e.stats.errs, math.Abs(actual-est.P50Wait.Seconds()))
+		}
+		if est.P50Wait > 0 && actual > 2*est.P50Wait.Seconds() && actual >= 60 {
+			e.stats.Alerts++
+		}
+	case events.Completed:
+		if t := st.Tasks[ev.TaskID]; t != nil {
+			e.Pred.Observe(t)
+		}
+	case events.Cancelled, events.Failed:
+		delete(e.atSubmit, ev.Key())
+	}
+}
+
+// AtSubmit returns the estimate made when the task was submitted.
+func (e *Estimator) AtSubmit(id string) (Estimate, bool) {
+	est, ok := e.atSubmit[id]
+	return est, ok
+}
+
+// Stats returns the self-measurement so far.
+func (e *Estimator) Stats() Stats {
+	s := e.stats
+	if s.N > 0 {
+		s.P90Coverage = float64(s.covered) / float64(s.N)
+		errs := append([]float64(nil), s.errs...)
+		sort.Float64s(errs)
+		s.MedianAbsS = quantileSorted(errs, 0.5)
+	}
+	s.errs = nil
+	return s
+}
+
+// Estimate predicts when a queued task starts, at now.
+func (e *Estimator) Estimate(st *domain.State, id string, now time.Time) Estimate {
+	t := st.Tasks[id]
+	if t == nil {
+		return Estimate{Never: true}
+	}
+	if t.State != domain.Queued {
+		start := t.FirstStarted
+		if start.IsZero() {
+			start = now
+		}
+		return Estimate{P50Start: start, P90Start: start}
+	}
+	var arr []Arrival
+	if !e.NoArrivals {
+		arr = e.arrivalsAhead(t, now)
+	}
+	at, ok := Forward(st, e.Pol, e.Pred, now, id, 0.5, arr)
+	if !ok {
+		return Estimate{Never: true}
+	}
+	raw := at.Sub(now)
+	if raw < 0 {
+		raw = 0
+	}
+	return e.calibrate(raw, now)
+}
+
+func (e *Estimator) calibrate(raw time.Duration, now time.Time) Estimate {
+	q50, q90 := 0.0, math.Log(2)
+	if e.res.n() >= 20 {
+		q50, q90 = e.res.quantile(0.5), e.res.quantile(0.9)
+	}
+	scale := func(q float64) time.Duration {
+		if raw == 0 {
+			return 0 // it starts in this very pass: nothing to calibrate
+		}
+		w := (raw.Seconds()+calC)*math.Exp(q) - calC
+		if w < 0 {
+			w = 0
+		}
+		return seconds(w)
+	}
+	est := Estimate{Raw: raw, P50Wait: scale(q50), P90Wait: scale(q90)}
+	if est.P90Wait < est.P50Wait {
+		est.P90Wait = est.P50Wait
+	}
+	est.P50Start, est.P90Start = now.Add(est.P50Wait), now.Add(est.P90Wait)
+	return est
+}
+
+// arrivalsAhead predicts the work of strictly higher classes that will be
+// submitted while t waits, from the last 24 hours of submissions: each
+// higher class arrives at its observed rate, evenly spaced, with its mean
+// size, over the next 24 hours (capped at 200 arrivals).
+func (e *Estimator) arrivalsAhead(t *domain.Task, now time.Time) []Arrival {
+	const span = 24 * time.Hour
+	type agg struct {
+		n     int
+		gpus  int
+		hours float64
+	}
+	by := map[domain.Priority]*agg{}
+	for i := len(e.recent) - 1; i >= 0; i-- {
+		a := e.recent[i]
+		if now.Sub(a.at) > span {
+			break
+		}
+		if a.prio <= t.Priority {
+			continue
+		}
+		g := by[a.prio]
+		if g == nil {
+			g = &agg{}
+			by[a.prio] = g
+		}
+		g.n++
+		g.gpus += a.gpus
+		g.hours += a.hours
+	}
+	var out []Arrival
+	for p, g := range by {
+		if g.n < 2 {
+			continue
+		}
+		every := span / time.Duration(g.n)
+		for at := now.Add(every); at.Before(now.Add(span)) && len(out) < 200; at = at.Add(every) {
+			out = append(out, Arrival{At: at, GPUs: int(math.Round(float64(g.gpus) / float64(g.n))), Hours: g.hours / float64(g.n), Priority: p})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
+	return out
+}

@@ -1,0 +1,230 @@
+package estimate
+
+import (
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gpuq/gpuq/pkg/domain"
+)
+
+// Predictor learns run times from completed tasks: the ratio of actual to
+// user-estimated run time, by team and by name prefix, shrunk toward the
+// global ratio when a group's history is thin. It keeps the most recent
+// ratios of each group (a window), so it follows drift.
+type Predictor struct {
+	window int
+	global ring
+	team   map[string]*ring
+	prefix map[string]*ring
+}
+
+// Shrink is the pseudo-count of the shrinkage toward the global ratios: a
+// group with n samples gets weight n/(n+Shrink).
+const Shrink = 20
+
+// NewPredictor keeps the last window ratios per group (default 2000).
+func NewPredictor(window int) *Predictor {
+	if window <= 0 {
+		window = 2000
+	}
+	return &Predictor{window: window, global: ring{max: window}, team: map[string]*ring{}, prefix: map[string]*ring{}}
+}
+
+// Observe learns from a completed task.
+func (p *Predictor) Observe(t *domain.Task) {
+	est := t.Hours * 3600
+	if est <= 0 || t.RunSeconds <= 0 {
+		return
+	}
+	r := math.Log(t.RunSeconds / est)
+	p.global.add(r)
+	p.group(p.team, t.Team).add(r)
+	p.group(p.prefix, Prefix(t.Name)).add(r)
+}
+
+func (p *Predictor) group(m map[string]*ring, k string) *ring {
+	g := m[k]
+	if g == nil {
+		g = &ring{max: p.window / 4}
+		m[k] = g
+	}
+	return g
+}
+
+// Prefix is a task name's family: up to the first digit or separator
+// after the first letter ("resnet50-lr3e-4" → "resnet").
+func Prefix(name string) string {
+	name = strings.ToLower(name)
+	for i, c := range name {
+		if i > 0 && (c == '-' || c == '_' || c == '.' || c == ' ' || c == '/' || (c >= '0' && c <= '9')) {
+			return name[:i]
+		}
+	}
+	return name
+}
+
+// Samples reports how many ratios the predictor has learned.
+func (p *Predictor) Samples() int { return p.global.n() }
+
+// logRatio returns the q-quantile of the log ratio for t.
+func (p *Predictor) logRatio(t *domain.Task, q float64) float64 {
+	if p.global.n() == 0 {
+		return priorLogRatio(q)
+	}
+	g := p.global.quantile(q)
+	v, w := 0.0, 0.0
+	for _, r := range []*ring{p.team[t.Team], p.prefix[Prefix(t.Name)]} {
+		if r == nil || r.n() == 0 {
+			continue
+		}
+		wi := float64(r.n()) / float64(r.n()+Shrink)
+		v += wi * r.quantile(q)
+		w += wi
+	}
+	if w == 0 {
+		return g
+	}
+	// Average the groups' shrunk estimates: each is w_i·group + (1-w_i)·global.
+	n := 0.0
+	for _, r := range []*ring{p.team[t.Team], p.prefix[Prefix(t.Name)]} {
+		if r != nil && r.n() > 0 {
+			n++
+		}
+	}
+	return (v + (n-w)*g) / n
+}
+
+// priorLogRatio: before any history, the user's estimate is the median and
+// a factor of 3 the P90 (users' estimates are famously loose).
+func priorLogRatio(q float64) float64 {
+	return math.Log(3) / 1.2816 * normQuantile(q)
+}
+
+// Total is the q-quantile of t's whole run time.
+func (p *Predictor) Total(t *domain.Task, q float64) time.Duration {
+	est := t.Hours * 3600
+	if est <= 0 {
+		est = 4 * 3600
+	}
+	return seconds(est * math.Exp(p.logRatio(t, q)))
+}
+
+// Remaining is the q-quantile of t's remaining run time given that it has
+// run for elapsed (conditioned: the quantile is taken in the part of the
+// distribution beyond elapsed), never below a minute.
+func (p *Predictor) Remaining(t *domain.Task, elapsed time.Duration, q float64) time.Duration {
+	done := t.RunSeconds + elapsed.Seconds()
+	est := t.Hours * 3600
+	if est <= 0 {
+		est = 4 * 3600
+	}
+	if done <= 0 {
+		return p.Total(t, q)
+	}
+	// u = P(total ≤ done); the conditional q-quantile is at u + q(1-u).
+	x := math.Log(done / est)
+	u := p.cdf(t, x)
+	qq := u + q*(1-u)
+	if qq > 0.995 {
+		qq = 0.995
+	}
+	rem := est*math.Exp(p.logRatio(t, qq)) - done
+	if min := math.Max(60, 0.1*elapsed.Seconds()); rem < min {
+		rem = min
+	}
+	return seconds(rem)
+}
+
+// cdf inverts logRatio by bisection (it is monotone in q).
+func (p *Predictor) cdf(t *domain.Task, x float64) float64 {
+	lo, hi := 0.0, 1.0
+	for i := 0; i < 20; i++ {
+		mid := (lo + hi) / 2
+		if p.logRatio(t, mid) < x {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return (lo + hi) / 2
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// ring is a window of the most recent values with sorted quantiles.
+type ring struct {
+	max    int
+	vals   []float64
+	next   int
+	sorted []float64
+	dirty  bool
+}
+
+func (r *ring) add(v float64) {
+	if len(r.vals) < r.max {
+		r.vals = append(r.vals, v)
+	} else {
+		r.vals[r.next] = v
+		r.next = (r.next + 1) % r.max
+	}
+	r.dirty = true
+}
+
+func (r *ring) n() int { return len(r.vals) }
+
+func (r *ring) quantile(q float64) float64 {
+	if r.dirty || r.sorted == nil {
+		r.sorted = append(r.sorted[:0], r.vals...)
+		sort.Float64s(r.sorted)
+		r.dirty = false
+	}
+	return quantileSorted(r.sorted, q)
+}
+
+// quantileSorted interpolates linearly between order statistics.
+func quantileSorted(s []float64, q float64) float64 {
+	if len(s) == 0 {
+		return 0
+	}
+	if q <= 0 {
+		return s[0]
+	}
+	if q >= 1 {
+		return s[len(s)-1]
+	}
+	pos := q * float64(len(s)-1)
+	i := int(pos)
+	if i+1 >= len(s) {
+		return s[i]
+	}
+	f := pos - float64(i)
+	return s[i]*(1-f) + s[i+1]*f
+}
+
+// normQuantile is the standard normal quantile (Acklam's approximation).
+func normQuantile(p float64) float64 {
+	if p <= 0 {
+		return -8
+	}
+	if p >= 1 {
+		return 8
+	}
+	a := []float64{-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02, 1.383577518672690e+02, -3.066479806614716e+01, 2.506628277459239e+00}
+	b := []float64{-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02, 6.680131188771972e+01, -1.328068155288572e+01}
+	c := []float64{-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00, -2.549732539343734e+00, 4.374664141464968e+00, 2.938163982698783e+00}
+	d := []float64{7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00, 3.754408661907416e+00}
+	const pl = 0.02425
+	switch {
+	case p < pl:
+		q := math.Sqrt(-2 * math.Log(p))
+		return (((((c[0]*q+c[1])*q+c[2])*q+c[3])*q+c[4])*q + c[5]) / ((((d[0]*q+d[1])*q+d[2])*q+d[3])*q + 1)
+	case p > 1-pl:
+		q := math.Sqrt(-2 * math.Log(1-p))
+		return -(((((c[0]*q+c[1])*q+c[2])*q+c[3])*q+c[4])*q + c[5]) / ((((d[0]*q+d[1])*q+d[2])*q+d[3])*q + 1)
+	}
+	q := p - 0.5
+	r := q * q
+	return (((((a[0]*r+a[1])*r+a[2])*r+a[3])*r+a[4])*r + a[5]) * q / (((((b[0]*r+b[1])*r+b[2])*r+b[3])*r+b[4])*r + 1)
+}
