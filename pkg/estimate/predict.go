@@ -14,6 +14,9 @@ import (
 // global ratio when a group's history is thin. It keeps the most recent
 // ratios of each group (a window), so it follows drift.
 type Predictor struct {
+	// Exact makes the predictor take the user's estimate at face value
+	// (what Slurm's backfill does with walltimes): no learning, no spread.
+	Exact  bool
 	window int
 	global ring
 	team   map[string]*ring
@@ -35,6 +38,9 @@ func NewPredictor(window int) *Predictor {
 // Observe learns from a completed task.
 func (p *Predictor) Observe(t *domain.Task) {
 	est := t.Hours * 3600
+	if p.Exact {
+		return
+	}
 	if est <= 0 || t.RunSeconds <= 0 {
 		return
 	}
@@ -108,6 +114,9 @@ func (p *Predictor) Total(t *domain.Task, q float64) time.Duration {
 	if est <= 0 {
 		est = 4 * 3600
 	}
+	if p.Exact {
+		return seconds(est)
+	}
 	return seconds(est * math.Exp(p.logRatio(t, q)))
 }
 
@@ -122,6 +131,9 @@ func (p *Predictor) Remaining(t *domain.Task, elapsed time.Duration, q float64) 
 	}
 	if done <= 0 {
 		return p.Total(t, q)
+	}
+	if p.Exact {
+		return seconds(math.Max(est-done, 60))
 	}
 	// u = P(total ≤ done); the conditional q-quantile is at u + q(1-u).
 	x := math.Log(done / est)
