@@ -30,7 +30,9 @@ type Liveness struct {
 // Plan is the scheduler's pure step: protocol reactions to what happened
 // (declare silent nodes lost and requeue their tasks; requeue what was
 // preempted) and the policy's decisions, as events.
-func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness) []Command {
+//
+// predict is the policy's run-time prediction (nil: the users' estimates).
+func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, predict func(*domain.Task) time.Duration) []Command {
 	var out []Command
 	guard := func(t *domain.Task) *events.Expect {
 		return &events.Expect{Filter: events.TaskSubjects(t.ID), LastSeq: t.LastSeq}
@@ -81,7 +83,7 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness) []Co
 		}
 	}
 	// 2. The policy's decisions.
-	for _, d := range p.Schedule(policy.Input{State: st, Now: now}) {
+	for _, d := range p.Schedule(policy.Input{State: st, Now: now, Predict: predict}) {
 		t := st.Tasks[d.TaskID]
 		switch d.Kind {
 		case policy.Dispatch:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuq/gpuq/pkg/decide"
 	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/policy"
 )
@@ -42,6 +43,7 @@ type Scheduler struct {
 	state *domain.State
 	lead  bool
 	seen  map[string]time.Time // node heartbeats
+	pred  *estimate.Predictor  // run times learned from the log, for backfill
 }
 
 // New returns an instance; Run starts it.
@@ -117,7 +119,8 @@ func (s *Scheduler) lead_(ctx context.Context) error {
 	log := s.cfg.Log
 	// 1. Fold the whole log.
 	st := domain.NewState()
-	if _, err := events.ReadAll(ctx, log, 1, "", func(r events.Record) error { st.Apply(r); return nil }); err != nil {
+	s.pred = estimate.NewPredictor(0)
+	if _, err := events.ReadAll(ctx, log, 1, "", func(r events.Record) error { s.fold(st, r); return nil }); err != nil {
 		return err
 	}
 	// Every known node gets a full timeout to show its heartbeat.
@@ -202,9 +205,19 @@ func (s *Scheduler) apply(st *domain.State, m events.Stored) error {
 		return nil
 	}
 	s.mu.Lock()
-	st.Apply(r)
+	s.fold(st, r)
 	s.mu.Unlock()
 	return nil
+}
+
+// fold applies a record and learns run times from completions.
+func (s *Scheduler) fold(st *domain.State, r events.Record) {
+	st.Apply(r)
+	if c, ok := r.Event.(events.Completed); ok {
+		if t := st.Tasks[c.TaskID]; t != nil {
+			s.pred.Observe(t)
+		}
+	}
 }
 
 // pass runs the pure policy and the protocol reactions and appends their
@@ -216,7 +229,7 @@ func (s *Scheduler) pass(ctx context.Context, st *domain.State) (uint64, error) 
 	if s.cfg.NodeTimeout < 0 {
 		live.Timeout = 0
 	}
-	cmds := decide.Plan(st, s.cfg.Policy, now, live)
+	cmds := decide.Plan(st, s.cfg.Policy, now, live, func(t *domain.Task) time.Duration { return s.pred.Total(t, 0.5) })
 	s.mu.Unlock()
 	var last uint64
 	for _, c := range cmds {
