@@ -166,7 +166,7 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 			Logger: logger.With().Str("svc", "scheduler").Logger(), LeaseTTL: 5 * time.Second, Ready: readyFn(1)})
 	})
 	spawn("advisor", func() error {
-		return advisor.Run(ctx, advisor.Config{Log: log, JS: js, Policy: policy.New(opts), Logger: logger.With().Str("svc", "advisor").Logger(), Ready: readyFn(2)})
+		return advisor.Run(ctx, advisor.Config{Log: log, JS: js, NC: nc, Policy: policy.New(opts), Logger: logger.With().Str("svc", "advisor").Logger(), Ready: readyFn(2)})
 	})
 	for i := 1; i <= f.nodes; i++ {
 		node := fmt.Sprintf("node-%d", i)

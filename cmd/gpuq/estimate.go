@@ -5,64 +5,228 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 	"time"
 
 	js "github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/gpuq/gpuq/pkg/api"
+	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
 )
 
 func newEstimate() *cobra.Command {
 	var f clientFlags
+	var req api.EstimateRequest
 	c := &cobra.Command{
-		Use:   "estimate ID",
+		Use:   "estimate ID [--what-if-gpus N] [--what-if-priority P]",
 		Short: "When the task will start (P50/P90), why it waits, what to do meanwhile",
 		Args:  oneID,
 		RunE: func(c *cobra.Command, args []string) error {
-			nc, err := f.connect()
+			req.TaskID = args[0]
+			if c.Flags().Changed("what-if-gpus") && req.WhatIfGPUs < 1 {
+				return invalid("what-if-gpus", "must be ≥ 1")
+			}
+			if req.WhatIfPriority != "" {
+				if _, err := domain.ParsePriority(req.WhatIfPriority); err != nil {
+					return invalid("what-if-priority", "must be one of critical, high, medium, low")
+				}
+			}
+			cl, done, err := f.client()
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			ctx, cancel := context.WithTimeout(c.Context(), 10*time.Second)
-			defer cancel()
-			j, err := js.New(nc)
-			if err != nil {
-				return err
-			}
-			s, err := j.Stream(ctx, events.AdviceStreamName)
-			if err != nil {
-				return fmt.Errorf("advice stream: %w (is the advisor running?)", err)
-			}
-			m, err := s.GetLastMsgForSubject(ctx, events.AdviceSubject(args[0]))
-			if errors.Is(err, js.ErrMsgNotFound) {
-				return &exitError{exitNotFound, fmt.Errorf("no advice for task %s (unknown, or not queued)", args[0])}
-			}
-			if err != nil {
-				return err
-			}
+			defer done()
 			var a estimate.Advice
-			if err := json.Unmarshal(m.Data, &a); err != nil {
+			if err := cl.Call(api.OpEstimate, req, &a); err != nil {
 				return err
 			}
 			if f.json {
 				return printJSON(os.Stdout, a)
 			}
-			fmt.Printf("task %s: %s, position %d\n", a.TaskID, a.State, a.Position)
-			if a.State == "queued" {
-				fmt.Printf("start: P50 %s (in %s), P90 %s\n", a.P50Start.Local().Format(time.DateTime),
-					time.Duration(a.P50WaitS*float64(time.Second)).Round(time.Second), a.P90Start.Local().Format(time.DateTime))
-				fmt.Printf("why:   %s\nnow:   %s\n", a.Reason, a.ActionText)
+			printAdvice(os.Stdout, a, time.Now())
+			return nil
+		},
+	}
+	f.add(c)
+	c.Flags().IntVar(&req.WhatIfGPUs, "what-if-gpus", 0, "the estimate with this many GPUs instead (changes nothing)")
+	c.Flags().StringVar(&req.WhatIfPriority, "what-if-priority", "", "the estimate at this class instead (changes nothing)")
+	return c
+}
+
+func printAdvice(w io.Writer, a estimate.Advice, now time.Time) {
+	fmt.Fprintf(w, "task %s: %s", a.TaskID, a.State)
+	if a.State != string(domain.Queued) {
+		fmt.Fprintln(w)
+		return
+	}
+	fmt.Fprintf(w, ", position %d\n", a.Position)
+	if a.Method == "never" {
+		fmt.Fprintf(w, "start: never on this cluster as it is (%s)\n", a.Reason)
+	} else {
+		fmt.Fprintf(w, "start: P50 %s (in %s), P90 %s (in %s)\n", a.P50Start.Local().Format(time.DateTime), until(a.P50Start, now),
+			a.P90Start.Local().Format(time.DateTime), until(a.P90Start, now))
+	}
+	why := a.Reason
+	if len(a.Blockers) > 0 {
+		why += " (" + strings.Join(a.Blockers, ", ") + ")"
+	}
+	fmt.Fprintf(w, "why:   %s\nnow:   %s\n", why, a.ActionText)
+	for _, s := range a.Suggestions {
+		fmt.Fprintf(w, "idea:  %s", s.Text)
+		if s.Command != "" {
+			fmt.Fprintf(w, " — %s", s.Command)
+		}
+		fmt.Fprintln(w)
+	}
+	if a.Alert != "" {
+		fmt.Fprintf(w, "ALERT: %s\n", a.Alert)
+	}
+}
+
+func until(t, now time.Time) string {
+	d := t.Sub(now).Round(time.Second)
+	if d < 0 {
+		d = 0
+	}
+	return d.String()
+}
+
+func newStats() *cobra.Command {
+	var f clientFlags
+	c := &cobra.Command{
+		Use:   "stats estimates",
+		Short: "How right the estimates were: P90 coverage, median P50 error, alerts",
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) != 1 || args[0] != "estimates" {
+				return invalid("what", "the only statistics are `estimates`")
 			}
-			if a.Alert != "" {
-				fmt.Printf("ALERT: %s\n", a.Alert)
+			return nil
+		},
+		RunE: func(c *cobra.Command, _ []string) error {
+			cl, done, err := f.client()
+			if err != nil {
+				return err
 			}
+			defer done()
+			var s map[string]any
+			if err := cl.Call(api.OpStats, struct{}{}, &s); err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(os.Stdout, s)
+			}
+			fmt.Printf("judged: %v tasks (waited ≥ 60 s)\nP90 coverage: %.1f%%\nmedian |P50 error|: %s\nalerts raised: %v\n",
+				s["n"], 100*num(s["p90_coverage"]), time.Duration(num(s["p50_median_abs_err_s"])*float64(time.Second)).Round(time.Second), s["alerts_raised"])
 			return nil
 		},
 	}
 	f.add(c)
 	return c
+}
+
+func num(v any) float64 {
+	f, _ := v.(float64)
+	return f
+}
+
+func newWait() *cobra.Command {
+	var f clientFlags
+	var timeout time.Duration
+	c := &cobra.Command{
+		Use:   "wait ID [--timeout D]",
+		Short: "Block until the task starts (exit 0) or ends without starting (exit 4); shows when, why and what to do",
+		Args:  oneID,
+		RunE: func(c *cobra.Command, args []string) error {
+			id := args[0]
+			cl, done, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer done()
+			ctx := c.Context()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			tty := isTTY(os.Stdout) && !f.json
+			enc := json.NewEncoder(os.Stdout)
+			var last string
+			lines := 0
+			for {
+				var v api.TaskView
+				if err := cl.Call(api.OpShow, api.IDRequest{TaskID: id}, &v); err != nil {
+					return err
+				}
+				started := v.StartedAt != nil || v.State == string(domain.Running)
+				var a estimate.Advice
+				if !started && !domain.TaskState(v.State).Terminal() {
+					if err := cl.Call(api.OpEstimate, api.EstimateRequest{TaskID: id}, &a); err != nil && !api.IsNotFound(err) {
+						return err
+					}
+				}
+				a.TaskID, a.State = id, v.State
+				key := fmt.Sprintf("%s|%d|%s|%s|%s|%.0f", a.State, a.Position, a.Reason, a.Action, a.Alert, a.P50WaitS/60)
+				switch {
+				case f.json && key != last:
+					_ = enc.Encode(a)
+				case tty:
+					if lines > 0 {
+						fmt.Printf("\033[%dA\033[J", lines)
+					}
+					var b strings.Builder
+					printAdvice(&b, a, time.Now())
+					fmt.Print(b.String())
+					lines = strings.Count(b.String(), "\n")
+				case key != last:
+					printAdvice(os.Stdout, a, time.Now())
+				}
+				last = key
+				switch {
+				case started:
+					if !f.json {
+						fmt.Printf("started on %s\n", v.Node)
+					}
+					return nil
+				case domain.TaskState(v.State).Terminal():
+					return &exitError{exitNotRun, fmt.Errorf("task %s ended without starting: %s", id, v.State)}
+				}
+				select {
+				case <-ctx.Done():
+					if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+						return &exitError{exitTimeout, fmt.Errorf("task %s has not started after %s", id, timeout)}
+					}
+					return ctx.Err()
+				case <-time.After(time.Second):
+				}
+			}
+		},
+	}
+	f.add(c)
+	c.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (exit 5)")
+	return c
+}
+
+func isTTY(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// lastAdvice reads the latest published advice of a task (no advisor round trip).
+func lastAdvice(ctx context.Context, j js.JetStream, id string) (estimate.Advice, error) {
+	var a estimate.Advice
+	s, err := j.Stream(ctx, events.AdviceStreamName)
+	if err != nil {
+		return a, err
+	}
+	m, err := s.GetLastMsgForSubject(ctx, events.AdviceSubject(id))
+	if err != nil {
+		return a, err
+	}
+	return a, json.Unmarshal(m.Data, &a)
 }

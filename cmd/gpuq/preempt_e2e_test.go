@@ -56,6 +56,10 @@ func TestPreemptCheckpointResume(t *testing.T) {
 	}
 	low := sub("low-train", "low", `GPUQ_BIN="$CLI_BIN" python3 `+train+` --steps 80 --step-seconds 0.05`)
 	s.waitState(low, "running", 30*time.Second)
+	// Until the job has installed its signal handler, a preemption kills it
+	// (and it restarts from scratch): wait for its first line.
+	lowLog := filepath.Join(s.dir, "node-1", "tasks", low, "output.log")
+	wait(t, func() bool { b, _ := os.ReadFile(lowLog); return strings.Contains(string(b), "GPUs:") })
 	high := sub("high-eval", "high", "sleep 0.3")
 	time.Sleep(1500 * time.Millisecond)
 	if v := s.waitState(high, "queued", time.Second); v.State != "queued" {

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	js "github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/gpuq/gpuq/pkg/api"
@@ -106,6 +107,16 @@ func newShow() *cobra.Command {
 			var v api.TaskView
 			if err := cl.Call(api.OpShow, api.IDRequest{TaskID: args[0]}, &v); err != nil {
 				return err
+			}
+			// While queued, the reason is the advisor's latest word on it.
+			if v.State == string(domain.Queued) {
+				if j, err := js.New(cl.NC); err == nil {
+					ctx, cancel := context.WithTimeout(c.Context(), 3*time.Second)
+					if a, err := lastAdvice(ctx, j, v.TaskID); err == nil && a.State == v.State && a.Reason != "" {
+						v.Reason = a.Reason
+					}
+					cancel()
+				}
 			}
 			if f.json {
 				return printJSON(os.Stdout, v)

@@ -150,3 +150,18 @@ type HistoryEntry struct {
 	CausationID string          `json:"causation_id,omitempty"`
 	Data        json.RawMessage `json:"data"`
 }
+
+// Advisor operations (queue group "advisor").
+const (
+	OpEstimate        = "estimate"
+	OpStats           = "stats"
+	AdvisorQueueGroup = "advisor"
+)
+
+// EstimateRequest asks for a task's advice, or for a what-if: the advice
+// the task would have with another GPU count or class, changing nothing.
+type EstimateRequest struct {
+	TaskID         string `json:"task_id"`
+	WhatIfGPUs     int    `json:"what_if_gpus,omitempty"`
+	WhatIfPriority string `json:"what_if_priority,omitempty"`
+}

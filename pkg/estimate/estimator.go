@@ -158,17 +158,41 @@ func (e *Estimator) Estimate(st *domain.State, id string, now time.Time) Estimat
 	}
 	var arr []Arrival
 	if !e.NoArrivals {
-		arr = e.arrivalsAhead(t, now)
+		arr = e.arrivals(now, t.Priority+1)
 	}
 	at, ok := Forward(st, e.Pol, e.Pred, now, id, 0.5, arr)
 	if !ok {
 		return Estimate{Never: true}
 	}
-	raw := at.Sub(now)
-	if raw < 0 {
-		raw = 0
+	return e.calibrate(nonNeg(at.Sub(now)), now)
+}
+
+// EstimateAll estimates every queued task with one forward simulation
+// (arrivals of every class at their recent rates; each lands at its place
+// in the order, so it delays only the tasks behind it).
+func (e *Estimator) EstimateAll(st *domain.State, now time.Time) map[string]Estimate {
+	var arr []Arrival
+	if !e.NoArrivals {
+		arr = e.arrivals(now, domain.Low)
 	}
-	return e.calibrate(raw, now)
+	starts := ForwardAll(st, e.Pol, e.Pred, now, 0.5, arr)
+	out := map[string]Estimate{}
+	for _, t := range st.Queued() {
+		at, ok := starts[t.ID]
+		if !ok {
+			out[t.ID] = Estimate{Never: true}
+			continue
+		}
+		out[t.ID] = e.calibrate(nonNeg(at.Sub(now)), now)
+	}
+	return out
+}
+
+func nonNeg(d time.Duration) time.Duration {
+	if d < 0 {
+		return 0
+	}
+	return d
 }
 
 func (e *Estimator) calibrate(raw time.Duration, now time.Time) Estimate {
@@ -194,11 +218,11 @@ func (e *Estimator) calibrate(raw time.Duration, now time.Time) Estimate {
 	return est
 }
 
-// arrivalsAhead predicts the work of strictly higher classes that will be
-// submitted while t waits, from the last 24 hours of submissions: each
-// higher class arrives at its observed rate, evenly spaced, with its mean
-// size, over the next 24 hours (capped at 200 arrivals).
-func (e *Estimator) arrivalsAhead(t *domain.Task, now time.Time) []Arrival {
+// arrivals predicts the work of classes ≥ min that will be submitted in
+// the next 24 hours from the last 24 hours of submissions: each class
+// arrives at its observed rate, evenly spaced, with its mean size (capped
+// at 200 arrivals). A class seen fewer than twice is left out.
+func (e *Estimator) arrivals(now time.Time, min domain.Priority) []Arrival {
 	const span = 24 * time.Hour
 	type agg struct {
 		n     int
@@ -211,7 +235,7 @@ func (e *Estimator) arrivalsAhead(t *domain.Task, now time.Time) []Arrival {
 		if now.Sub(a.at) > span {
 			break
 		}
-		if a.prio <= t.Priority {
+		if a.prio < min {
 			continue
 		}
 		g := by[a.prio]
@@ -224,7 +248,11 @@ func (e *Estimator) arrivalsAhead(t *domain.Task, now time.Time) []Arrival {
 		g.hours += a.hours
 	}
 	var out []Arrival
-	for p, g := range by {
+	for _, p := range domain.Priorities {
+		g := by[p]
+		if g == nil {
+			continue
+		}
 		if g.n < 2 {
 			continue
 		}
@@ -233,6 +261,6 @@ func (e *Estimator) arrivalsAhead(t *domain.Task, now time.Time) []Arrival {
 			out = append(out, Arrival{At: at, GPUs: int(math.Round(float64(g.gpus) / float64(g.n))), Hours: g.hours / float64(g.n), Priority: p})
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
 	return out
 }

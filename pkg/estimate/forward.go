@@ -27,7 +27,16 @@ type Arrival struct {
 // or the horizon of maxSteps is reached). st is not modified: the
 // simulation runs on st.CloneLive().
 func Forward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, target string, q float64, arrivals []Arrival) (time.Time, bool) {
-	return forward(st.CloneLive(), pol, pred, now, target, q, arrivals, 100000)
+	starts := forward(st.CloneLive(), pol, pred, now, target, q, arrivals, 100000)
+	at, ok := starts[target]
+	return at, ok
+}
+
+// ForwardAll is Forward for every queued task at once — one simulation
+// until all of them started — which is what re-estimating the whole queue
+// after an event costs. Tasks missing from the result never start.
+func ForwardAll(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, q float64, arrivals []Arrival) map[string]time.Time {
+	return forward(st.CloneLive(), pol, pred, now, "", q, arrivals, 1000000)
 }
 
 type fwd struct {
@@ -39,13 +48,28 @@ type fwd struct {
 	ends  endHeap
 }
 
-func forward(sim *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, target string, q float64, arrivals []Arrival, maxSteps int) (time.Time, bool) {
-	tt := sim.Tasks[target]
-	if tt == nil {
-		return time.Time{}, false
+func forward(sim *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, target string, q float64, arrivals []Arrival, maxSteps int) map[string]time.Time {
+	starts := map[string]time.Time{}
+	waiting := map[string]bool{}
+	if target != "" {
+		tt := sim.Tasks[target]
+		if tt == nil {
+			return starts
+		}
+		if tt.State != domain.Queued {
+			if !tt.FirstStarted.IsZero() {
+				starts[target] = tt.FirstStarted
+			}
+			return starts
+		}
+		waiting[target] = true
+	} else {
+		for _, t := range sim.Queued() {
+			waiting[t.ID] = true
+		}
 	}
-	if tt.State != domain.Queued {
-		return tt.FirstStarted, !tt.FirstStarted.IsZero()
+	if len(waiting) == 0 {
+		return starts
 	}
 	f := &fwd{sim: sim, pred: pred, q: q, vnow: now, total: map[string]time.Duration{}}
 	// 1. The tasks holding GPUs end at their conditional predicted end.
@@ -66,8 +90,8 @@ func forward(sim *domain.State, pol *policy.Policy, pred *Predictor, now time.Ti
 			return d
 		}
 		d := pred.Total(t, q) - time.Duration(t.RunSeconds*float64(time.Second))
-		if d < time.Minute {
-			d = time.Minute
+		if d < 5*time.Second {
+			d = 5 * time.Second
 		}
 		f.total[t.ID] = d
 		return d
@@ -83,8 +107,12 @@ func forward(sim *domain.State, pol *policy.Policy, pred *Predictor, now time.Ti
 			case policy.Dispatch:
 				f.apply(events.Dispatched{TaskID: t.ID, Placements: d.Placements})
 				f.apply(events.Started{TaskID: t.ID})
-				if t.ID == target {
-					return f.vnow, true
+				if waiting[t.ID] {
+					starts[t.ID] = f.vnow
+					delete(waiting, t.ID)
+					if len(waiting) == 0 {
+						return starts
+					}
 				}
 				delete(f.total, t.ID)
 				heap.Push(&f.ends, end{at: f.vnow.Add(predict(t)), id: t.ID, dispatch: t.DispatchSeq})
@@ -123,7 +151,7 @@ func forward(sim *domain.State, pol *policy.Policy, pred *Predictor, now time.Ti
 			continue
 		}
 		if !hasEnd {
-			return time.Time{}, false // nothing will free GPUs: it never starts
+			return starts // nothing will free GPUs: the rest never start
 		}
 		e := heap.Pop(&f.ends).(end)
 		if e.at.After(f.vnow) {
@@ -137,7 +165,7 @@ func forward(sim *domain.State, pol *policy.Policy, pred *Predictor, now time.Ti
 			f.apply(events.Completed{TaskID: t.ID})
 		}
 	}
-	return time.Time{}, false
+	return starts
 }
 
 func (f *fwd) apply(e events.Event) {

@@ -122,7 +122,8 @@ func (p *Predictor) Total(t *domain.Task, q float64) time.Duration {
 
 // Remaining is the q-quantile of t's remaining run time given that it has
 // run for elapsed (conditioned: the quantile is taken in the part of the
-// distribution beyond elapsed), never below a minute.
+// distribution beyond elapsed), never below 5 s or a tenth of elapsed: a
+// task past its prediction is expected to end soon, not now.
 func (p *Predictor) Remaining(t *domain.Task, elapsed time.Duration, q float64) time.Duration {
 	done := t.RunSeconds + elapsed.Seconds()
 	est := t.Hours * 3600
@@ -133,7 +134,7 @@ func (p *Predictor) Remaining(t *domain.Task, elapsed time.Duration, q float64) 
 		return p.Total(t, q)
 	}
 	if p.Exact {
-		return seconds(math.Max(est-done, 60))
+		return seconds(math.Max(est-done, 5))
 	}
 	// u = P(total ≤ done); the conditional q-quantile is at u + q(1-u).
 	x := math.Log(done / est)
@@ -143,7 +144,7 @@ func (p *Predictor) Remaining(t *domain.Task, elapsed time.Duration, q float64) 
 		qq = 0.995
 	}
 	rem := est*math.Exp(p.logRatio(t, qq)) - done
-	if min := math.Max(60, 0.1*elapsed.Seconds()); rem < min {
+	if min := math.Max(5, 0.1*elapsed.Seconds()); rem < min {
 		rem = min
 	}
 	return seconds(rem)

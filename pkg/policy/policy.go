@@ -131,15 +131,15 @@ func (in Input) predict(t *domain.Task) time.Duration {
 }
 
 // remaining is the predicted time until a holding task ends, at least a
-// minute (a task past its prediction is expected to end soon, not now).
+// second (a task past its prediction is expected to end soon, not now).
 func (in Input) remaining(t *domain.Task) time.Duration {
 	elapsed := time.Duration(0)
 	if !t.StartedAt.IsZero() && in.Now.After(t.StartedAt) {
 		elapsed = in.Now.Sub(t.StartedAt)
 	}
 	r := in.predict(t) - elapsed
-	if r < time.Minute {
-		r = time.Minute
+	if r < time.Second {
+		r = time.Second
 	}
 	return r
 }

@@ -3,13 +3,16 @@ package advisor
 import (
 	"context"
 	"encoding/json"
-	"math"
+	"fmt"
 	"sort"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
@@ -20,7 +23,8 @@ import (
 type Config struct {
 	Log    events.Log
 	JS     jetstream.JetStream // publishes to the advice stream
-	Policy *policy.Policy      // the scheduler's policy, for reasons
+	NC     *nats.Conn          // answers estimate and stats requests (optional)
+	Policy *policy.Policy      // the scheduler's policy: estimates run it
 	Logger zerolog.Logger
 	Now    func() time.Time
 	Tick   time.Duration // re-advise without events (default 5 s)
@@ -29,9 +33,12 @@ type Config struct {
 
 // Advisor is one running advisor.
 type Advisor struct {
-	cfg  Config
-	st   *domain.State
-	last map[string]estimate.Advice
+	cfg    Config
+	mu     sync.Mutex
+	st     *domain.State
+	est    *estimate.Estimator
+	last   map[string]estimate.Advice
+	alerts int // alerts raised (transitions into alert), for operators
 }
 
 // Run blocks until ctx ends.
@@ -45,11 +52,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Policy == nil {
 		cfg.Policy = policy.New(policy.Options{})
 	}
-	a := &Advisor{cfg: cfg, st: domain.NewState(), last: map[string]estimate.Advice{}}
+	a := &Advisor{cfg: cfg, st: domain.NewState(), est: estimate.NewEstimator(cfg.Policy), last: map[string]estimate.Advice{}}
 	if _, err := cfg.JS.CreateOrUpdateStream(ctx, events.AdviceStream(1)); err != nil {
 		return err
 	}
-	if _, err := events.ReadAll(ctx, cfg.Log, 1, "", func(r events.Record) error { a.st.Apply(r); return nil }); err != nil {
+	// 1. Fold the log; the estimator replays its own history with it.
+	if _, err := events.ReadAll(ctx, cfg.Log, 1, "", func(r events.Record) error { a.apply(r); return nil }); err != nil {
 		return err
 	}
 	f, err := cfg.Log.Follow(ctx, a.st.Seq+1, "")
@@ -59,21 +67,32 @@ func Run(ctx context.Context, cfg Config) error {
 	defer f.Close()
 	recs := make(chan events.Stored, 1024)
 	go func() {
+		defer close(recs)
 		for {
 			m, err := f.Next(ctx)
 			if err != nil {
-				close(recs)
 				return
 			}
 			recs <- m
 		}
 	}()
+	// 2. Answer estimate and stats requests.
+	if cfg.NC != nil {
+		for op, h := range map[string]nats.MsgHandler{api.OpEstimate: a.onEstimate, api.OpStats: a.onStats} {
+			sub, err := cfg.NC.QueueSubscribe(api.SubjectPrefix+op, api.AdvisorQueueGroup, h)
+			if err != nil {
+				return err
+			}
+			defer sub.Drain()
+		}
+	}
 	if cfg.Ready != nil {
 		cfg.Ready()
 	}
 	tick := time.NewTicker(cfg.Tick)
 	defer tick.Stop()
 	for {
+		// 3. Publish what changed materially.
 		a.publish(ctx)
 		select {
 		case <-ctx.Done():
@@ -83,7 +102,7 @@ func Run(ctx context.Context, cfg Config) error {
 			if !ok {
 				return ctx.Err()
 			}
-			a.apply(m)
+			a.applyStored(m)
 		drain:
 			for {
 				select {
@@ -91,7 +110,7 @@ func Run(ctx context.Context, cfg Config) error {
 					if !ok {
 						break drain
 					}
-					a.apply(m)
+					a.applyStored(m)
 				default:
 					break drain
 				}
@@ -100,90 +119,133 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 }
 
-func (a *Advisor) apply(m events.Stored) {
+func (a *Advisor) applyStored(m events.Stored) {
 	r, err := events.Decode(m)
 	if err != nil {
 		a.cfg.Logger.Error().Err(err).Msg("advisor: undecodable event skipped")
 		return
 	}
+	a.apply(r)
+}
+
+func (a *Advisor) apply(r events.Record) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	a.st.Apply(r)
-}
-
-// Advise computes the advice for every queued task, in queue order: the
-// reason from the real policy (explained), the wait from the source's
-// baseline formula, the first undone playbook item.
-func Advise(st *domain.State, p *policy.Policy, now time.Time) []estimate.Advice {
-	res := p.With(true).Plan(policy.Input{State: st, Now: now})
-	var out []estimate.Advice
-	for i, t := range st.Queued() {
-		w := estimate.SeedFormula(st, t)
-		act := estimate.NextAction(t)
-		why := res.Waiting[t.ID]
-		if why.Reason == "" {
-			why.Reason, why.Blockers = "starting", []string{} // placed by this very pass
-		}
-		pos := why.Position
-		if pos == 0 {
-			pos = i + 1
-		}
-		out = append(out, estimate.Advice{
-			TaskID: t.ID, State: string(t.State), Position: pos,
-			P50WaitS: w.Seconds(), P90WaitS: 2 * w.Seconds(),
-			P50Start: now.Add(w), P90Start: now.Add(2 * w), Method: "seed-formula",
-			Reason: why.Reason, Blockers: why.Blockers, Action: act.Item, ActionText: act.Text,
-			Suggestions: []string{}, BasedOnSeq: st.Seq, At: now,
-		})
-	}
-	return out
-}
-
-// material reports whether new advice differs enough from old to publish.
-func material(old, cur estimate.Advice) bool {
-	if old.Position != cur.Position || old.Reason != cur.Reason || old.Action != cur.Action || old.Alert != cur.Alert || old.State != cur.State {
-		return true
-	}
-	d := math.Abs(old.P50WaitS - cur.P50WaitS)
-	return d > 60 && d > 0.1*math.Max(old.P50WaitS, 1)
+	a.est.Observe(a.st, r)
 }
 
 func (a *Advisor) publish(ctx context.Context) {
 	now := a.cfg.Now()
-	adv := Advise(a.st, a.cfg.Policy, now)
+	a.mu.Lock()
+	adv := a.est.Advise(a.st, now)
+	var out []estimate.Advice
 	seen := map[string]bool{}
 	for _, v := range adv {
 		seen[v.TaskID] = true
-		if old, ok := a.last[v.TaskID]; ok && !material(old, v) {
+		old, ok := a.last[v.TaskID]
+		if ok && !estimate.Material(old, v) {
 			continue
 		}
-		a.send(ctx, v)
+		if v.Alert != "" && old.Alert == "" {
+			a.alerts++
+			a.cfg.Logger.Warn().Str("task", v.TaskID).Str("alert", v.Alert).Msg("advisor: wait beyond 2× the estimate")
+		}
+		a.last[v.TaskID] = v
+		out = append(out, v)
 	}
-	// Tasks that left the queue get a final advice with their state.
-	ids := make([]string, 0)
+	// Tasks that left the queue get a last advice with their state.
+	var gone []string
 	for id := range a.last {
 		if !seen[id] {
-			ids = append(ids, id)
+			gone = append(gone, id)
 		}
 	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		t := a.st.Tasks[id]
-		if t == nil {
-			delete(a.last, id)
-			continue
-		}
-		a.send(ctx, estimate.Advice{TaskID: id, State: string(t.State), Reason: "", Blockers: []string{}, Suggestions: []string{},
-			Action: "", BasedOnSeq: a.st.Seq, At: now})
+	sort.Strings(gone)
+	for _, id := range gone {
 		delete(a.last, id)
+		if v, ok := a.est.AdviseOne(a.st, id, now); ok {
+			out = append(out, v)
+		}
+	}
+	a.mu.Unlock()
+	for _, v := range out {
+		b, _ := json.Marshal(v)
+		if _, err := a.cfg.JS.Publish(ctx, events.AdviceSubject(v.TaskID), b); err != nil && ctx.Err() == nil {
+			a.cfg.Logger.Warn().Err(err).Str("task", v.TaskID).Msg("advisor: publish failed")
+		}
 	}
 }
 
-func (a *Advisor) send(ctx context.Context, v estimate.Advice) {
-	b, _ := json.Marshal(v)
-	if _, err := a.cfg.JS.Publish(ctx, events.AdviceSubject(v.TaskID), b); err != nil {
-		a.cfg.Logger.Warn().Err(err).Str("task", v.TaskID).Msg("advisor: publish failed")
+func reply(m *nats.Msg, result any, err *api.Error) {
+	var r api.Reply
+	if err != nil {
+		r.Error, r.Field, r.NotFound = err.Msg, err.Field, err.NotFound
+	} else {
+		r.Result, _ = json.Marshal(result)
+	}
+	b, _ := json.Marshal(r)
+	_ = m.Respond(b)
+}
+
+func (a *Advisor) onEstimate(m *nats.Msg) {
+	var req api.EstimateRequest
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		reply(m, nil, &api.Error{Msg: "malformed request: " + err.Error(), Field: "body"})
 		return
 	}
-	if v.State == string(domain.Queued) {
-		a.last[v.TaskID] = v
+	v, err := a.Estimate(req, a.cfg.Now())
+	reply(m, v, err)
+}
+
+// Estimate answers one estimate request (what-ifs included).
+func (a *Advisor) Estimate(req api.EstimateRequest, now time.Time) (estimate.Advice, *api.Error) {
+	var prio domain.Priority
+	if req.WhatIfPriority != "" {
+		p, err := domain.ParsePriority(req.WhatIfPriority)
+		if err != nil {
+			return estimate.Advice{}, &api.Error{Msg: "must be one of critical, high, medium, low", Field: "what_if_priority"}
+		}
+		prio = p
 	}
+	if req.WhatIfGPUs < 0 {
+		return estimate.Advice{}, &api.Error{Msg: "must be ≥ 1", Field: "what_if_gpus"}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t := a.st.Tasks[req.TaskID]
+	if t == nil {
+		return estimate.Advice{}, &api.Error{Msg: fmt.Sprintf("task %s not found", req.TaskID), NotFound: true}
+	}
+	if req.WhatIfGPUs == 0 && prio == 0 {
+		v, _ := a.est.AdviseOne(a.st, req.TaskID, now)
+		return v, nil
+	}
+	if t.State != domain.Queued {
+		return estimate.Advice{}, &api.Error{Msg: "what-ifs are for queued tasks; this one is " + string(t.State), Field: "task_id"}
+	}
+	// The hypothetical task: the change applied to a copy, advised there.
+	c := a.st.CloneLive()
+	am := events.Amended{TaskID: t.ID, GPUs: req.WhatIfGPUs}
+	if prio.Valid() {
+		am.Priority = prio.String()
+	}
+	c.Apply(events.Record{Seq: c.Seq + 1, Envelope: events.Envelope{Type: am.EventType(), Time: now}, Event: am})
+	v, _ := a.est.AdviseOne(c, t.ID, now)
+	v.Method += " (what-if)"
+	return v, nil
+}
+
+// StatsReply is the advisor's self-measurement.
+type StatsReply struct {
+	estimate.Stats
+	AlertsRaised int `json:"alerts_raised"`
+	Queued       int `json:"queued"`
+}
+
+func (a *Advisor) onStats(m *nats.Msg) {
+	a.mu.Lock()
+	s := StatsReply{Stats: a.est.Stats(), AlertsRaised: a.alerts, Queued: len(a.st.Queued())}
+	a.mu.Unlock()
+	reply(m, s, nil)
 }

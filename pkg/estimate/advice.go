@@ -1,0 +1,146 @@
+package estimate
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/policy"
+)
+
+// Suggestion is advice to act: a cheaper shape for the task, or a question.
+type Suggestion struct {
+	Kind     string  `json:"kind"` // fewer_gpus | still_needed
+	Text     string  `json:"text"`
+	Command  string  `json:"command,omitempty"`
+	P50WaitS float64 `json:"p50_wait_s,omitempty"` // the what-if's estimate
+}
+
+// Mindset thresholds from the source document.
+const (
+	AlertFactor     = 2.0           // waited > 2× the P50 estimated at submission
+	FewerGPUsFactor = 3.0           // waited > 3× the task's estimated run time
+	LowStillNeeded  = 2 * time.Hour // a LOW task waiting longer than this
+)
+
+// Advise is the advice for every queued task, in queue order: when (P50
+// and P90 from one forward simulation of the real policy), why (the
+// policy's own explanation), what to do meanwhile (the first undone
+// playbook item), an alert when the wait passed 2× the estimate made at
+// submission, and suggestions.
+func (e *Estimator) Advise(st *domain.State, now time.Time) []Advice {
+	ests := e.EstimateAll(st, now)
+	why := e.Pol.With(true).Plan(policy.Input{State: st, Now: now, Predict: func(t *domain.Task) time.Duration { return e.Pred.Total(t, 0.5) }}).Waiting
+	var out []Advice
+	for i, t := range st.Queued() {
+		out = append(out, e.advise(st, t, i+1, ests[t.ID], why[t.ID], now))
+	}
+	return out
+}
+
+// AdviseOne is the advice for one task (queued or not).
+func (e *Estimator) AdviseOne(st *domain.State, id string, now time.Time) (Advice, bool) {
+	t := st.Tasks[id]
+	if t == nil {
+		return Advice{}, false
+	}
+	if t.State != domain.Queued {
+		a := Advice{TaskID: id, State: string(t.State), Blockers: []string{}, Suggestions: []Suggestion{}, BasedOnSeq: st.Seq, At: now}
+		if !t.FirstStarted.IsZero() {
+			a.P50Start, a.P90Start = t.FirstStarted, t.FirstStarted
+		}
+		return a, true
+	}
+	why := e.Pol.With(true).Plan(policy.Input{State: st, Now: now, Predict: func(t *domain.Task) time.Duration { return e.Pred.Total(t, 0.5) }}).Waiting
+	return e.advise(st, t, why[id].Position, e.Estimate(st, id, now), why[id], now), true
+}
+
+func (e *Estimator) advise(st *domain.State, t *domain.Task, pos int, est Estimate, w policy.Wait, now time.Time) Advice {
+	act := NextAction(t)
+	a := Advice{
+		TaskID: t.ID, State: string(t.State), Position: pos,
+		P50WaitS: est.P50Wait.Seconds(), P90WaitS: est.P90Wait.Seconds(), P50Start: est.P50Start, P90Start: est.P90Start,
+		Method: "forward-simulation", Reason: w.Reason, Blockers: w.Blockers,
+		Action: act.Item, ActionText: act.Text, Suggestions: []Suggestion{}, BasedOnSeq: st.Seq, At: now,
+	}
+	if w.Position > 0 {
+		a.Position = w.Position
+	}
+	if a.Reason == "" {
+		a.Reason = "starting" // the policy places it in this very pass
+	}
+	if a.Blockers == nil {
+		a.Blockers = []string{}
+	}
+	if est.Never {
+		a.Method = "never"
+		a.Reason = w.Reason
+		if a.Reason == "" {
+			a.Reason = policy.ReasonUnsatisfiable
+		}
+	}
+	waited := now.Sub(t.SubmittedAt)
+	// The one moment to worry: the wait passed 2× the estimate at submission.
+	if sub, ok := e.AtSubmit(t.ID); ok && !sub.Never && sub.P50Wait > 0 && waited.Seconds() > AlertFactor*sub.P50Wait.Seconds() {
+		a.Alert = fmt.Sprintf("waited %s, more than %g× the %s estimated at submission: scheduling is off (%s)",
+			waited.Round(time.Second), AlertFactor, sub.P50Wait.Round(time.Second), a.Reason)
+	}
+	// Fewer GPUs, through amend (keeps the place), not cancel-and-resubmit.
+	if t.GPUs > 1 && waited.Seconds() > FewerGPUsFactor*t.Hours*3600 {
+		n := t.GPUs / 2
+		wi := e.WhatIf(st, t.ID, n, 0, now)
+		s := Suggestion{Kind: "fewer_gpus", Command: fmt.Sprintf("gpuq amend %s --gpus %d", t.ID, n),
+			Text: fmt.Sprintf("waited more than %g× its estimated run time; with %d GPUs it would start ", FewerGPUsFactor, n)}
+		if wi.Never {
+			s.Text += "no sooner (it cannot fit either)"
+		} else {
+			s.Text += fmt.Sprintf("in about %s (P50). Amend keeps its place; cancel-and-resubmit would lose it", wi.P50Wait.Round(time.Minute))
+			s.P50WaitS = wi.P50Wait.Seconds()
+		}
+		a.Suggestions = append(a.Suggestions, s)
+	}
+	if t.Priority == domain.Low && waited > LowStillNeeded {
+		a.Suggestions = append(a.Suggestions, Suggestion{Kind: "still_needed",
+			Text: fmt.Sprintf("a LOW task waiting %s: is this experiment still needed? If not, `gpuq cancel %s` frees its place", waited.Round(time.Minute), t.ID)})
+	}
+	return a
+}
+
+// WhatIf estimates the task as if it asked for gpus GPUs (0: unchanged) at
+// priority prio (0: unchanged). The state is not touched: the change is
+// applied to a copy of the live tasks.
+func (e *Estimator) WhatIf(st *domain.State, id string, gpus int, prio domain.Priority, now time.Time) Estimate {
+	t := st.Tasks[id]
+	if t == nil || t.State != domain.Queued {
+		return Estimate{Never: true}
+	}
+	c := st.CloneLive()
+	am := events.Amended{TaskID: id, GPUs: gpus}
+	if prio.Valid() {
+		am.Priority = prio.String()
+	}
+	c.Apply(events.Record{Seq: c.Seq + 1, Envelope: events.Envelope{Type: am.EventType(), Time: now}, Event: am})
+	return e.Estimate(c, id, now)
+}
+
+// Material reports whether new advice differs enough from the last one
+// published to publish again: position, reason, action, alert or state
+// changed, or the P50 moved by more than a minute and 10%.
+func Material(old, cur Advice) bool {
+	if old.Position != cur.Position || old.Reason != cur.Reason || old.Action != cur.Action || old.Alert != cur.Alert || old.State != cur.State || len(old.Suggestions) != len(cur.Suggestions) {
+		return true
+	}
+	d := cur.P50WaitS - old.P50WaitS
+	if d < 0 {
+		d = -d
+	}
+	return d > 60 && d > 0.1*maxf(old.P50WaitS, 1)
+}
+
+func maxf(a, b float64) float64 {
+	if a > b {
+		return a
+	}
+	return b
+}
