@@ -405,6 +405,9 @@ func newCheckpoint() *cobra.Command {
 				return err
 			}
 			defer done()
+			if !taskExists(c.Context(), l, task) {
+				return &exitError{exitNotFound, fmt.Errorf("task %s not found", task)}
+			}
 			ack, err := events.Append(c.Context(), l, events.Checkpointed{TaskID: task, Ref: ref}, events.Meta{Time: time.Now()}, "", nil)
 			if err != nil {
 				return err
@@ -434,6 +437,9 @@ func newWatch() *cobra.Command {
 			}
 			defer done()
 			ctx := c.Context()
+			if !taskExists(ctx, l, args[0]) {
+				return &exitError{exitNotFound, fmt.Errorf("task %s not found", args[0])}
+			}
 			fl, err := l.Follow(ctx, 1, events.TaskSubjects(args[0]))
 			if err != nil {
 				return err
@@ -455,9 +461,13 @@ func newWatch() *cobra.Command {
 				} else {
 					printEntry(e)
 				}
-				switch r.Event.(type) {
-				case events.Completed, events.Failed, events.Cancelled:
+				switch ev := r.Event.(type) {
+				case events.Completed:
 					return nil
+				case events.Failed:
+					return fmt.Errorf("task %s failed: %s", args[0], ev.Error)
+				case events.Cancelled:
+					return fmt.Errorf("task %s was cancelled", args[0])
 				}
 			}
 		},
@@ -495,4 +505,14 @@ func exportEnv(spec string, environ []string) (map[string]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// taskExists reports whether the log holds the task's submission.
+func taskExists(ctx context.Context, l events.Log, id string) bool {
+	found := false
+	_, _ = l.Read(ctx, 1, events.TaskPrefix+id+"."+string(events.TypeSubmitted), func(events.Stored) error {
+		found = true
+		return nil
+	})
+	return found
 }

@@ -55,7 +55,10 @@ func ExportExcluded(name string) bool {
 	if strings.HasPrefix(u, "GPUQ_") || u == "CUDA_VISIBLE_DEVICES" || u == "NVIDIA_VISIBLE_DEVICES" {
 		return true
 	}
-	for _, s := range []string{"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE", "API_KEY", "ACCESS_KEY", "AUTH"} {
+	if u == "KEY" || strings.HasSuffix(u, "_KEY") || strings.HasSuffix(u, "_KEYS") {
+		return true
+	}
+	for _, s := range []string{"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE", "API_KEY", "ACCESS_KEY", "AUTH", "COOKIE", "SESSION"} {
 		if strings.Contains(u, s) {
 			return true
 		}

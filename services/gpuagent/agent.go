@@ -182,6 +182,7 @@ func (a *Agent) run(ctx context.Context) error {
 		a.reconcile(ctx)
 		select {
 		case <-ctx.Done():
+			a.stopAll()
 			return nil
 		case x := <-a.exits:
 			a.exited(ctx, x)
@@ -339,6 +340,43 @@ func (a *Agent) reconcile(ctx context.Context) {
 		case t.State == domain.Cancelled && pr != nil && !pr.signalled:
 			pr.signalled, pr.cancelled = true, true
 			pr.termAt = a.cfg.Now() // SIGTERM at once
+		}
+	}
+}
+
+// stopAll stops this boot's processes when the agent stops: a restarted
+// agent cannot adopt them (it reports them lost), so leaving them running
+// would let their GPUs be given out twice. SIGTERM, then SIGKILL after
+// KillAfter (at most 5 s here, shutdown must not hang).
+func (a *Agent) stopAll() {
+	if len(a.procs) == 0 {
+		return
+	}
+	wait := a.cfg.KillAfter
+	if wait > 5*time.Second {
+		wait = 5 * time.Second
+	}
+	for _, pr := range a.procs {
+		if pr.p != nil {
+			_ = pr.p.Signal(syscall.SIGTERM)
+		}
+	}
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		alive := 0
+		for _, pr := range a.procs {
+			if pr.p != nil && !pr.p.Exited() {
+				alive++
+			}
+		}
+		if alive == 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, pr := range a.procs {
+		if pr.p != nil && !pr.p.Exited() {
+			_ = pr.p.Signal(syscall.SIGKILL)
 		}
 	}
 }
