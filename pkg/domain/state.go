@@ -350,6 +350,15 @@ func (s *State) track(t *Task) {
 // Live returns the number of tasks not finished or still holding GPUs.
 func (s *State) Live() int { return len(s.live) }
 
+// EachActive calls fn for every task holding GPUs, in no particular order.
+func (s *State) EachActive(fn func(*Task)) {
+	for _, t := range s.live {
+		if t.HoldsGPUs() {
+			fn(t)
+		}
+	}
+}
+
 // Active returns the tasks holding GPUs, in submit order.
 func (s *State) Active() []*Task {
 	var out []*Task

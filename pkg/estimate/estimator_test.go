@@ -16,9 +16,10 @@ import (
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 type logb struct {
-	st  *domain.State
-	est *estimate.Estimator
-	seq uint64
+	quiet bool
+	st    *domain.State
+	est   *estimate.Estimator
+	seq   uint64
 }
 
 func newLog() *logb {
@@ -29,7 +30,9 @@ func (l *logb) add(at time.Time, e events.Event) {
 	l.seq++
 	r := events.Record{Seq: l.seq, Envelope: events.Envelope{Type: e.EventType(), Time: at}, Event: e}
 	l.st.Apply(r)
-	l.est.Observe(l.st, r)
+	if !l.quiet {
+		l.est.Observe(l.st, r)
+	}
 }
 
 func (l *logb) node(name string, gpus int) {

@@ -15,6 +15,9 @@ type freeMap struct {
 	nodes []string                // sorted names of schedulable nodes with GPUs
 	free  map[string][]domain.GPU // by node, in index order
 	count int
+	// maxNode is the most healthy GPUs of any schedulable node: a task
+	// asking for no more fits one node and never spans nodes.
+	maxNode int
 	// reserved GPUs may only be used by a task predicted to end by the
 	// time given (the reservation's start); zero time: not at all.
 	reserved map[string]time.Time
@@ -32,13 +35,22 @@ func newFreeMap(s *domain.State) *freeMap {
 		sort.Slice(g, func(i, j int) bool { return g[i].Index < g[j].Index })
 		f.free[name] = g
 		f.count += len(g)
+		healthy := 0
+		for _, x := range n.GPUs {
+			if x.Healthy {
+				healthy++
+			}
+		}
+		if healthy > f.maxNode {
+			f.maxNode = healthy
+		}
 	}
 	return f
 }
 
 // clone copies the free GPUs (not the reservations).
 func (f *freeMap) clone() *freeMap {
-	c := &freeMap{nodes: f.nodes, free: make(map[string][]domain.GPU, len(f.free)), count: f.count, reserved: map[string]time.Time{}}
+	c := &freeMap{nodes: f.nodes, free: make(map[string][]domain.GPU, len(f.free)), count: f.count, maxNode: f.maxNode, reserved: map[string]time.Time{}}
 	for n, g := range f.free {
 		c.free[n] = append([]domain.GPU(nil), g...)
 	}
@@ -111,31 +123,61 @@ func (f *freeMap) usable(t *domain.Task, node string, end time.Time) []domain.GP
 	return out
 }
 
+// nodeSize is the most healthy GPUs fitting t's constraints on one
+// schedulable node.
+func (f *freeMap) nodeSize(t *domain.Task, s *domain.State) int {
+	if t.GPUModel == "" && t.MinGPUMemMiB == 0 {
+		return f.maxNode
+	}
+	best := 0
+	for _, name := range f.nodes {
+		k := 0
+		for _, g := range s.Nodes[name].GPUs {
+			if g.Healthy && gpuFits(t, g) {
+				k++
+			}
+		}
+		if k > best {
+			best = k
+		}
+	}
+	return best
+}
+
+// usableFast is usable without a copy when nothing filters: no
+// constraints and no reservations (the common case).
+func (f *freeMap) usableFast(t *domain.Task, node string, end time.Time) []domain.GPU {
+	if t.GPUModel == "" && t.MinGPUMemMiB == 0 && len(f.reserved) == 0 {
+		return f.free[node]
+	}
+	return f.usable(t, node, end)
+}
+
 // capacity answers "could this task ever run here": on all nodes that exist
 // (ever), and on healthy GPUs of schedulable nodes (now).
 type capacity struct {
 	s     *domain.State
-	cache map[capKey][2]bool
+	cache map[capKey][4]int // ever total, ever best node, now total, now best node
 }
 
 type capKey struct {
 	model string
 	mem   int
-	gpus  int
 }
 
 func (c *capacity) feasible(t *domain.Task) (ever, now bool) {
-	k := capKey{t.GPUModel, t.MinGPUMemMiB, t.GPUs}
-	if v, ok := c.cache[k]; ok {
-		return v[0], v[1]
+	k := capKey{t.GPUModel, t.MinGPUMemMiB}
+	v, ok := c.cache[k]
+	if !ok {
+		v[0], v[1] = c.count(t, false)
+		v[2], v[3] = c.count(t, true)
+		c.cache[k] = v
 	}
-	ever, now = c.check(t, false), c.check(t, true)
-	c.cache[k] = [2]bool{ever, now}
-	return ever, now
+	return v[1] >= t.GPUs || v[0] >= t.GPUs, v[3] >= t.GPUs || v[2] >= t.GPUs
 }
 
-func (c *capacity) check(t *domain.Task, healthyOnly bool) bool {
-	total, best := 0, 0
+// count sums the GPUs fitting t's constraints, and the most on one node.
+func (c *capacity) count(t *domain.Task, healthyOnly bool) (total, best int) {
 	for _, n := range c.s.Nodes {
 		if healthyOnly && !n.Schedulable() {
 			continue
@@ -151,5 +193,5 @@ func (c *capacity) check(t *domain.Task, healthyOnly bool) bool {
 			best = k
 		}
 	}
-	return best >= t.GPUs || total >= t.GPUs
+	return total, best
 }

@@ -17,28 +17,38 @@ func place(t *domain.Task, f *freeMap, s *domain.State, end time.Time) ([]events
 	if t.GPUs <= 0 || f.count < t.GPUs {
 		return nil, false
 	}
+	// 1. Best fit on one node: the fitting node with the fewest usable GPUs.
+	//    (A node with fewer free GPUs than asked is skipped without a look.)
+	best, bestN := "", 0
+	var bestGPUs []domain.GPU
+	for _, n := range f.nodes {
+		if len(f.free[n]) < t.GPUs || (best != "" && len(f.free[n]) >= bestN && bestN == t.GPUs) {
+			continue
+		}
+		u := f.usableFast(t, n, end)
+		if len(u) >= t.GPUs && (best == "" || len(u) < bestN) {
+			best, bestN, bestGPUs = n, len(u), u
+		}
+	}
+	if best != "" {
+		return []events.Placement{{Node: best, GPUs: uuids(bestGPUs[:t.GPUs])}}, true
+	}
+	// A task that fits one node (of the GPUs it may use) never spans nodes.
+	if t.GPUs <= f.nodeSize(t, s) {
+		return nil, false
+	}
 	type cand struct {
 		node string
 		gpus []domain.GPU
 	}
 	var cands []cand
-	best := -1
 	for _, n := range f.nodes {
 		if len(f.free[n]) == 0 {
 			continue
 		}
-		u := f.usable(t, n, end)
-		if len(u) == 0 {
-			continue
+		if u := f.usableFast(t, n, end); len(u) > 0 {
+			cands = append(cands, cand{n, u})
 		}
-		cands = append(cands, cand{n, u})
-		if len(u) >= t.GPUs && (best < 0 || len(u) < len(cands[best].gpus)) {
-			best = len(cands) - 1
-		}
-	}
-	// 1. Best fit on one node.
-	if best >= 0 {
-		return []events.Placement{{Node: cands[best].node, GPUs: uuids(cands[best].gpus[:t.GPUs])}}, true
 	}
 	// 2. Gang across nodes: whole free nodes, most free first.
 	sort.SliceStable(cands, func(i, j int) bool { return len(cands[i].gpus) > len(cands[j].gpus) })

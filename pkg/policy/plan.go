@@ -32,6 +32,7 @@ type pass struct {
 	tierAhead  []string                  // tier-1 tasks seen (explain)
 	ends       []ending                  // holding tasks by predicted end, built lazily
 	placedNow  map[string][]events.Placement
+	behind     int // tasks examined after the first blocked one
 	res        Result
 }
 
@@ -74,7 +75,19 @@ func (p *Policy) Plan(in Input) Result {
 			pc.wait(t, pos, r, nil)
 			return true
 		}
-		// 3. Placement, with EASY backfill around reservations.
+		// 3. Placement, with EASY backfill around reservations, down to
+		//    BackfillDepth tasks behind the first blocked one.
+		if len(pc.blocked) > 0 {
+			pc.behind++
+		}
+		deep := pc.behind > pc.opts.BackfillDepth
+		if deep {
+			if !pc.opts.Explain {
+				return false
+			}
+			pc.explain(t, pos, tier) // reasons only: the same decisions as without Explain
+			return true
+		}
 		if !(pc.opts.NoBackfill && len(pc.blocked) > 0) {
 			if ps, ok := place(t, pc.free, pc.s, time.Time{}); ok {
 				pc.dispatch(t, ps, pc.hasRes)
@@ -108,14 +121,14 @@ func (p *Policy) Plan(in Input) Result {
 
 func newPass(o Options, in Input) *pass {
 	s := in.State
-	pc := &pass{in: in, opts: o, s: s, free: newFreeMap(s), cap: capacity{s: s, cache: map[capKey][2]bool{}},
+	pc := &pass{in: in, opts: o, s: s, free: newFreeMap(s), cap: capacity{s: s, cache: map[capKey][4]int{}},
 		usage: map[string]int{}, guar: map[string]int{}, underSet: map[string]bool{},
 		preempting: map[string]bool{}, promised: map[string][]*domain.Task{}, owner: map[string]string{},
 		placedNow: map[string][]events.Placement{}}
 	if o.Explain {
 		pc.res.Waiting = map[string]Wait{}
 	}
-	for _, t := range s.Active() {
+	s.EachActive(func(t *domain.Task) {
 		n := len(t.GPUUUIDs())
 		pc.usage[t.Team] += n
 		switch {
@@ -127,6 +140,9 @@ func newPass(o Options, in Input) *pass {
 		case t.State == domain.Running && t.Preemptible && t.Priority != domain.Critical:
 			pc.anyVictim = true
 		}
+	})
+	for _, vs := range pc.promised {
+		sort.Slice(vs, func(i, j int) bool { return vs[i].SubmitSeq < vs[j].SubmitSeq })
 	}
 	if len(o.Teams) > 0 {
 		total, _ := s.TotalGPUs()

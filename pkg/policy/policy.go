@@ -53,6 +53,10 @@ type Options struct {
 	MaxWait time.Duration
 	// Teams are the guaranteed shares; nil means none.
 	Teams Teams
+	// BackfillDepth bounds how many queued tasks behind the first blocked
+	// one a pass examines for backfill (Slurm's bf_max_job_test; default
+	// 500). Tasks deeper in the queue wait for a later pass.
+	BackfillDepth int
 	// NoBackfill turns EASY backfill off (strict order: the first task that
 	// does not fit blocks all behind it).
 	NoBackfill bool
@@ -88,6 +92,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxWait <= 0 {
 		o.MaxWait = 48 * time.Hour
+	}
+	if o.BackfillDepth <= 0 {
+		o.BackfillDepth = 500
 	}
 	return o
 }
