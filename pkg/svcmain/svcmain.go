@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/events/jetstream"
+	"github.com/gpuq/gpuq/pkg/policy"
 )
 
 // DefaultNATSURL is where services look for NATS when neither --nats nor
@@ -241,4 +242,38 @@ func Connect(ctx context.Context, name string, c *Common, notify Notify) (*nats.
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// PolicyFlags are the scheduling policy's flags, shared by the scheduler
+// and the advisor (the advisor must run the scheduler's very policy).
+type PolicyFlags struct {
+	Preemption, WithinClass, Teams string
+	MaxWait                        time.Duration
+}
+
+// Policy registers the policy flags.
+func (f *Flags) Policy() *PolicyFlags {
+	p := &PolicyFlags{}
+	f.String(&p.Preemption, "policy", "GPUQ_POLICY", policy.CriticalOnly, "preemption policy: critical-only or ladder")
+	f.String(&p.WithinClass, "within-class", "GPUQ_WITHIN_CLASS", policy.FIFO, "order within a class: fifo or shortest-predicted")
+	f.String(&p.Teams, "teams", "GPUQ_TEAMS", "", "teams file (YAML or JSON) with guaranteed GPUs or shares")
+	f.Duration(&p.MaxWait, "max-wait", "GPUQ_MAX_WAIT", 48*time.Hour, "shortest-predicted: tasks waiting this long go first in their class")
+	return p
+}
+
+// Options builds the policy options, exiting 2 with the field named when
+// they are invalid.
+func (f *Flags) PolicyOptions(p *PolicyFlags) policy.Options {
+	o := policy.Options{Preemption: p.Preemption, WithinClass: p.WithinClass, MaxWait: p.MaxWait}
+	if p.Teams != "" {
+		ts, err := policy.LoadTeams(p.Teams)
+		if err != nil {
+			f.Invalid("teams", err.Error())
+		}
+		o.Teams = ts
+	}
+	if err := o.Validate(); err != nil {
+		f.Invalid("policy", err.Error())
+	}
+	return o
 }

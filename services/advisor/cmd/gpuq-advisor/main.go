@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gpuq/gpuq/pkg/policy"
 	"github.com/gpuq/gpuq/pkg/svcmain"
 	"github.com/gpuq/gpuq/services/advisor"
 )
@@ -19,13 +20,15 @@ const name = "gpuq-advisor"
 func main() {
 	f := svcmain.NewFlags(name)
 	c := f.Common()
+	pf := f.Policy()
 	f.Parse(c)
+	opts := f.PolicyOptions(pf)
 
 	lvl, _ := zerolog.ParseLevel(c.LogLevel)
 	logger := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("svc", "advisor").Logger()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, c, logger); err != nil && ctx.Err() == nil {
+	if err := run(ctx, c, opts, logger); err != nil && ctx.Err() == nil {
 		logger.Error().Err(err).Msg("stopped")
 		stop()
 		os.Exit(1)
@@ -33,13 +36,13 @@ func main() {
 	logger.Info().Msg("stopped")
 }
 
-func run(ctx context.Context, c *svcmain.Common, logger zerolog.Logger) error {
+func run(ctx context.Context, c *svcmain.Common, opts policy.Options, logger zerolog.Logger) error {
 	nc, log, err := svcmain.Connect(ctx, name, c, notify(logger))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	return advisor.Run(ctx, advisor.Config{Log: log, JS: log.JetStream(), Logger: logger,
+	return advisor.Run(ctx, advisor.Config{Log: log, JS: log.JetStream(), NC: nc, Policy: policy.New(opts), Logger: logger,
 		Ready: func() { logger.Info().Msg("ready") }})
 }
 

@@ -23,9 +23,13 @@ func main() {
 	c := f.Common()
 	var leaseTTL time.Duration
 	var instance string
+	var nodeTimeout time.Duration
+	pf := f.Policy()
+	f.Duration(&nodeTimeout, "node-timeout", "GPUQ_NODE_TIMEOUT", 30*time.Second, "a node without heartbeat this long is lost")
 	f.Duration(&leaseTTL, "lease-ttl", "GPUQ_LEASE_TTL", 10*time.Second, "leader lease TTL: how soon a standby takes over from a dead leader")
 	f.String(&instance, "instance", "GPUQ_INSTANCE", "", "this instance's name in the lease (default hostname-pid)")
 	f.Parse(c)
+	opts := f.PolicyOptions(pf)
 	if leaseTTL < time.Second {
 		f.Invalid("lease-ttl", "must be ≥ 1s")
 	}
@@ -34,7 +38,7 @@ func main() {
 	logger := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("svc", "scheduler").Logger()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, c, leaseTTL, instance, logger); err != nil && ctx.Err() == nil {
+	if err := run(ctx, c, leaseTTL, instance, nodeTimeout, opts, logger); err != nil && ctx.Err() == nil {
 		logger.Error().Err(err).Msg("stopped")
 		stop()
 		os.Exit(1)
@@ -42,14 +46,14 @@ func main() {
 	logger.Info().Msg("stopped")
 }
 
-func run(ctx context.Context, c *svcmain.Common, leaseTTL time.Duration, instance string, logger zerolog.Logger) error {
+func run(ctx context.Context, c *svcmain.Common, leaseTTL time.Duration, instance string, nodeTimeout time.Duration, opts policy.Options, logger zerolog.Logger) error {
 	nc, log, err := svcmain.Connect(ctx, name, c, notify(logger))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	return scheduler.Run(ctx, scheduler.Config{Log: log, JS: log.JetStream(), Policy: policy.New(policy.Options{}),
-		Logger: logger, Instance: instance, LeaseTTL: leaseTTL,
+	return scheduler.Run(ctx, scheduler.Config{Log: log, JS: log.JetStream(), Policy: policy.New(opts),
+		Logger: logger, Instance: instance, LeaseTTL: leaseTTL, NodeTimeout: nodeTimeout,
 		Ready: func() { logger.Info().Msg("ready: leading") }})
 }
 
