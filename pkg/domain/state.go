@@ -26,6 +26,7 @@ type State struct {
 
 	q    queueIndex
 	live map[string]*Task // tasks not finished, or still holding GPUs
+	hold map[string]*Task // tasks holding GPUs
 }
 
 // NewState returns an empty state.
@@ -345,6 +346,14 @@ func (s *State) track(t *Task) {
 	} else {
 		s.live[t.ID] = t
 	}
+	if s.hold == nil {
+		s.hold = map[string]*Task{}
+	}
+	if t.HoldsGPUs() {
+		s.hold[t.ID] = t
+	} else {
+		delete(s.hold, t.ID)
+	}
 }
 
 // Live returns the number of tasks not finished or still holding GPUs.
@@ -352,20 +361,16 @@ func (s *State) Live() int { return len(s.live) }
 
 // EachActive calls fn for every task holding GPUs, in no particular order.
 func (s *State) EachActive(fn func(*Task)) {
-	for _, t := range s.live {
-		if t.HoldsGPUs() {
-			fn(t)
-		}
+	for _, t := range s.hold {
+		fn(t)
 	}
 }
 
 // Active returns the tasks holding GPUs, in submit order.
 func (s *State) Active() []*Task {
-	var out []*Task
-	for _, t := range s.live {
-		if t.HoldsGPUs() {
-			out = append(out, t)
-		}
+	out := make([]*Task, 0, len(s.hold))
+	for _, t := range s.hold {
+		out = append(out, t)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].SubmitSeq < out[j].SubmitSeq })
 	return out
@@ -428,6 +433,10 @@ func (s *State) cloneIndexes(c *State) {
 	c.live = make(map[string]*Task, len(s.live))
 	for k := range s.live {
 		c.live[k] = c.Tasks[k]
+	}
+	c.hold = make(map[string]*Task, len(s.hold))
+	for k := range s.hold {
+		c.hold[k] = c.Tasks[k]
 	}
 	for p := range s.q.lists {
 		if len(s.q.lists[p]) == 0 {
