@@ -74,6 +74,6 @@ func newRoot() *cobra.Command {
 		return &exitError{exitInvalid, fmt.Errorf("%w\n%s", err, c.UsageString())}
 	})
 	root.AddCommand(newDev(), newSubmit(), newShow(), newQueue(), newHistory(), newCancel(), newAmend(),
-		newChecklist(), newCheckpoint(), newWatch(), newEstimate(), newWait(), newStats())
+		newChecklist(), newCheckpoint(), newWatch(), newEstimate(), newWait(), newStats(), newBench(), newSim())
 	return root
 }

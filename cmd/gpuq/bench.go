@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/gpuq/gpuq/pkg/bench"
+	"github.com/gpuq/gpuq/pkg/events/jetstream"
+	"github.com/gpuq/gpuq/services/scheduler"
+)
+
+func newBench() *cobra.Command {
+	var (
+		asJSON, quick bool
+		dir           string
+	)
+	c := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure gpuq against an embedded JetStream (raw rates, ingest, fold, lifecycle, placement, restart)",
+		Long: `bench starts its own embedded nats-server (file store in a temporary
+directory, in-process connections) for each measurement (replay, fold and
+restart share one log) and reports, from the same run: the raw JetStream rates, gpuq's rates beside them and their
+ratios, the placement policy on 100,000 queued tasks, the heap per queued
+task and the restart time, with the goals of docs/performance.md met or
+missed. A missed goal is information: the exit code is 0 unless a
+measurement fails. --quick runs a smaller version (under 30 s on 2 cores).`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			cfg := bench.Full()
+			if quick {
+				cfg = bench.Quick()
+			}
+			cfg.Dir = dir
+			cfg.Scheduler = serviceScheduler
+			cfg.Progress = func(s string) { fmt.Fprintln(os.Stderr, "bench:", s) }
+			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			r, err := bench.Run(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(os.Stdout, r)
+			}
+			return r.WriteTable(os.Stdout)
+		},
+	}
+	fl := c.Flags()
+	fl.BoolVar(&asJSON, "json", false, "print JSON (every metric, ratio, goal and measurement)")
+	fl.BoolVar(&quick, "quick", false, "a smaller run: under 30 s on 2 cores; the restart is extrapolated from 50,000 events")
+	fl.StringVar(&dir, "dir", "", "parent directory of the temporary JetStream stores (default: the system's temp dir)")
+	return c
+}
+
+// serviceScheduler runs services/scheduler as `gpuq dev` does, for the
+// lifecycle measurement: default policy, no node timeout (the mock agents
+// send no heartbeats), no logging.
+func serviceScheduler(ctx context.Context, log *jetstream.Log, ready func()) error {
+	return scheduler.Run(ctx, scheduler.Config{Log: log, JS: log.JetStream(), Logger: zerolog.Nop(),
+		Instance: "bench", NodeTimeout: -1, Ready: ready})
+}

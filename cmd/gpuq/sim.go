@@ -1,0 +1,253 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuq/gpuq/pkg/policy"
+	"github.com/gpuq/gpuq/pkg/sim"
+	"github.com/gpuq/gpuq/pkg/trace"
+)
+
+type simFlags struct {
+	trace, format, vcs     string
+	nodes, perNode, limit  int
+	teams, compare         string
+	pol, within            string
+	maxWait, agingTau      time.Duration
+	estModel, classMix     string
+	estimates, json, times bool
+	plot                   string
+}
+
+func newSim() *cobra.Command {
+	var f simFlags
+	c := &cobra.Command{
+		Use:   "sim --trace FILE --format philly|alibaba-openb --nodes N [--compare fifo-strict,sjf-oracle,gpuq,gpuq-spf]",
+		Short: "Replay a real cluster trace in virtual time under gpuq and baseline policies; compare JCT, queueing delay and wait estimates",
+		Long: `sim replays a GPU-cluster trace (shared/traces) in virtual time on a
+simulated cluster of --nodes × --gpus-per-node GPUs. The gpuq policies run
+the real scheduler step and advisor over an in-memory event log; fifo-strict
+and sjf-oracle are the HeliosArtifact baselines (strict head-of-line
+blocking, consolidate placement; sjf-oracle knows real durations).
+
+The trace has no user estimates, classes or teams; the model supplies them,
+seeded: --estimate-model (estimate = real duration × e^N(mu, sigma)),
+--class-mix (all MEDIUM by default), --teams vc (each VC a team guaranteed
+its share of vcs.csv). Every task is preemptible; a preempted task
+checkpoints at once (no work lost). Same input, same output, byte for byte.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return runSim(c, f) },
+	}
+	fl := c.Flags()
+	fl.StringVar(&f.trace, "trace", "", "trace file (e.g. ../shared/traces/philly/jobs-2017-10-11.csv)")
+	fl.StringVar(&f.format, "format", "", "trace format: "+strings.Join(trace.Formats(), " or "))
+	fl.IntVar(&f.nodes, "nodes", 0, "simulated nodes")
+	fl.IntVar(&f.perNode, "gpus-per-node", 8, "GPUs per simulated node")
+	fl.StringVar(&f.teams, "teams", "", `"vc": each VC is a team guaranteed its share of the VC node counts; "" (default): one team, no guarantees`)
+	fl.StringVar(&f.vcs, "vcs", "", "VC node counts for --teams vc (default: vcs.csv beside the trace)")
+	fl.StringVar(&f.compare, "compare", sim.GPUQ, "policies to run, comma-separated: "+strings.Join(sim.Policies(), ", "))
+	fl.StringVar(&f.pol, "policy", policy.CriticalOnly, "gpuq preemption policy: critical-only or ladder")
+	fl.StringVar(&f.within, "within-class", policy.FIFO, "gpuq order within a class: fifo or shortest-predicted (gpuq-spf always uses shortest-predicted)")
+	fl.DurationVar(&f.maxWait, "max-wait", 48*time.Hour, "shortest-predicted: a task waiting this long goes first in its class")
+	fl.DurationVar(&f.agingTau, "aging-tau", 2*time.Hour, "shortest-predicted: a task's predicted run time is divided by 1 + wait/aging-tau")
+	fl.StringVar(&f.estModel, "estimate-model", sim.DefaultEstimateModel, `users' run-time estimates: "exact" or lognormal:mu=M,sigma=S,seed=N`)
+	fl.StringVar(&f.classMix, "class-mix", "", `task classes, e.g. critical=0.05,high=0.15,medium=0.6,low=0.2,seed=1 (default: all medium)`)
+	fl.BoolVar(&f.estimates, "estimates", true, "under gpuq, estimate every submission's start (gpuq advisor, slurm-backfill, seed-formula) and judge them")
+	fl.StringVar(&f.plot, "plot", "", "write SVG charts into this directory")
+	fl.BoolVar(&f.json, "json", false, "print JSON")
+	fl.IntVar(&f.limit, "limit", 0, "simulate only the first N jobs of the trace, in submit order (quick runs)")
+	fl.BoolVar(&f.times, "timings", false, "print wall times to stderr")
+	return c
+}
+
+func runSim(c *cobra.Command, f simFlags) error {
+	// 1. Check the flags.
+	switch {
+	case f.trace == "":
+		return invalid("trace", "is required: a trace file")
+	case f.format != trace.FormatPhilly && f.format != trace.FormatAlibabaOpenB:
+		return invalid("format", "must be "+strings.Join(trace.Formats(), " or "))
+	case f.nodes < 1:
+		return invalid("nodes", fmt.Sprintf("must be ≥ 1 (got %d)", f.nodes))
+	case f.perNode < 1:
+		return invalid("gpus-per-node", fmt.Sprintf("must be ≥ 1 (got %d)", f.perNode))
+	case f.limit < 0:
+		return invalid("limit", fmt.Sprintf("must be ≥ 0 (got %d)", f.limit))
+	case f.teams != "" && f.teams != "vc":
+		return invalid("teams", `must be "vc" or empty`)
+	case f.teams == "vc" && f.format != trace.FormatPhilly:
+		return invalid("teams", "vc needs a trace with VCs (philly)")
+	case f.maxWait <= 0:
+		return invalid("max-wait", "must be > 0")
+	case f.agingTau <= 0:
+		return invalid("aging-tau", "must be > 0")
+	}
+	var names []string
+	for _, p := range strings.Split(f.compare, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			names = append(names, p)
+		}
+	}
+	em, err := sim.ParseEstimateModel(f.estModel)
+	if err != nil {
+		return invalid("estimate-model", err.Error())
+	}
+	cm, err := sim.ParseClassMix(f.classMix)
+	if err != nil {
+		return invalid("class-mix", err.Error())
+	}
+	opts := policy.Options{Preemption: f.pol, WithinClass: f.within, MaxWait: f.maxWait, AgingTau: f.agingTau}
+	if err := opts.Validate(); err != nil {
+		field := "policy"
+		if strings.HasPrefix(err.Error(), "within-class") {
+			field = "within-class"
+		}
+		return invalid(field, err.Error())
+	}
+	cfg := sim.Config{Nodes: f.nodes, GPUsPerNode: f.perNode, Options: opts, Policies: names, Estimates: f.estimates}
+	if err := cfg.Validate(); err != nil {
+		return invalid("compare", err.Error())
+	}
+
+	// 2. Read the trace and model it.
+	t0 := time.Now()
+	jobs, err := trace.Load(f.trace, f.format)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return invalid("trace", err.Error())
+		}
+		return err
+	}
+	traceJobs := len(jobs)
+	if f.limit > 0 && f.limit < len(jobs) {
+		jobs = jobs[:f.limit]
+	}
+	if len(jobs) == 0 {
+		return invalid("trace", "has no job to simulate")
+	}
+	if f.teams == "vc" {
+		path := f.vcs
+		if path == "" {
+			path = filepath.Join(filepath.Dir(f.trace), "vcs.csv")
+		}
+		vcs, err := readVCs(path)
+		if err != nil {
+			return invalid("vcs", err.Error())
+		}
+		cfg.Options.Teams = sim.TeamsByVC(vcs)
+	}
+	cfg.Epoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	if !jobs[0].SubmitTime.IsZero() {
+		cfg.Epoch = jobs[0].SubmitTime.Add(-jobs[0].Submit)
+	}
+	tasks, unplaceable := sim.Prepare(jobs, f.nodes*f.perNode, em, cm, f.teams == "vc")
+	if len(tasks) == 0 {
+		return invalid("nodes", fmt.Sprintf("no job of the trace fits %d GPUs", f.nodes*f.perNode))
+	}
+	teams := "none"
+	if f.teams == "vc" {
+		teams = "vc"
+	}
+	sc := sim.Scenario{Trace: f.trace, Format: f.format, Teams: teams, EstimateModel: em.String(), ClassMix: cm.String(),
+		Limit: f.limit, TraceJobs: traceJobs, Unplaceable: unplaceable}
+	loaded := time.Since(t0)
+
+	// 3. Simulate.
+	t1 := time.Now()
+	rep, err := sim.Run(c.Context(), cfg, sc, tasks)
+	if err != nil {
+		return err
+	}
+	ran := time.Since(t1)
+	if f.times {
+		printTimings(os.Stderr, rep, names, loaded, ran)
+	}
+
+	// 4. Report.
+	if f.plot != "" {
+		files, err := sim.WritePlots(f.plot, rep, names)
+		if err != nil {
+			return err
+		}
+		if !f.json {
+			for _, p := range files {
+				fmt.Fprintln(os.Stderr, "wrote", p)
+			}
+		}
+	}
+	if f.json {
+		return printJSON(os.Stdout, rep.Result)
+	}
+	printSim(os.Stdout, rep.Result, names)
+	return nil
+}
+
+func readVCs(path string) (map[string]int, error) {
+	r, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	vcs, err := trace.ReadPhillyVCs(r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return vcs, nil
+}
+
+func printSim(w io.Writer, r sim.Result, names []string) {
+	s := r.Scenario
+	fmt.Fprintf(w, "trace %s (%s): %d jobs simulated of %d", s.Trace, s.Format, r.Jobs, s.TraceJobs)
+	if s.Unplaceable > 0 {
+		fmt.Fprintf(w, ", %d left out (larger than the cluster)", s.Unplaceable)
+	}
+	fmt.Fprintf(w, "\ncluster %d × %d = %d GPUs, offered load %.3f over %s; teams %s; estimates %s; classes %s\n\n",
+		s.Nodes, s.GPUsPerNode, s.TotalGPUs, s.OfferedLoad, days(s.SpanS), s.Teams, s.EstimateModel, s.ClassMix)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tavg JCT\tmedian JCT\tp95 JCT\tavg queue\tmedian queue\tp95 queue\tp99 queue\tmax queue\tutil\tpreempt\tlost GPU-h\t")
+	for _, n := range names {
+		m := r.Policies[n]
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.3f\t%d\t%.1f\t\n", n, m.AvgJCT, m.MedianJCT, m.P95JCT,
+			m.AvgQueue, m.MedianQueue, m.P95Queue, m.P99Queue, m.MaxQueue, m.Utilization, m.Preemptions, m.LostGPUHours)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "(seconds)")
+	if len(r.Estimates) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nstart estimates at submission, under gpuq, over tasks that waited ≥ 60 s:")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "estimator\tn\tP90 coverage\tby quarter\tmedian |err| of P50 (s)\tnever\t")
+	for _, n := range []string{sim.EstGPUQ, sim.EstSlurm, sim.EstSeed} {
+		e := r.Estimates[n]
+		q := e.P90CoverageByQuarter
+		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.2f %.2f %.2f %.2f\t%.0f\t%d\t\n", n, e.N, e.P90Coverage, q[0], q[1], q[2], q[3], e.P50MedianAbsErrS, e.Never)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "(slurm-backfill and seed-formula give one number: their coverage is the share started by it)")
+}
+
+func printTimings(w io.Writer, rep *sim.Report, names []string, loaded, ran time.Duration) {
+	fmt.Fprintf(w, "timings: load %s, simulate %s (policies in parallel)\n", loaded.Round(time.Millisecond), ran.Round(time.Millisecond))
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-12s %s\n", n, rep.Timings.Policies[n].Round(time.Millisecond))
+	}
+	if e := rep.Timings.Estimates; e.Submissions > 0 {
+		per := func(d time.Duration) string {
+			return fmt.Sprintf("%s (%s per submission)", d.Round(time.Millisecond), (d / time.Duration(e.Submissions)).Round(time.Microsecond))
+		}
+		fmt.Fprintf(w, "  estimates at %d submissions: gpuq %s, slurm-backfill %s, seed-formula %s\n", e.Submissions, per(e.GPUQ), per(e.Slurm), per(e.Seed))
+	}
+}
+
+func days(s float64) string { return fmt.Sprintf("%.1f days", s/86400) }

@@ -1,0 +1,377 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Config sizes a run. Full and Quick are the two that `gpuq bench` runs.
+type Config struct {
+	Quick bool
+	Dir   string // parent of the servers' temporary store directories ("" = the system's)
+
+	RawMsgs    int // RawPublish
+	IngestMsgs int // Ingest
+	LogEvents  int // History: the log replayed, folded and restarted from
+	LogNodes   int
+	Rounds     int // History: replay/fold rounds, best counts
+	Lifecycle  LifecycleOptions
+	Placement  PlacementOptions
+	// Scheduler, when set, runs Lifecycle a second time with it (cmd/gpuq
+	// passes services/scheduler): lifecycle_service_tasks_per_s.
+	Scheduler SchedulerFunc
+	// Progress, when set, is told each step as it starts.
+	Progress func(step string)
+}
+
+// RestartTarget is the log size restart_1m_s is named for.
+const RestartTarget = 1_000_000
+
+// Full is the full run: a few minutes on two cores.
+func Full() Config {
+	return Config{RawMsgs: 200_000, IngestMsgs: 200_000, LogEvents: RestartTarget, LogNodes: 125, Rounds: 2,
+		Lifecycle: LifecycleOptions{Tasks: 20_000, Nodes: 125},
+		Placement: PlacementOptions{Nodes: 1000, PerNode: 8, Queued: 100_000, Events: 1000, NoEnvQueued: 20_000}}
+}
+
+// Quick is the smaller run (under 30 s on two cores): fewer messages, a
+// log of 50,000 events (the restart extrapolated to a million), 5,000
+// tasks through the lifecycle, and 100 events for the placement on the
+// same 100,000-task queue.
+func Quick() Config {
+	return Config{Quick: true, RawMsgs: 30_000, IngestMsgs: 30_000, LogEvents: 50_000, LogNodes: 125, Rounds: 1,
+		Lifecycle: LifecycleOptions{Tasks: 5_000, Nodes: 125},
+		Placement: PlacementOptions{Nodes: 1000, PerNode: 8, Queued: 100_000, Events: 100}}
+}
+
+// Result is one run: the headline metrics (the names `gpuq bench --json`
+// prints), their ratios, the goals, and every measurement behind them.
+type Result struct {
+	Quick     bool    `json:"quick"`
+	Machine   Machine `json:"machine"`
+	Transport string  `json:"transport"`
+
+	RawPublishDedupPerS       float64 `json:"raw_publish_dedup_per_s"`
+	SubmitIngestPerS          float64 `json:"submit_ingest_per_s"`
+	RawReplayPerS             float64 `json:"raw_replay_per_s"`
+	FoldPerS                  float64 `json:"fold_per_s"`
+	LifecycleTasksPerS        float64 `json:"lifecycle_tasks_per_s"`
+	LifecycleServiceTasksPerS float64 `json:"lifecycle_service_tasks_per_s,omitempty"`
+	PlacementsPerS            float64 `json:"placements_per_s"`
+	PlacementsBurstPerS       float64 `json:"placements_burst_per_s"` // one pass on the free cluster
+	PlacementP99Ms            float64 `json:"placement_p99_ms"`
+	BytesPerQueuedTask        float64 `json:"bytes_per_queued_task"`
+	// Restart1MS is the time from starting a server on an existing store
+	// to a folded state, for a log of RestartTarget events: measured on
+	// RestartEvents events, scaled linearly when fewer (Extrapolated).
+	Restart1MS          float64 `json:"restart_1m_s"`
+	RestartEvents       int     `json:"restart_events"`
+	RestartMeasuredS    float64 `json:"restart_measured_s"`
+	RestartExtrapolated bool    `json:"restart_extrapolated"`
+	Snapshots           bool    `json:"snapshots"` // restarts fold from a snapshot (not yet: always false)
+
+	IngestVsRaw float64 `json:"ingest_vs_raw"` // submit_ingest_per_s / raw_publish_dedup_per_s
+	FoldVsRaw   float64 `json:"fold_vs_raw"`   // fold_per_s / raw_replay_per_s
+	// The same ratios from CPU time per item (raw's over gpuq's): what the
+	// wall-clock ratios tend to when the machine is busy with other work.
+	IngestVsRawCPU float64 `json:"ingest_vs_raw_cpu"`
+	FoldVsRawCPU   float64 `json:"fold_vs_raw_cpu"`
+
+	Goals  []Goal  `json:"goals"`
+	Detail Detail  `json:"detail"`
+	Steps  []Step  `json:"steps"` // what ran, and how long (with its setup)
+	TookS  float64 `json:"took_s"`
+}
+
+// Detail holds the measurements behind the headline metrics.
+type Detail struct {
+	RawPublish       Rate             `json:"raw_publish"`
+	Ingest           Rate             `json:"ingest"`
+	Log              LogResult        `json:"log"`
+	Lifecycle        LifecycleResult  `json:"lifecycle"`
+	LifecycleService *LifecycleResult `json:"lifecycle_service,omitempty"`
+	Placement        PlacementResult  `json:"placement"`
+}
+
+// Step is one measurement of a run and its wall time, setup included.
+type Step struct {
+	Name  string  `json:"name"`
+	TookS float64 `json:"took_s"`
+}
+
+// Machine describes where the run ran.
+type Machine struct {
+	CPU        string `json:"cpu"`
+	NumCPU     int    `json:"num_cpu"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	OS         string `json:"os"`
+	Go         string `json:"go"`
+	NATSServer string `json:"nats_server"`
+	Revision   string `json:"revision,omitempty"` // the build's VCS revision ("+dirty" when modified)
+	// Load is the 1-minute load average when the run started and ended
+	// (Linux): other work on the machine slows every rate.
+	LoadStart string `json:"load_start,omitempty"`
+	LoadEnd   string `json:"load_end,omitempty"`
+}
+
+// Goal is one target of the issue and whether this run met it. Goals are
+// information: a missed goal is not an error.
+type Goal struct {
+	Metric string  `json:"metric"`
+	Op     string  `json:"op"` // ">=" or "<="
+	Target float64 `json:"target"`
+	Value  float64 `json:"value"`
+	Met    bool    `json:"met"`
+	Why    string  `json:"why"`
+}
+
+// Run runs every measurement in turn, each on its own fresh server.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	start := time.Now()
+	res := &Result{Quick: cfg.Quick, Machine: machine(), Transport: "in-process (embedded nats-server, file store)"}
+	last := start
+	step := func(s string) {
+		now := time.Now()
+		if n := len(res.Steps); n > 0 {
+			res.Steps[n-1].TookS = now.Sub(last).Seconds()
+		}
+		last = now
+		res.Steps = append(res.Steps, Step{Name: s})
+		if cfg.Progress != nil {
+			cfg.Progress(s)
+		}
+		runtime.GC()
+	}
+	var err error
+
+	// Raw and gpuq's ingest alternate, twice; the best of each counts (the
+	// first publishes of a process run on a cold heap and page cache).
+	step(fmt.Sprintf("publish: %d raw async publishes of %d B with message ids, then %d validated submits, twice",
+		cfg.RawMsgs, RawMsgBytes, cfg.IngestMsgs))
+	for i := 0; i < 2; i++ {
+		raw, err := RawPublish(ctx, cfg.Dir, cfg.RawMsgs)
+		if err != nil {
+			return nil, fmt.Errorf("raw publish: %w", err)
+		}
+		res.Detail.RawPublish = faster(res.Detail.RawPublish, raw)
+		ing, err := Ingest(ctx, cfg.Dir, cfg.IngestMsgs)
+		if err != nil {
+			return nil, fmt.Errorf("ingest: %w", err)
+		}
+		res.Detail.Ingest = faster(res.Detail.Ingest, ing)
+	}
+	step(fmt.Sprintf("log: %d events written, replayed, folded, restarted", cfg.LogEvents))
+	if res.Detail.Log, err = History(ctx, cfg.Dir, cfg.LogNodes, cfg.LogEvents, cfg.Rounds); err != nil {
+		return nil, fmt.Errorf("log: %w", err)
+	}
+	step(fmt.Sprintf("lifecycle: %d tasks on %d GPUs", cfg.Lifecycle.Tasks, cfg.Lifecycle.Nodes*8))
+	lo := cfg.Lifecycle
+	lo.Scheduler = nil
+	if res.Detail.Lifecycle, err = Lifecycle(ctx, cfg.Dir, lo); err != nil {
+		return nil, fmt.Errorf("lifecycle: %w", err)
+	}
+	if cfg.Scheduler != nil {
+		step(fmt.Sprintf("lifecycle with services/scheduler: %d tasks", cfg.Lifecycle.Tasks))
+		lo.Scheduler = cfg.Scheduler
+		lr, err := Lifecycle(ctx, cfg.Dir, lo)
+		if err != nil {
+			return nil, fmt.Errorf("lifecycle (services/scheduler): %w", err)
+		}
+		res.Detail.LifecycleService = &lr
+		res.LifecycleServiceTasksPerS = lr.PerS()
+	}
+	step(fmt.Sprintf("placement: %d queued on %d × %d GPUs, %d events", cfg.Placement.Queued, cfg.Placement.Nodes,
+		cfg.Placement.PerNode, cfg.Placement.Events))
+	if res.Detail.Placement, err = Placement(ctx, cfg.Placement); err != nil {
+		return nil, fmt.Errorf("placement: %w", err)
+	}
+	res.Steps[len(res.Steps)-1].TookS = time.Since(last).Seconds()
+	runtime.GC()
+
+	d := res.Detail
+	res.RawPublishDedupPerS = d.RawPublish.PerS()
+	res.SubmitIngestPerS = d.Ingest.PerS()
+	res.RawReplayPerS = d.Log.RawReplay.PerS()
+	res.FoldPerS = d.Log.Fold.PerS()
+	res.LifecycleTasksPerS = d.Lifecycle.PerS()
+	res.PlacementsPerS = d.Placement.PerS()
+	res.PlacementsBurstPerS = d.Placement.BurstPerS()
+	res.PlacementP99Ms = float64(d.Placement.P99) / float64(time.Millisecond)
+	res.BytesPerQueuedTask = d.Placement.BytesPerQueuedTask
+	res.RestartEvents = d.Log.Events
+	res.RestartMeasuredS = d.Log.Restart.Seconds()
+	res.Restart1MS = res.RestartMeasuredS
+	if d.Log.Events > 0 && d.Log.Events != RestartTarget {
+		res.Restart1MS = res.RestartMeasuredS * RestartTarget / float64(d.Log.Events)
+		res.RestartExtrapolated = true
+	}
+	res.IngestVsRaw = ratio(res.SubmitIngestPerS, res.RawPublishDedupPerS)
+	res.FoldVsRaw = ratio(res.FoldPerS, res.RawReplayPerS)
+	res.IngestVsRawCPU = ratio(float64(d.RawPublish.CPUPerOp()), float64(d.Ingest.CPUPerOp()))
+	res.FoldVsRawCPU = ratio(float64(d.Log.RawReplay.CPUPerOp()), float64(d.Log.Fold.CPUPerOp()))
+	res.Goals = Goals(res)
+	res.Machine.LoadEnd = loadavg()
+	res.TookS = time.Since(start).Seconds()
+	return res, nil
+}
+
+// faster returns the rate that took less time (a zero Rate loses).
+func faster(a, b Rate) Rate {
+	if a.Took == 0 || (b.Took > 0 && b.Took < a.Took) {
+		return b
+	}
+	return a
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// Goals evaluates the issue's targets on r.
+func Goals(r *Result) []Goal {
+	g := []Goal{
+		{Metric: "ingest_vs_raw", Op: ">=", Target: 0.5, Value: r.IngestVsRaw, Why: "validated submits at least half the raw publish rate"},
+		{Metric: "fold_vs_raw", Op: ">=", Target: 0.5, Value: r.FoldVsRaw, Why: "the fold at least half the raw replay rate"},
+		{Metric: "lifecycle_tasks_per_s", Op: ">=", Target: 10_000, Value: r.LifecycleTasksPerS, Why: "20× Slurm's high-throughput guide (500 jobs/s)"},
+		{Metric: "placements_per_s", Op: ">=", Target: 20_000, Value: r.PlacementsPerS, Why: "100,000 queued on 1,000 × 8 GPUs"},
+		{Metric: "placement_p99_ms", Op: "<=", Target: 5, Value: r.PlacementP99Ms, Why: "one pass after an event"},
+		{Metric: "bytes_per_queued_task", Op: "<=", Target: 2048, Value: r.BytesPerQueuedTask, Why: "≤ 2 KiB of heap per queued task"},
+		{Metric: "restart_1m_s", Op: "<=", Target: 2, Value: r.Restart1MS, Why: "restart with 1M events in the log (the issue assumes snapshots)"},
+	}
+	for i := range g {
+		if g[i].Op == ">=" {
+			g[i].Met = g[i].Value >= g[i].Target
+		} else {
+			g[i].Met = g[i].Value <= g[i].Target
+		}
+	}
+	return g
+}
+
+// WriteTable writes r for people.
+func (r *Result) WriteTable(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	m := r.Machine
+	kind := "full"
+	if r.Quick {
+		kind = "quick"
+	}
+	fmt.Fprintf(bw, "gpuq bench (%s) — %s, %d CPUs (GOMAXPROCS %d), %s, %s, nats-server %s, %s; load %s → %s; revision %s\n\n",
+		kind, m.CPU, m.NumCPU, m.GOMAXPROCS, m.OS, m.Go, m.NATSServer, r.Transport, m.LoadStart, m.LoadEnd, m.Revision)
+	d := r.Detail
+	row := func(name, value, note string) { fmt.Fprintf(bw, "  %-30s %14s   %s\n", name, value, note) }
+	row("raw_publish_dedup_per_s", rate(r.RawPublishDedupPerS), fmt.Sprintf("%d × %d B, async, Nats-Msg-Id, best of 2; cpu %s/msg", d.RawPublish.N, RawMsgBytes, us(d.RawPublish.CPUPerOp())))
+	row("submit_ingest_per_s", rate(r.SubmitIngestPerS), fmt.Sprintf("%d submits of %.0f B, best of 2; cpu %s/submit; ingest_vs_raw %.2f (cpu %.2f)",
+		d.Ingest.N, perN(d.Ingest.Bytes, d.Ingest.N), us(d.Ingest.CPUPerOp()), r.IngestVsRaw, r.IngestVsRawCPU))
+	row("raw_replay_per_s", rate(r.RawReplayPerS), fmt.Sprintf("ordered consumer, %d events of %.0f B, best of %d; cpu %s/event",
+		d.Log.Events, perN(d.Log.LogBytes, d.Log.Events), d.Log.Rounds, us(d.Log.RawReplay.CPUPerOp())))
+	row("fold_per_s", rate(r.FoldPerS), fmt.Sprintf("ReadAll + Apply; cpu %s/event; fold_vs_raw %.2f (cpu %.2f); in memory: Decode %s, Apply %s",
+		us(d.Log.Fold.CPUPerOp()), r.FoldVsRaw, r.FoldVsRawCPU, rate(d.Log.Decode.PerS()), rate(d.Log.Apply.PerS())))
+	row("lifecycle_tasks_per_s", rate(r.LifecycleTasksPerS), fmt.Sprintf("%d tasks on %d GPUs, %d passes (%s); %s events appended",
+		d.Lifecycle.Tasks, d.Lifecycle.GPUs, d.Lifecycle.Passes, d.Lifecycle.Scheduler, rate(d.Lifecycle.EventsPerS())))
+	if d.LifecycleService != nil {
+		row("lifecycle_service_tasks_per_s", rate(r.LifecycleServiceTasksPerS), fmt.Sprintf("the same with %s", d.LifecycleService.Scheduler))
+	}
+	row("placements_per_s", rate(r.PlacementsPerS), fmt.Sprintf("%d placements in %d passes, %d queued on %d GPUs; cpu %.1f ms/pass",
+		d.Placement.Placements, d.Placement.Events, d.Placement.Queued, d.Placement.GPUs, ms(d.Placement.CPU)/float64(max(d.Placement.Events, 1))))
+	row("placements_burst_per_s", rate(r.PlacementsBurstPerS), fmt.Sprintf("one pass on the free cluster: %d placements in %.1f ms (cpu %.1f ms)",
+		d.Placement.BurstPlacements, ms(d.Placement.BurstTook), ms(d.Placement.BurstCPU)))
+	row("placement_p99_ms", fmt.Sprintf("%.2f", r.PlacementP99Ms), fmt.Sprintf("p50 %.2f ms, max %.2f ms", ms(d.Placement.P50), ms(d.Placement.Max)))
+	note := fmt.Sprintf("heap after GC; submissions carry %d B of env", d.Placement.EnvBytes)
+	if d.Placement.BytesPerQueuedTaskNoEnv > 0 {
+		note += fmt.Sprintf(" (%.0f B without)", d.Placement.BytesPerQueuedTaskNoEnv)
+	}
+	row("bytes_per_queued_task", fmt.Sprintf("%.0f", r.BytesPerQueuedTask), note)
+	note = fmt.Sprintf("measured on %d events: %.2f s (server start %.2f s); snapshots: %v", r.RestartEvents, r.RestartMeasuredS, d.Log.ServerStart.Seconds(), r.Snapshots)
+	if r.RestartExtrapolated {
+		note = "EXTRAPOLATED linearly, " + note
+	}
+	row("restart_1m_s", fmt.Sprintf("%.2f", r.Restart1MS), note)
+	fmt.Fprintf(bw, "\ngoals (information; a miss is not an error):\n")
+	for _, g := range r.Goals {
+		mark := "met   "
+		if !g.Met {
+			mark = "MISSED"
+		}
+		fmt.Fprintf(bw, "  %s %-24s %12s %s %-8s  %s\n", mark, g.Metric, num(g.Value), g.Op, num(g.Target), g.Why)
+	}
+	fmt.Fprintf(bw, "\ntook %.1f s:", r.TookS)
+	for _, s := range r.Steps {
+		name, _, _ := strings.Cut(s.Name, ":")
+		fmt.Fprintf(bw, " %s %.1f s;", name, s.TookS)
+	}
+	fmt.Fprintln(bw)
+	return bw.Flush()
+}
+
+func rate(v float64) string      { return fmt.Sprintf("%.0f/s", v) }
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func num(v float64) string {
+	if v >= 100 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func perN(b int64, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return float64(b) / float64(n)
+}
+
+func machine() Machine {
+	m := Machine{NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), OS: runtime.GOOS + "/" + runtime.GOARCH,
+		Go: runtime.Version(), NATSServer: server.VERSION, CPU: "unknown"}
+	m.LoadStart = loadavg()
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		dirty := false
+		for _, st := range bi.Settings {
+			switch st.Key {
+			case "vcs.revision":
+				m.Revision = st.Value
+			case "vcs.modified":
+				dirty = st.Value == "true"
+			}
+		}
+		if dirty && m.Revision != "" {
+			m.Revision += "+dirty"
+		}
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return m
+}
+
+// loadavg is the 1-minute load average, "" where unknown.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return ""
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond)) }

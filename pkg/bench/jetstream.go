@@ -1,0 +1,357 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	js "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/events/jetstream"
+)
+
+// RawMsgBytes is the payload size of the raw publish measurement.
+const RawMsgBytes = 256
+
+// Rate is a count over a duration.
+type Rate struct {
+	N     int           `json:"n"`
+	Bytes int64         `json:"bytes,omitempty"` // payload bytes moved
+	Took  time.Duration `json:"took_ns"`
+	// CPU is the process's CPU time over Took (server and client, both in
+	// process): unlike Took, it hardly grows when other work shares the
+	// machine.
+	CPU time.Duration `json:"cpu_ns"`
+}
+
+// CPUPerOp is CPU time per counted item.
+func (r Rate) CPUPerOp() time.Duration {
+	if r.N == 0 {
+		return 0
+	}
+	return r.CPU / time.Duration(r.N)
+}
+
+// PerS is the rate per second.
+func (r Rate) PerS() float64 {
+	if r.Took <= 0 {
+		return 0
+	}
+	return float64(r.N) / r.Took.Seconds()
+}
+
+// RawPublish measures plain JetStream: n async publishes of RawMsgBytes
+// random bytes, each with a Nats-Msg-Id, on the audit stream as gpuq
+// creates it (file store, 24 h de-duplication window), one subject per
+// message of the same shape as a submission's (gpuq.task.<36 chars>.submitted),
+// from one goroutine with up to maxPending acks outstanding; the clock stops
+// when every ack is in.
+func RawPublish(ctx context.Context, dir string, n int) (Rate, error) {
+	nd, err := startNode(ctx, dir)
+	if err != nil {
+		return Rate{}, err
+	}
+	defer nd.close()
+	p, err := nd.publisher(nil)
+	if err != nil {
+		return Rate{}, err
+	}
+	defer p.close()
+	payload := make([]byte, RawMsgBytes)
+	_, _ = rand.Read(payload)
+	start, cpu := time.Now(), cpuTime()
+	for i := 0; i < n; i++ {
+		if i%1024 == 0 && ctx.Err() != nil {
+			return Rate{}, ctx.Err()
+		}
+		id := taskID(i)
+		if _, err := p.js.PublishAsync(events.TaskPrefix+id+".submitted", payload, js.WithMsgID("raw:"+id), stall); err != nil {
+			return Rate{}, err
+		}
+	}
+	if err := p.wait(ctx); err != nil {
+		return Rate{}, err
+	}
+	took, cpu := time.Since(start), cpuTime()-cpu
+	if err := expectSeq(ctx, nd, uint64(n)); err != nil {
+		return Rate{}, err
+	}
+	return Rate{N: n, Bytes: int64(n) * RawMsgBytes, Took: took, CPU: cpu}, nil
+}
+
+// Ingest measures gpuq's submit path as a gateway runs it, pipelined: for
+// each of n requests, domain.Request.Validate, the idempotency lookup in
+// the fold's index (a map here), a UUID v7 task id, events.Encode of the
+// submitted event and an async publish with the submitter's message id
+// (submit:<team>:<key>). Like RawPublish: one goroutine, up to maxPending
+// acks outstanding, the clock stops at the last ack. Not in the loop: the
+// transport (HTTP or NATS request/reply, decoding the request) and the
+// per-request wait for the fold that the submitter does before answering.
+func Ingest(ctx context.Context, dir string, n int) (Rate, error) {
+	nd, err := startNode(ctx, dir)
+	if err != nil {
+		return Rate{}, err
+	}
+	defer nd.close()
+	p, err := nd.publisher(nil)
+	if err != nil {
+		return Rate{}, err
+	}
+	defer p.close()
+	sub := newSubmitter(p.js)
+	start, cpu := time.Now(), cpuTime()
+	for i := 0; i < n; i++ {
+		if i%1024 == 0 && ctx.Err() != nil {
+			return Rate{}, ctx.Err()
+		}
+		if err := sub.submit(request(i), time.Now()); err != nil {
+			return Rate{}, err
+		}
+	}
+	if err := p.wait(ctx); err != nil {
+		return Rate{}, err
+	}
+	took, cpu := time.Since(start), cpuTime()-cpu
+	if err := expectSeq(ctx, nd, uint64(n)); err != nil {
+		return Rate{}, err
+	}
+	return Rate{N: n, Bytes: sub.bytes, Took: took, CPU: cpu}, nil
+}
+
+// submitter is the pipelined submit path of Ingest and Lifecycle.
+type submitter struct {
+	js    js.JetStream
+	idem  map[string]string
+	bytes int64
+}
+
+func newSubmitter(j js.JetStream) *submitter {
+	return &submitter{js: j, idem: map[string]string{}}
+}
+
+// submit validates r and publishes its submitted event asynchronously; a
+// known idempotency key publishes nothing.
+func (s *submitter) submit(r domain.Request, now time.Time) error {
+	if err := r.Validate(domain.DefaultLimits); err != nil {
+		return err
+	}
+	k := domain.IdemKey(r.Team, r.IdempotencyKey)
+	if _, dup := s.idem[k]; dup {
+		return nil
+	}
+	u, err := uuid.NewV7()
+	if err != nil {
+		return err
+	}
+	subj, data, _, err := events.Encode(submittedOf(r, u.String(), now), events.Meta{Time: now})
+	if err != nil {
+		return err
+	}
+	if _, err := s.js.PublishAsync(subj, data, js.WithMsgID(submitMsgID(r.Team, r.IdempotencyKey)), stall); err != nil {
+		return err
+	}
+	s.idem[k] = u.String()
+	s.bytes += int64(len(data))
+	return nil
+}
+
+func expectSeq(ctx context.Context, nd *node, want uint64) error {
+	last, err := nd.lastSeq(ctx)
+	if err != nil {
+		return err
+	}
+	if last != want {
+		return fmt.Errorf("bench: the stream holds %d messages, want %d", last, want)
+	}
+	return nil
+}
+
+// LogResult is what the history log measurements found.
+type LogResult struct {
+	Events      int           `json:"events"`
+	LogBytes    int64         `json:"log_bytes"` // envelope bytes
+	RawReplay   Rate          `json:"raw_replay"`
+	Fold        Rate          `json:"fold"`
+	Rounds      int           `json:"rounds"`
+	Restart     time.Duration `json:"restart_ns"` // server start + stream open + fold
+	RestartCPU  time.Duration `json:"restart_cpu_ns"`
+	ServerStart time.Duration `json:"server_start_ns"` // of Restart: server recovery and stream open
+	Tasks       int           `json:"tasks"`           // in the folded state
+	Ignored     int           `json:"ignored"`         // facts the fold refused (0 for a sound log)
+	// The fold's two halves in memory, on the first sampleEvents events
+	// (no server in the loop): events.Decode alone, then State.Apply
+	// alone on the decoded records.
+	Decode Rate `json:"decode_in_memory"`
+	Apply  Rate `json:"apply_in_memory"`
+}
+
+// sampleEvents is how many events History keeps for the in-memory split.
+const sampleEvents = 20_000
+
+// History measures reading a log of real gpuq events (see history: nodes
+// becoming available, tasks submitted, dispatched, started, completed):
+//
+//  1. Build the log: total events, async publishes without message ids.
+//  2. rounds times, alternately: the raw replay (an ordered consumer over
+//     the stream, touching each message's data) and the fold
+//     (events.ReadAll through the JetStream adapter, decoding every
+//     envelope, and domain.State.Apply). The best round of each counts.
+//  3. A cold restart: stop the server, start a new one on the same store,
+//     open the stream as a service does and fold the whole log. The data
+//     is in the OS page cache; snapshots do not exist yet, so a restart is
+//     a full fold.
+func History(ctx context.Context, dir string, nodes, total, rounds int) (LogResult, error) {
+	res := LogResult{Events: total, Rounds: rounds}
+	nd, err := startNode(ctx, dir)
+	if err != nil {
+		return res, err
+	}
+	defer nd.close()
+
+	// 1. The log.
+	var sample []events.Stored
+	if res.LogBytes, sample, err = writeHistory(ctx, nd, nodes, total); err != nil {
+		return res, err
+	}
+
+	// 2. Raw replay and fold, alternately.
+	for r := 0; r < max(rounds, 1); r++ {
+		raw, err := rawReplay(ctx, nd.log.JetStream(), total)
+		if err != nil {
+			return res, err
+		}
+		if res.RawReplay.Took == 0 || raw.Took < res.RawReplay.Took {
+			res.RawReplay = raw
+		}
+		fold, st, err := foldLog(ctx, nd.log)
+		if err != nil {
+			return res, err
+		}
+		if res.Fold.Took == 0 || fold.Took < res.Fold.Took {
+			res.Fold = fold
+		}
+		res.Tasks, res.Ignored = len(st.Tasks), st.Ignored
+		if fold.N != total {
+			return res, fmt.Errorf("bench: the fold read %d events, want %d", fold.N, total)
+		}
+	}
+
+	res.Decode, res.Apply, err = split(sample)
+	if err != nil {
+		return res, err
+	}
+	sample = nil
+
+	// 3. Restart.
+	nd.stop()
+	start, cpu := time.Now(), cpuTime()
+	if err := nd.start(ctx); err != nil {
+		return res, err
+	}
+	res.ServerStart = time.Since(start)
+	fold, _, err := foldLog(ctx, nd.log)
+	if err != nil {
+		return res, err
+	}
+	res.Restart, res.RestartCPU = time.Since(start), cpuTime()-cpu
+	if fold.N != total {
+		return res, fmt.Errorf("bench: the restart fold read %d events, want %d", fold.N, total)
+	}
+	return res, nil
+}
+
+// writeHistory appends total events of history(nodes) to nd's log with
+// async publishes and returns their bytes and the first sampleEvents of
+// them.
+func writeHistory(ctx context.Context, nd *node, nodes, total int) (int64, []events.Stored, error) {
+	p, err := nd.publisher(nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer p.close()
+	var (
+		bytes  int64
+		sample []events.Stored
+	)
+	err = history(nodes, total, func(e events.Event, at time.Time) error {
+		subj, data, _, err := events.Encode(e, events.Meta{Time: at})
+		if err != nil {
+			return err
+		}
+		if len(sample) < sampleEvents {
+			sample = append(sample, events.Stored{Seq: uint64(len(sample) + 1), Subject: subj, Data: data, Time: at})
+		}
+		bytes += int64(len(data))
+		_, err = p.js.PublishAsync(subj, data, stall)
+		return err
+	})
+	if err == nil {
+		err = p.wait(ctx)
+	}
+	if err == nil {
+		err = expectSeq(ctx, nd, uint64(total))
+	}
+	return bytes, sample, err
+}
+
+// split times events.Decode and State.Apply separately on msgs.
+func split(msgs []events.Stored) (dec, app Rate, err error) {
+	recs := make([]events.Record, len(msgs))
+	start, cpu := time.Now(), cpuTime()
+	for i, m := range msgs {
+		if recs[i], err = events.Decode(m); err != nil {
+			return dec, app, err
+		}
+	}
+	dec = Rate{N: len(msgs), Took: time.Since(start), CPU: cpuTime() - cpu}
+	st := domain.NewState()
+	start, cpu = time.Now(), cpuTime()
+	for _, r := range recs {
+		st.Apply(r)
+	}
+	app = Rate{N: len(recs), Took: time.Since(start), CPU: cpuTime() - cpu}
+	return dec, app, nil
+}
+
+// rawReplay reads n messages with an ordered consumer from the start, as
+// the adapter does (same pull batch), without decoding.
+func rawReplay(ctx context.Context, j js.JetStream, n int) (Rate, error) {
+	start, cpu := time.Now(), cpuTime()
+	c, err := j.OrderedConsumer(ctx, events.StreamName, js.OrderedConsumerConfig{DeliverPolicy: js.DeliverAllPolicy})
+	if err != nil {
+		return Rate{}, err
+	}
+	it, err := c.Messages(js.PullMaxMessages(4096))
+	if err != nil {
+		return Rate{}, err
+	}
+	defer it.Stop()
+	var bytes int64
+	for i := 0; i < n; i++ {
+		m, err := it.Next()
+		if err != nil {
+			return Rate{}, err
+		}
+		bytes += int64(len(m.Data()))
+	}
+	return Rate{N: n, Bytes: bytes, Took: time.Since(start), CPU: cpuTime() - cpu}, nil
+}
+
+// foldLog folds the whole log into a fresh state: events.ReadAll (the
+// adapter's ordered consumer, events.Decode) and domain.State.Apply, what
+// every service does on start.
+func foldLog(ctx context.Context, l *jetstream.Log) (Rate, *domain.State, error) {
+	start, cpu := time.Now(), cpuTime()
+	st := domain.NewState()
+	n := 0
+	_, err := events.ReadAll(ctx, l, 1, "", func(r events.Record) error {
+		st.Apply(r)
+		n++
+		return nil
+	})
+	return Rate{N: n, Took: time.Since(start), CPU: cpuTime() - cpu}, st, err
+}

@@ -1,0 +1,393 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	js "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/pkg/decide"
+	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/estimate"
+	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/events/jetstream"
+	"github.com/gpuq/gpuq/pkg/policy"
+)
+
+// SchedulerFunc runs a scheduler on log until ctx ends, calling ready once
+// it has folded the log and decides. Lifecycle uses it to run
+// services/scheduler itself (cmd/gpuq passes one; this module cannot
+// import the services).
+type SchedulerFunc func(ctx context.Context, log *jetstream.Log, ready func()) error
+
+// LifecycleOptions size a Lifecycle run.
+type LifecycleOptions struct {
+	Tasks int // submitted, each of 1 GPU
+	Nodes int // of 8 GPUs each
+	// Scheduler: nil runs the pipelined shell of this package (see
+	// Lifecycle); else this one.
+	Scheduler SchedulerFunc
+}
+
+// LifecycleResult is one Lifecycle run.
+type LifecycleResult struct {
+	Tasks     int           `json:"tasks"`
+	GPUs      int           `json:"gpus"`
+	Took      time.Duration `json:"took_ns"`
+	CPU       time.Duration `json:"cpu_ns"`    // the process's, over Took
+	Events    uint64        `json:"events"`    // in the log at the end
+	Scheduler string        `json:"scheduler"` // what decided
+	// Of the pipelined shell only:
+	Passes    int           `json:"passes,omitempty"`    // decide.Plan calls
+	PlanTime  time.Duration `json:"plan_ns,omitempty"`   // spent in decide.Plan
+	Conflicts int           `json:"conflicts,omitempty"` // appends refused by an expected sequence
+	MaxBatch  int           `json:"max_batch,omitempty"` // most commands of one pass
+}
+
+// PerS is completed tasks per second.
+func (r LifecycleResult) PerS() float64 {
+	if r.Took <= 0 {
+		return 0
+	}
+	return float64(r.Tasks) / r.Took.Seconds()
+}
+
+// EventsPerS is log appends per second.
+func (r LifecycleResult) EventsPerS() float64 {
+	if r.Took <= 0 {
+		return 0
+	}
+	return float64(r.Events) / r.Took.Seconds()
+}
+
+// Lifecycle measures tasks per second through the whole protocol on one
+// fresh server: the clock starts when the first of o.Tasks submissions is
+// published and stops when the last task's completed event is
+// acknowledged. In the loop, all on the same JetStream stream:
+//
+//   - the submit path of Ingest (validate, encode, async publish with the
+//     idempotency message id);
+//   - a scheduler: it folds the log as it follows it and, whenever its own
+//     appends are folded, runs decide.Plan with the default policy and
+//     appends the dispatches with the same message ids and expected
+//     sequences as services/scheduler — published asynchronously, all of a
+//     pass at once, then waiting for their acks (the service appends them
+//     one by one). Without a lease or heartbeats. With o.Scheduler set,
+//     that scheduler instead;
+//   - mock agents (one connection and one follower of dispatched events
+//     for all nodes): for each dispatch they append started (guarded by
+//     the dispatch's sequence, as the agent does) and completed at once,
+//     asynchronously.
+func Lifecycle(ctx context.Context, dir string, o LifecycleOptions) (LifecycleResult, error) {
+	const per = 8
+	res := LifecycleResult{Tasks: o.Tasks, GPUs: o.Nodes * per, Scheduler: "pkg/bench shell: decide.Plan, async appends"}
+	if o.Scheduler != nil {
+		res.Scheduler = "services/scheduler"
+	}
+	nd, err := startNode(ctx, dir)
+	if err != nil {
+		return res, err
+	}
+	defer nd.close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// 1. The cluster.
+	for i := 0; i < o.Nodes; i++ {
+		if _, err := events.Append(ctx, nd.log, available(nodeName(i), per), events.Meta{Time: time.Now()}, "", nil); err != nil {
+			return res, err
+		}
+	}
+
+	// 2. The scheduler, ready once it has folded the cluster.
+	var wg sync.WaitGroup
+	errc := make(chan error, 3)
+	ready := make(chan struct{})
+	var once sync.Once
+	markReady := func() { once.Do(func() { close(ready) }) }
+	var sh *shell
+	sched := o.Scheduler
+	if sched == nil {
+		sh = &shell{pol: policy.New(policy.Options{})}
+		sched = sh.run
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := sched(ctx, nd.log, markReady); err != nil && ctx.Err() == nil {
+			errc <- fmt.Errorf("scheduler: %w", err)
+		}
+	}()
+	select {
+	case <-ready:
+	case err := <-errc:
+		return res, err
+	case <-ctx.Done():
+		return res, ctx.Err()
+	}
+
+	// 3. The agents; done closes when the last completion is acknowledged.
+	done := make(chan struct{})
+	var completed atomic.Int64
+	ap, err := nd.publisher(func(_ js.JetStream, m *nats.Msg, _ *js.PubAck) {
+		if strings.HasSuffix(m.Subject, "."+string(events.TypeCompleted)) && completed.Add(1) == int64(o.Tasks) {
+			close(done)
+		}
+	})
+	if err != nil {
+		return res, err
+	}
+	defer ap.close()
+	alog, err := jetstream.Attach(ctx, ap.nc, "")
+	if err != nil {
+		return res, err
+	}
+	f, err := alog.Follow(ctx, 1, events.TaskPrefix+"*."+string(events.TypeDispatched))
+	if err != nil {
+		return res, err
+	}
+	defer f.Close()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := agents(ctx, f, ap.js); err != nil && ctx.Err() == nil {
+			errc <- fmt.Errorf("agents: %w", err)
+		}
+	}()
+
+	// 4. Submissions, timed from the first.
+	sp, err := nd.publisher(nil)
+	if err != nil {
+		return res, err
+	}
+	defer sp.close()
+	start, cpu := time.Now(), cpuTime()
+	sub := newSubmitter(sp.js)
+	for i := 0; i < o.Tasks; i++ {
+		if i%1024 == 0 && ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		r := request(i)
+		r.Priority = []string{"low", "medium", "high"}[i%3]
+		if err := sub.submit(r, time.Now()); err != nil {
+			return res, err
+		}
+	}
+	if err := sp.wait(ctx); err != nil {
+		return res, err
+	}
+	select {
+	case <-done:
+	case err := <-errc:
+		return res, err
+	case err := <-ap.errs:
+		return res, fmt.Errorf("agents: %w", err)
+	case <-ctx.Done():
+		return res, ctx.Err()
+	}
+	res.Took, res.CPU = time.Since(start), cpuTime()-cpu
+	res.Events, _ = nd.lastSeq(ctx)
+	cancel()
+	stopped := make(chan struct{})
+	go func() { wg.Wait(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second): // the server's shutdown ends what is left
+	}
+	if sh != nil {
+		res.Passes, res.PlanTime, res.Conflicts, res.MaxBatch = sh.passes, sh.planTime, sh.conflicts, sh.maxBatch
+	}
+	return res, nil
+}
+
+// agents plays every node's agent for tasks that finish at once: for each
+// dispatched event, started (guarded: the task's last event must still be
+// the dispatch) and completed, with the agent's message ids.
+func agents(ctx context.Context, f events.Follower, j js.JetStream) error {
+	for {
+		m, err := f.Next(ctx)
+		if err != nil {
+			return err
+		}
+		r, err := events.Decode(m)
+		if err != nil {
+			return err
+		}
+		d, ok := r.Event.(events.Dispatched)
+		if !ok || len(d.Placements) == 0 {
+			continue
+		}
+		now := time.Now()
+		node := d.Placements[0].Node
+		seq := strconv.FormatUint(m.Seq, 10)
+		subj, data, _, err := events.Encode(events.Started{TaskID: d.TaskID, Node: node, PID: 4242,
+			LogDir: "/var/lib/gpuq/tasks/" + d.TaskID}, events.Meta{Time: now, CausationID: r.Envelope.ID})
+		if err != nil {
+			return err
+		}
+		msg := nats.NewMsg(subj)
+		msg.Data = data
+		msg.Header.Set(js.MsgIDHeader, "started:"+d.TaskID+":"+seq)
+		msg.Header.Set(js.ExpectedLastSubjSeqHeader, seq)
+		msg.Header.Set("Nats-Expected-Last-Subject-Sequence-Subject", events.TaskSubjects(d.TaskID))
+		if _, err := j.PublishMsgAsync(msg, stall); err != nil {
+			return err
+		}
+		subj, data, _, err = events.Encode(events.Completed{TaskID: d.TaskID, Node: node}, events.Meta{Time: now})
+		if err != nil {
+			return err
+		}
+		if _, err := j.PublishAsync(subj, data, js.WithMsgID("exit:"+d.TaskID+":"+seq), stall); err != nil {
+			return err
+		}
+	}
+}
+
+// shell is the scheduler of Lifecycle: services/scheduler's loop (fold,
+// learning run times from completions; follow; decide when the own appends
+// are folded) with the appends of a pass pipelined.
+type shell struct {
+	pol  *policy.Policy
+	pred *estimate.Predictor
+
+	passes, conflicts, maxBatch int
+	planTime                    time.Duration
+}
+
+// run is a SchedulerFunc. Its appends go out on the log's own connection,
+// as the service's do.
+func (s *shell) run(ctx context.Context, log *jetstream.Log, ready func()) error {
+	// 1. Fold the log.
+	st := domain.NewState()
+	s.pred = estimate.NewPredictor(0)
+	if _, err := events.ReadAll(ctx, log, 1, "", func(r events.Record) error { s.fold(st, r); return nil }); err != nil {
+		return err
+	}
+	// 2. Follow it.
+	f, err := log.Follow(ctx, st.Seq+1, "")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	recs := make(chan events.Stored, 4096)
+	ferr := make(chan error, 1)
+	go func() {
+		for {
+			m, err := f.Next(ctx)
+			if err != nil {
+				ferr <- err
+				return
+			}
+			recs <- m
+		}
+	}()
+	ready()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var waitFor uint64
+	apply := func(m events.Stored) {
+		r, err := events.Decode(m)
+		if err != nil {
+			st.Seq = m.Seq
+			return
+		}
+		s.fold(st, r)
+	}
+	for {
+		// 3. Decide and append, once the own appends are folded.
+		if st.Seq >= waitFor {
+			last, err := s.pass(ctx, st, log.JetStream())
+			if err != nil {
+				return err
+			}
+			waitFor = max(waitFor, last)
+		}
+		// 4. Wait for events (or a tick) and apply all that are there.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-ferr:
+			return err
+		case <-tick.C:
+		case m := <-recs:
+			apply(m)
+		drain:
+			for {
+				select {
+				case m := <-recs:
+					apply(m)
+				default:
+					break drain
+				}
+			}
+		}
+	}
+}
+
+// fold applies a record and learns run times from completions, as the
+// service does.
+func (s *shell) fold(st *domain.State, r events.Record) {
+	st.Apply(r)
+	if c, ok := r.Event.(events.Completed); ok {
+		if t := st.Tasks[c.TaskID]; t != nil {
+			s.pred.Observe(t)
+		}
+	}
+}
+
+// pass runs decide.Plan and appends its commands, all published before any
+// ack is awaited; it returns the highest sequence appended.
+func (s *shell) pass(ctx context.Context, st *domain.State, j js.JetStream) (uint64, error) {
+	now := time.Now()
+	cmds := decide.Plan(st, s.pol, now, decide.Liveness{}, func(t *domain.Task) time.Duration { return s.pred.Total(t, 0.5) })
+	s.planTime += time.Since(now)
+	s.passes++
+	s.maxBatch = max(s.maxBatch, len(cmds))
+	futures := make([]js.PubAckFuture, 0, len(cmds))
+	for _, c := range cmds {
+		subj, data, _, err := events.Encode(c.Event, events.Meta{Time: now})
+		if err != nil {
+			return 0, err
+		}
+		msg := nats.NewMsg(subj)
+		msg.Data = data
+		if c.MsgID != "" {
+			msg.Header.Set(js.MsgIDHeader, c.MsgID)
+		}
+		if c.Expect != nil {
+			msg.Header.Set(js.ExpectedLastSubjSeqHeader, strconv.FormatUint(c.Expect.LastSeq, 10))
+			msg.Header.Set("Nats-Expected-Last-Subject-Sequence-Subject", c.Expect.Filter)
+		}
+		f, err := j.PublishMsgAsync(msg, stall)
+		if err != nil {
+			return 0, err
+		}
+		futures = append(futures, f)
+	}
+	var last uint64
+	for _, f := range futures {
+		select {
+		case ack := <-f.Ok():
+			if !ack.Duplicate {
+				last = max(last, ack.Sequence)
+			}
+		case err := <-f.Err():
+			var apiErr *js.APIError
+			if errors.As(err, &apiErr) && apiErr.ErrorCode == js.JSErrCodeStreamWrongLastSequence {
+				s.conflicts++
+				continue
+			}
+			return last, err
+		case <-ctx.Done():
+			return last, ctx.Err()
+		}
+	}
+	return last, nil
+}

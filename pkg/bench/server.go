@@ -1,0 +1,143 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	js "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/pkg/embedded"
+	"github.com/gpuq/gpuq/pkg/events/jetstream"
+)
+
+// maxPending bounds outstanding async publishes, for the raw rate and for
+// gpuq's pipelines alike (nats.go's default).
+const maxPending = 4000
+
+// stall lets an async publish wait for a free slot under maxPending for up
+// to a minute (nats.go's default of 200 ms fails publishes on a busy
+// machine with ErrTooManyStalledMsgs).
+var stall = js.WithStallWait(time.Minute)
+
+// node is one embedded server on its own store directory, with an
+// in-process connection and the audit stream created as gpuq creates it.
+type node struct {
+	dir    string
+	ownDir bool
+	srv    *embedded.Server
+	nc     *nats.Conn
+	log    *jetstream.Log
+}
+
+// startNode starts a fresh server in a new temporary directory under
+// parent ("" = the system's).
+func startNode(ctx context.Context, parent string) (*node, error) {
+	dir, err := os.MkdirTemp(parent, "gpuq-bench-*")
+	if err != nil {
+		return nil, err
+	}
+	n := &node{dir: dir, ownDir: true}
+	if err := n.start(ctx); err != nil {
+		n.close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// start starts (or restarts) the server on n.dir and opens the stream.
+func (n *node) start(ctx context.Context) error {
+	srv, err := embedded.Start(embedded.Options{StoreDir: n.dir, NoListen: true})
+	if err != nil {
+		return err
+	}
+	n.srv = srv
+	nc, err := srv.Connect("gpuq-bench")
+	if err != nil {
+		return err
+	}
+	n.nc = nc
+	l, err := jetstream.Open(ctx, nc, jetstream.StreamConfig{})
+	if err != nil {
+		return err
+	}
+	n.log = l
+	return nil
+}
+
+// stop closes the connection and shuts the server down, keeping the store.
+func (n *node) stop() {
+	if n.nc != nil {
+		n.nc.Close()
+		n.nc = nil
+	}
+	if n.srv != nil {
+		n.srv.Shutdown()
+		n.srv = nil
+	}
+}
+
+// close stops the server and removes the store.
+func (n *node) close() {
+	n.stop()
+	if n.ownDir {
+		_ = os.RemoveAll(n.dir)
+	}
+}
+
+// publisher is an async-publishing JetStream context on its own
+// connection; err counts failed publishes.
+type publisher struct {
+	nc   *nats.Conn
+	js   js.JetStream
+	errs chan error
+}
+
+func (n *node) publisher(onAck js.MsgAckHandler) (*publisher, error) {
+	nc, err := n.srv.Connect("gpuq-bench-publisher")
+	if err != nil {
+		return nil, err
+	}
+	p := &publisher{nc: nc, errs: make(chan error, 1)}
+	opts := []js.JetStreamOpt{
+		js.WithPublishAsyncMaxPending(maxPending),
+		js.WithPublishAsyncErrHandler(func(_ js.JetStream, m *nats.Msg, err error) {
+			select {
+			case p.errs <- fmt.Errorf("publish on %s: %w", m.Subject, err):
+			default:
+			}
+		}),
+	}
+	if onAck != nil {
+		opts = append(opts, js.WithPublishAsyncAckHandler(onAck))
+	}
+	j, err := js.New(nc, opts...)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	p.js = j
+	return p, nil
+}
+
+// wait waits until every async publish is acknowledged; it returns the
+// first publish error, if any.
+func (p *publisher) wait(ctx context.Context) error {
+	select {
+	case <-p.js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-p.errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+func (p *publisher) close() { p.nc.Close() }
+
+func (n *node) lastSeq(ctx context.Context) (uint64, error) { return n.log.LastSeq(ctx) }

@@ -1,0 +1,78 @@
+// Package sim is the trace simulator behind `gpuq sim`: it replays a real
+// GPU-cluster trace (pkg/trace) in virtual time under several policies and
+// measures job completion time, queueing delay, utilization, preemptions
+// and the accuracy of wait estimates, side by side in one run.
+//
+// Two kinds of policy are simulated:
+//
+//   - gpuq and gpuq-spf run the real code through the Log port: an
+//     in-memory log (events/memlog) whose clock is the virtual time, the
+//     fold (domain.State.Apply), the scheduler's pure step (decide.Plan,
+//     the very function the scheduler service calls) and the advisor's
+//     estimator (estimate.Estimator). Nothing of the policy is copied here;
+//     this package only plays the parts of the submitters and the agents.
+//   - fifo-strict and sjf-oracle are baselines that follow the HeliosArtifact
+//     convention (baseline.go), so that their numbers compare with the
+//     literature. They are literature conventions, not gpuq's policy: they
+//     schedule the pooled cluster and ignore classes and teams.
+//
+// Everything is event-driven (a priority queue of ends and a cursor over
+// submissions; the clock jumps from one instant to the next) and
+// deterministic: the same trace and options give the same Result, byte for
+// byte once encoded. The only randomness is the trace model's, from seeded
+// math/rand/v2 PCG generators.
+//
+// # Trace model
+//
+// The traces carry no user estimate, class, team or command; the model
+// supplies them, explicitly and seeded (model.go):
+//
+//   - The user's estimate (Submitted.Hours) is the real duration × e^N(µ,σ),
+//     one draw per job in trace order from PCG(seed) (EstimateModel
+//     "lognormal:mu=0.7,sigma=1,seed=1"), or the real duration ("exact"),
+//     never below one minute. gpuq sees only this estimate and what it
+//     learns from completed tasks; only sjf-oracle reads real durations.
+//   - Every task is MEDIUM unless a ClassMix draws classes (one draw per
+//     job from its own PCG, so it does not shift the estimate draws).
+//   - With teams by VC, each VC is a team whose guarantee is its share of
+//     the VC node counts (vcs.csv) of the simulated cluster; otherwise all
+//     tasks are one team "trace" and there are no guarantees.
+//   - Every task is preemptible.
+//   - A job that can never fit the simulated cluster (more GPUs than it
+//     has) is left out of every policy and counted in Scenario.Unplaceable.
+//
+// # Agents and preemption
+//
+// The simulated agents start a dispatched task at the instant it is
+// dispatched (Started) and complete it when its real remaining duration
+// has elapsed (Completed). A task asked to yield (PreemptRequested)
+// checkpoints at once: the agent appends Checkpointed (its progress as the
+// reference) and Preempted with no lost work, and the task later resumes
+// with duration − progress left. Lost work is therefore zero in this model;
+// lost_gpu_hours still reports the work the log records as lost
+// (Preempted.LostGPUSeconds), so a model with checkpoint intervals shows
+// up there without changing the metric.
+//
+// # Metrics
+//
+// JCT = end − submit; queueing delay = first start − submit; utilization =
+// busy GPU-seconds / (GPUs × makespan), with the makespan from the first
+// submission to the last end. Percentiles are nearest-rank.
+//
+// # Estimates
+//
+// Under the gpuq policy, three start estimates are made at every
+// submission and judged over tasks whose actual wait is at least 60 s:
+//
+//   - gpuq: the advisor's estimator, fed every record in log order
+//     (Observe after Apply); its P50 and P90 at submission (AtSubmit).
+//   - slurm-backfill: a forward simulation of the same policy on the
+//     users' raw estimates (estimate.Forward with an Exact predictor, q =
+//     0.5) — what a backfill scheduler's start-time estimate does.
+//   - seed-formula: the source document's formula (estimate.SeedFormula).
+//
+// slurm-backfill and seed-formula give one number, so their "P90 coverage"
+// is the share of tasks that started by that single estimate. A task an
+// estimator says never starts counts as not covered, with its error taken
+// against an estimate of zero (the estimator's own convention).
+package sim

@@ -1,0 +1,321 @@
+package sim
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gpuq/gpuq/pkg/decide"
+	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/estimate"
+	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/events/memlog"
+	"github.com/gpuq/gpuq/pkg/policy"
+)
+
+// Simulated hardware.
+const (
+	simGPUModel  = "A100"
+	simGPUMemMiB = 81920
+)
+
+// driver runs the real scheduler step over an in-memory log in virtual
+// time, playing the submitters and the agents:
+//
+//  1. At each instant, the agents report the tasks whose remaining real
+//     duration has elapsed (Completed), then the trace's submissions of
+//     that instant are appended (Submitted).
+//  2. The scheduler folds the new records into its state (Apply; the
+//     run-time predictor and, under estimates, the advisor's estimator
+//     observe each record, as the services do) and calls decide.Plan; its
+//     commands are appended with their message ids and expected
+//     sequences, so the log's guards act as JetStream's would.
+//  3. The agents react at the same instant: a dispatched task starts
+//     (Started, its end scheduled after its remaining real duration); a
+//     task asked to yield checkpoints at once (Checkpointed, Preempted).
+//  4. Steps 2–3 repeat until decide.Plan has nothing more to do; then the
+//     clock jumps to the next instant.
+type driver struct {
+	ctx   context.Context
+	tasks []Task
+	byID  map[string]int
+	epoch time.Time
+	vt    time.Duration // virtual time since the epoch
+	now   time.Time     // epoch + vt
+
+	log  *memlog.Log
+	st   *domain.State
+	pol  *policy.Policy
+	pred *estimate.Predictor // the scheduler's run-time predictor
+	// predicted memoises pred.Total until pred learns again.
+	predicted map[string]time.Duration
+	read      uint64 // last sequence folded
+
+	runs    []run
+	ends    taskEnds
+	toStart []int // dispatched, not yet started by their agent
+	toYield []int // asked to yield, not yet checkpointed
+
+	queued int
+	out    *outcome
+	est    *estimating // nil: no estimates
+}
+
+// run is a task's progress as its agent knows it.
+type run struct {
+	started time.Duration // start of the current run; -1 when not running
+	done    time.Duration // real work done in earlier runs
+	gen     uint32        // bumped at each start and yield: older ends are stale
+}
+
+func newDriver(ctx context.Context, cfg Config, pol *policy.Policy, tasks []Task, withEstimates bool) *driver {
+	d := &driver{ctx: ctx, tasks: tasks, byID: make(map[string]int, len(tasks)), epoch: cfg.Epoch,
+		log: memlog.New(), st: domain.NewState(), pol: pol, pred: estimate.NewPredictor(0),
+		predicted: map[string]time.Duration{}, runs: make([]run, len(tasks)), out: newOutcome(len(tasks))}
+	d.now = d.epoch
+	d.log.Now = func() time.Time { return d.now }
+	for i, t := range tasks {
+		d.byID[t.ID] = i
+		d.runs[i].started = -1
+	}
+	if withEstimates {
+		d.est = newEstimating(pol, len(tasks))
+	}
+	return d
+}
+
+// predict is the policy's run-time prediction, as the scheduler service
+// passes it: the learned P50 of the task's whole run. It is memoised until
+// the predictor learns again (the value depends only on the predictor and
+// the task's submitted fields, which nothing in a simulation amends).
+func (d *driver) predict(t *domain.Task) time.Duration {
+	if v, ok := d.predicted[t.ID]; ok {
+		return v
+	}
+	v := d.pred.Total(t, 0.5)
+	d.predicted[t.ID] = v
+	return v
+}
+
+func (d *driver) at(vt time.Duration) {
+	d.vt = vt
+	d.now = d.epoch.Add(vt)
+}
+
+func (d *driver) append(e events.Event, msgID string, expect *events.Expect) (events.Ack, error) {
+	return events.Append(d.ctx, d.log, e, events.Meta{Time: d.now}, msgID, expect)
+}
+
+// simulate runs the whole trace.
+func (d *driver) simulate(nodes, perNode int) (*outcome, error) {
+	// The cluster: nodes n001… with GPUs GPU-n001-0…, all healthy.
+	width := max(3, len(fmt.Sprint(nodes)))
+	for n := 0; n < nodes; n++ {
+		name := fmt.Sprintf("n%0*d", width, n+1)
+		gs := make([]events.GPU, perNode)
+		for g := range gs {
+			gs[g] = events.GPU{UUID: fmt.Sprintf("GPU-%s-%d", name, g), Index: g, Model: simGPUModel, MemoryMiB: simGPUMemMiB, Healthy: true}
+		}
+		if _, err := d.append(events.Available{Node: name, GPUs: gs, FreeGPUs: perNode, BootID: "sim"}, "", nil); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.fold(); err != nil {
+		return nil, err
+	}
+	next := 0
+	for {
+		if err := d.ctx.Err(); err != nil {
+			return nil, err
+		}
+		d.dropStaleEnds()
+		// The next instant: a submission or an end, whichever is first.
+		has := false
+		var vt time.Duration
+		if next < len(d.tasks) {
+			vt, has = d.tasks[next].Submit, true
+		}
+		if d.ends.Len() > 0 && (!has || d.ends[0].at <= vt) {
+			vt, has = d.ends[0].at, true
+		}
+		if !has {
+			break
+		}
+		d.at(vt)
+		// 1. Ends, then submissions.
+		for d.ends.Len() > 0 && d.ends[0].at == vt {
+			e := heap.Pop(&d.ends).(taskEnd)
+			if d.runs[e.task].gen != e.gen {
+				continue
+			}
+			d.runs[e.task].started = -1
+			t := d.st.Tasks[d.tasks[e.task].ID]
+			if _, err := d.append(events.Completed{TaskID: t.ID, Node: t.Node}, "", nil); err != nil {
+				return nil, err
+			}
+		}
+		for ; next < len(d.tasks) && d.tasks[next].Submit == vt; next++ {
+			t := d.tasks[next]
+			sub := events.Submitted{TaskID: t.ID, Name: t.ID, Team: t.Team, Priority: t.Priority.String(), GPUs: t.GPUs,
+				Hours: t.Hours, Hypothesis: "trace job", Preemptible: true, SubmittedAt: d.now}
+			if _, err := d.append(sub, "", nil); err != nil {
+				return nil, err
+			}
+		}
+		if err := d.fold(); err != nil {
+			return nil, err
+		}
+		// 2–4. Decide and react until nothing more happens at this instant.
+		if err := d.settle(); err != nil {
+			return nil, err
+		}
+		d.out.queueLen.add(vt, d.queued)
+	}
+	for i, t := range d.tasks {
+		if d.out.end[i] < 0 {
+			return nil, fmt.Errorf("sim: task %s never ended (state %s)", t.ID, d.st.Tasks[t.ID].State)
+		}
+	}
+	// What the log recorded: run time, preemptions and work lost.
+	for _, t := range d.tasks {
+		ft := d.st.Tasks[t.ID]
+		d.out.busyGPUSeconds += float64(ft.GPUs) * ft.RunSeconds
+		d.out.preemptions += ft.Preemptions
+		d.out.lostGPUSeconds += ft.LostGPUSecs
+	}
+	return d.out, nil
+}
+
+// maxRounds bounds the decide–react rounds at one instant.
+const maxRounds = 10000
+
+func (d *driver) settle() error {
+	for round := 0; ; round++ {
+		if round == maxRounds {
+			return fmt.Errorf("sim: at %s, decisions still change after %d rounds", d.vt, maxRounds)
+		}
+		cmds := decide.Plan(d.st, d.pol, d.now, decide.Liveness{}, d.predict)
+		if len(cmds) == 0 {
+			return nil
+		}
+		appended := 0
+		for _, c := range cmds {
+			ack, err := d.append(c.Event, c.MsgID, c.Expect)
+			if errors.Is(err, events.ErrConflict) {
+				// One writer, so a refused guard means the fold and the log
+				// disagree: a bug, not a race.
+				return fmt.Errorf("sim: at %s, the log refused %s of %s: %w", d.vt, c.Event.EventType(), c.Event.Key(), err)
+			}
+			if err != nil {
+				return err
+			}
+			if !ack.Duplicate {
+				appended++
+			}
+		}
+		if err := d.fold(); err != nil {
+			return err
+		}
+		if err := d.react(); err != nil {
+			return err
+		}
+		if appended == 0 {
+			return nil // only duplicates: deciding again changes nothing
+		}
+	}
+}
+
+// react plays the agents: start what was dispatched, checkpoint and yield
+// what was asked to.
+func (d *driver) react() error {
+	if len(d.toStart) == 0 && len(d.toYield) == 0 {
+		return nil
+	}
+	for _, i := range d.toStart {
+		t := d.st.Tasks[d.tasks[i].ID]
+		if _, err := d.append(events.Started{TaskID: t.ID, Node: t.Node, PID: i + 1}, "", nil); err != nil {
+			return err
+		}
+		r := &d.runs[i]
+		r.started = d.vt
+		r.gen++
+		heap.Push(&d.ends, taskEnd{at: d.vt + d.tasks[i].Duration - r.done, task: i, gen: r.gen})
+	}
+	for _, i := range d.toYield {
+		t := d.st.Tasks[d.tasks[i].ID]
+		r := &d.runs[i]
+		if r.started >= 0 {
+			r.done += d.vt - r.started
+		}
+		r.started = -1
+		r.gen++
+		ref := fmt.Sprintf("sim://%s/%d", t.ID, int64(r.done.Seconds()))
+		if _, err := d.append(events.Checkpointed{TaskID: t.ID, Ref: ref}, "", nil); err != nil {
+			return err
+		}
+		if _, err := d.append(events.Preempted{TaskID: t.ID, Node: t.Node, Checkpoint: ref}, "", nil); err != nil {
+			return err
+		}
+	}
+	d.toStart, d.toYield = d.toStart[:0], d.toYield[:0]
+	return d.fold()
+}
+
+// fold reads the records appended since the last fold, through the Log
+// port, and applies them as the services do.
+func (d *driver) fold() error {
+	_, err := events.ReadAll(d.ctx, d.log, d.read+1, "", func(r events.Record) error {
+		d.read = r.Seq
+		d.st.Apply(r)
+		if d.est != nil {
+			d.est.observe(d, r)
+		}
+		id := r.Event.Key()
+		i, known := d.byID[id]
+		t := d.st.Tasks[id]
+		switch e := r.Event.(type) {
+		case events.Submitted:
+			if t != nil && t.SubmitSeq == r.Seq {
+				d.queued++
+			}
+		case events.Dispatched:
+			if known && t.State == domain.Dispatched && t.DispatchSeq == r.Seq {
+				d.queued--
+				d.toStart = append(d.toStart, i)
+				if e.Backfill {
+					d.out.backfilled++
+				}
+			}
+		case events.Started:
+			if known && d.out.start[i] < 0 && t.State == domain.Running {
+				d.out.start[i] = d.vt
+			}
+		case events.PreemptRequested:
+			if known && t.State == domain.Preempting && t.HoldsGPUs() {
+				d.toYield = append(d.toYield, i)
+			}
+		case events.Requeued:
+			if t != nil && t.State == domain.Queued && t.LastSeq == r.Seq {
+				d.queued++
+			}
+		case events.Completed:
+			if t != nil {
+				d.pred.Observe(t)
+				clear(d.predicted)
+				if known && t.State == domain.Completed {
+					d.out.end[i] = d.vt
+				}
+			}
+		}
+		return nil
+	})
+	return err
+}
+
+func (d *driver) dropStaleEnds() {
+	for d.ends.Len() > 0 && d.runs[d.ends[0].task].gen != d.ends[0].gen {
+		heap.Pop(&d.ends)
+	}
+}

@@ -1,0 +1,230 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpuq/gpuq/pkg/policy"
+)
+
+// Policy names, for Config.Policies and the result.
+const (
+	FIFOStrict = "fifo-strict" // baseline: Helios FIFO, strict head-of-line blocking
+	SJFOracle  = "sjf-oracle"  // baseline: Helios SJF on real durations
+	GPUQ       = "gpuq"        // the gpuq policy as configured (default: FIFO within class, EASY backfill)
+	GPUQSPF    = "gpuq-spf"    // gpuq with shortest-predicted within class and its aging guard
+)
+
+// Policies lists the policy names Run knows.
+func Policies() []string { return []string{FIFOStrict, SJFOracle, GPUQ, GPUQSPF} }
+
+// Config is one simulation.
+type Config struct {
+	Nodes, GPUsPerNode int
+	// Options are the gpuq policy's (gpuq-spf: the same with
+	// WithinClass = shortest-predicted). Teams come in Options.Teams.
+	Options policy.Options
+	// Policies to run, by name (see Policies).
+	Policies []string
+	// Estimates: under the gpuq policy, estimate every submission's start
+	// three ways and judge them (needs GPUQ in Policies).
+	Estimates bool
+	// Epoch is virtual time zero (the trace's first submission).
+	Epoch time.Time
+	// Parallel runs up to this many policies at once (default GOMAXPROCS);
+	// the result does not depend on it.
+	Parallel int
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.Nodes < 1 {
+		return fmt.Errorf("nodes must be ≥ 1 (got %d)", c.Nodes)
+	}
+	if c.GPUsPerNode < 1 {
+		return fmt.Errorf("gpus-per-node must be ≥ 1 (got %d)", c.GPUsPerNode)
+	}
+	if len(c.Policies) == 0 {
+		return fmt.Errorf("no policy to run")
+	}
+	seen := map[string]bool{}
+	for _, p := range c.Policies {
+		if !slices.Contains(Policies(), p) {
+			return fmt.Errorf("unknown policy %q (want %s)", p, strings.Join(Policies(), ", "))
+		}
+		if seen[p] {
+			return fmt.Errorf("policy %q given twice", p)
+		}
+		seen[p] = true
+	}
+	return c.Options.Validate()
+}
+
+// Result is the deterministic outcome of a run: encode it with
+// encoding/json (map keys come out sorted) and the bytes are the same for
+// the same trace and options.
+type Result struct {
+	Scenario  Scenario                   `json:"scenario"`
+	Jobs      int                        `json:"jobs"`
+	Policies  map[string]Metrics         `json:"policies"`
+	Estimates map[string]EstimateMetrics `json:"estimates,omitempty"`
+}
+
+// Scenario describes what was simulated.
+type Scenario struct {
+	Trace       string `json:"trace"`
+	Format      string `json:"format"`
+	Nodes       int    `json:"nodes"`
+	GPUsPerNode int    `json:"gpus_per_node"`
+	TotalGPUs   int    `json:"total_gpus"`
+	Teams       string `json:"teams"`
+	// Policy, WithinClass, AgingTauS and MaxWaitS are the gpuq policy's
+	// options (gpuq-spf: shortest-predicted within class); Run fills them.
+	Policy        string  `json:"policy"`
+	WithinClass   string  `json:"within_class"`
+	AgingTauS     float64 `json:"aging_tau_s"`
+	MaxWaitS      float64 `json:"max_wait_s"`
+	EstimateModel string  `json:"estimate_model"`
+	ClassMix      string  `json:"class_mix"`
+	// Preemptible and Checkpoint state the agents' model; Run fills them.
+	Preemptible string  `json:"preemptible"`
+	Checkpoint  string  `json:"checkpoint"`
+	Limit       int     `json:"limit,omitempty"`
+	TraceJobs   int     `json:"trace_jobs"`
+	Unplaceable int     `json:"unplaceable"`
+	SpanS       float64 `json:"span_s"`
+	OfferedLoad float64 `json:"offered_load"`
+}
+
+// Report is a Result with what plots and people need beside it.
+type Report struct {
+	Result Result
+	// QueueLength is each policy's queue length over time (a step function).
+	QueueLength map[string][]Point
+	// Waits is each policy's queueing delay per task, in task order.
+	Waits map[string][]time.Duration
+	// WaitEstimates are the gpuq estimator's P50 and P90 at submission
+	// against the actual wait, for the judged tasks.
+	WaitEstimates []WaitEstimate
+	Timings       Timings
+}
+
+// Timings is wall time (measurement only, never in the Result).
+type Timings struct {
+	Policies  map[string]time.Duration
+	Estimates EstimateTimings
+}
+
+// Run simulates the tasks (from Prepare, in submit order) under every
+// configured policy. sc is copied into the result as given, with the
+// cluster's figures filled in.
+func Run(ctx context.Context, cfg Config, sc Scenario, tasks []Task) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(tasks) == 0 {
+		return nil, fmt.Errorf("no job to simulate")
+	}
+	for i := 1; i < len(tasks); i++ {
+		if tasks[i].Submit < tasks[i-1].Submit {
+			return nil, fmt.Errorf("tasks not in submit order at %s", tasks[i].ID)
+		}
+	}
+	total := cfg.Nodes * cfg.GPUsPerNode
+	sc.Nodes, sc.GPUsPerNode, sc.TotalGPUs = cfg.Nodes, cfg.GPUsPerNode, total
+	o := policy.New(cfg.Options).Options()
+	sc.Policy, sc.WithinClass, sc.AgingTauS, sc.MaxWaitS = o.Preemption, o.WithinClass, o.AgingTau.Seconds(), o.MaxWait.Seconds()
+	sc.Preemptible, sc.Checkpoint = "all", "at once on preemption request, no work lost"
+	sc.SpanS = (tasks[len(tasks)-1].Submit - tasks[0].Submit).Seconds()
+	if sc.SpanS > 0 {
+		gs := 0.0
+		for _, t := range tasks {
+			gs += float64(t.GPUs) * t.Duration.Seconds()
+		}
+		sc.OfferedLoad = round(gs/(float64(total)*sc.SpanS), 4)
+	}
+
+	type done struct {
+		out  *outcome
+		est  *estimating
+		took time.Duration
+		err  error
+	}
+	results := make([]done, len(cfg.Policies))
+	par := cfg.Parallel
+	if par <= 0 {
+		par = runtime.GOMAXPROCS(0)
+	}
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	// Start the most expensive runs first.
+	order := slices.Clone(cfg.Policies)
+	slices.SortStableFunc(order, func(a, b string) int { return cost(cfg, a) - cost(cfg, b) })
+	for _, name := range order {
+		k := slices.Index(cfg.Policies, name)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			t0 := time.Now()
+			out, est, err := runPolicy(ctx, cfg, name, tasks)
+			results[k] = done{out, est, time.Since(t0), err}
+		}()
+	}
+	wg.Wait()
+
+	rep := &Report{Result: Result{Scenario: sc, Jobs: len(tasks), Policies: map[string]Metrics{}},
+		QueueLength: map[string][]Point{}, Waits: map[string][]time.Duration{}, Timings: Timings{Policies: map[string]time.Duration{}}}
+	for k, name := range cfg.Policies {
+		r := results[k]
+		if r.err != nil {
+			return nil, fmt.Errorf("%s: %w", name, r.err)
+		}
+		rep.Result.Policies[name] = metrics(tasks, r.out, total)
+		rep.QueueLength[name] = r.out.queueLen
+		waits := make([]time.Duration, len(tasks))
+		for i, t := range tasks {
+			waits[i] = r.out.start[i] - t.Submit
+		}
+		rep.Waits[name] = waits
+		rep.Timings.Policies[name] = r.took
+		if r.est != nil {
+			rep.Result.Estimates, rep.WaitEstimates = r.est.judge(tasks, r.out)
+			rep.Timings.Estimates = r.est.timing
+		}
+	}
+	return rep, nil
+}
+
+// cost orders runs, most expensive first.
+func cost(cfg Config, name string) int {
+	switch name {
+	case GPUQ:
+		if cfg.Estimates {
+			return 0
+		}
+		return 1
+	case GPUQSPF:
+		return 1
+	}
+	return 2
+}
+
+func runPolicy(ctx context.Context, cfg Config, name string, tasks []Task) (*outcome, *estimating, error) {
+	switch name {
+	case FIFOStrict, SJFOracle:
+		return baselineRun(tasks, cfg.Nodes, cfg.GPUsPerNode, name == SJFOracle), nil, nil
+	}
+	opts := cfg.Options
+	if name == GPUQSPF {
+		opts.WithinClass = policy.ShortestPredicted
+	}
+	d := newDriver(ctx, cfg, policy.New(opts), tasks, name == GPUQ && cfg.Estimates)
+	out, err := d.simulate(cfg.Nodes, cfg.GPUsPerNode)
+	return out, d.est, err
+}
