@@ -110,3 +110,25 @@ func SubjectMatch(filter, subject string) bool {
 	}
 	return len(f) == len(s)
 }
+
+// Pump moves a follower's messages into a channel until ctx ends or the
+// follower fails; the channel is then closed. Services select on it beside
+// their timers and drain what has arrived before deciding.
+func Pump(ctx context.Context, f Follower, buf int) <-chan Stored {
+	out := make(chan Stored, buf)
+	go func() {
+		defer close(out)
+		for {
+			m, err := f.Next(ctx)
+			if err != nil {
+				return
+			}
+			select {
+			case out <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// tracesDir is /work/shared/traces seen from this package's directory.
+// tracesDir is the shared traces directory beside the repository, seen from this package.
 const tracesDir = "../../../shared/traces"
 
 func openTrace(t *testing.T, rel string) *os.File {

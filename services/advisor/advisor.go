@@ -65,17 +65,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer f.Close()
-	recs := make(chan events.Stored, 1024)
-	go func() {
-		defer close(recs)
-		for {
-			m, err := f.Next(ctx)
-			if err != nil {
-				return
-			}
-			recs <- m
-		}
-	}()
+	recs := events.Pump(ctx, f, 1024)
 	// 2. Answer estimate and stats requests.
 	if cfg.NC != nil {
 		for op, h := range map[string]nats.MsgHandler{api.OpEstimate: a.onEstimate, api.OpStats: a.onStats} {

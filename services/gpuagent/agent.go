@@ -161,17 +161,7 @@ func (a *Agent) run(ctx context.Context) error {
 		return err
 	}
 	defer f.Close()
-	recs := make(chan events.Stored, 1024)
-	go func() {
-		for {
-			m, err := f.Next(ctx)
-			if err != nil {
-				close(recs)
-				return
-			}
-			recs <- m
-		}
-	}()
+	recs := events.Pump(ctx, f, 1024)
 	if a.cfg.Ready != nil {
 		a.cfg.Ready()
 	}
