@@ -21,10 +21,11 @@ import (
 // the p99 of one Plan call, and the heap the fold spends per queued task.
 //
 // Every task is submitted non-preemptible: this measures placement. With
-// preemptible tasks running, a pass tries preemption for every blocked
-// task that may preempt, each try costing about as much as a whole
-// placement pass (see BenchmarkPreemptAttempt); -policy.bench-full adds
-// that case at full size (run it with a small -benchtime).
+// preemptible tasks running, a pass searches victims for every blocked
+// task that may preempt, and each search clones the free map once per
+// node (see BenchmarkPreemptAttempt): with half the tasks preemptible one
+// pass took 2m46s for 544 preemptions. -policy.bench-full adds that case;
+// run it with -benchtime 1x.
 //
 // With Explain the pass also explains every queued task, as the advisor
 // asks it to. Explaining costs a placement search over every node for each

@@ -207,27 +207,6 @@ func genWorld(t *rapid.T) *harness {
 	return c
 }
 
-// usableGPUs counts the healthy GPUs of schedulable nodes in placements.
-func usableGPUs(st *domain.State, ps []events.Placement) int {
-	n := 0
-	for _, p := range ps {
-		node := st.Nodes[p.Node]
-		if node == nil || !node.Schedulable() {
-			continue
-		}
-		held := map[string]bool{}
-		for _, g := range p.GPUs {
-			held[g] = true
-		}
-		for _, g := range node.GPUs {
-			if held[g.UUID] && g.Healthy {
-				n++
-			}
-		}
-	}
-	return n
-}
-
 func gpuIDs(gs []domain.GPU) []string {
 	out := make([]string, len(gs))
 	for i, g := range gs {
