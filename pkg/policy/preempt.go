@@ -115,21 +115,20 @@ func (pc *pass) preempt(t *domain.Task, tier int) bool {
 		return false
 	}
 	for _, v := range victims {
+		pc.preempting[v.ID] = true
+		pc.usage[v.Team] -= len(v.GPUUUIDs())
 		why := "critical-only"
 		if pc.opts.Preemption == Ladder {
 			why = "ladder"
 		}
-		if !(pc.opts.Preemption == CriticalOnly && t.Priority == domain.Critical) && !(pc.opts.Preemption == Ladder && v.Priority < t.Priority) {
+		if pc.reclaims(t, v) && !(pc.opts.Preemption == CriticalOnly && t.Priority == domain.Critical) && !(pc.opts.Preemption == Ladder && v.Priority < t.Priority) {
 			why = "team guarantee: " + t.Team + " reclaims GPUs borrowed by " + v.Team
 		}
-		pc.preempting[v.ID] = true
-		pc.usage[v.Team] -= len(v.GPUUUIDs())
 		pc.res.Decisions = append(pc.res.Decisions, Decision{Kind: Preempt, TaskID: v.ID, For: t.ID,
 			Reason: fmt.Sprintf("preempted by %s for %s under policy %s", describe(t), t.Priority, why)})
 		pc.promised[t.ID] = append(pc.promised[t.ID], v)
 	}
 	pc.holdReserved(t, ps)
-	pc.usage[t.Team] += t.GPUs // promised to t: a reclaim stops at the guarantee
 	return true
 }
 
@@ -151,7 +150,7 @@ func (pc *pass) fewestVictims(t *domain.Task, cands []*domain.Task) ([]*domain.T
 		var vs []*domain.Task
 		ps, ok := placeOn(t, hyp, pc.s, node)
 		for _, v := range cands {
-			if ok {
+			if ok || (best != nil && len(vs) >= len(best)) {
 				break
 			}
 			if !holdsOn(v, node) {
@@ -161,23 +160,7 @@ func (pc *pass) fewestVictims(t *domain.Task, cands []*domain.Task) ([]*domain.T
 			hyp.add(pc.s, v.Placements)
 			ps, ok = placeOn(t, hyp, pc.s, node)
 		}
-		if !ok || len(vs) == 0 {
-			continue
-		}
-		// Drop the victims not needed, last first: the fewest tasks.
-		for i := len(vs) - 1; i >= 0 && len(vs) > 1; i-- {
-			trial := base.clone()
-			for j, v := range vs {
-				if j != i {
-					trial.add(pc.s, v.Placements)
-				}
-			}
-			if p2, ok2 := placeOn(t, trial, pc.s, node); ok2 {
-				vs = append(vs[:i:i], vs[i+1:]...)
-				ps = p2
-			}
-		}
-		if best == nil || len(vs) < len(best) || (len(vs) == len(best) && pc.cheaper(vs, best)) {
+		if ok && len(vs) > 0 && (best == nil || len(vs) < len(best)) {
 			best, bestPS = vs, ps
 		}
 	}
@@ -231,26 +214,4 @@ func holdsOn(v *domain.Task, node string) bool {
 		}
 	}
 	return false
-}
-
-// cheaper compares two victim sets of equal size: the lower worst class,
-// then the less work lost since the last checkpoint.
-func (pc *pass) cheaper(a, b []*domain.Task) bool {
-	worst := func(vs []*domain.Task) (domain.Priority, float64) {
-		var p domain.Priority
-		lost := 0.0
-		for _, v := range vs {
-			if v.Priority > p {
-				p = v.Priority
-			}
-			lost += pc.lostWork(v)
-		}
-		return p, lost
-	}
-	pa, la := worst(a)
-	pb, lb := worst(b)
-	if pa != pb {
-		return pa < pb
-	}
-	return la < lb
 }
