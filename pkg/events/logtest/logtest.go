@@ -145,10 +145,22 @@ func Run(t *testing.T, newLog Factory) {
 			t.Fatal(err)
 		}
 		defer f.Close()
+		appended := make(chan error, 1)
 		go func() {
 			time.Sleep(50 * time.Millisecond)
 			for i := 6; i <= 8; i++ {
-				mustAppend(t, l, msg(fmt.Sprintf("gpuq.task.f%d.submitted", i), fmt.Sprint(i)))
+				if _, err := l.Append(context.Background(), msg(fmt.Sprintf("gpuq.task.f%d.submitted", i), fmt.Sprint(i))); err != nil {
+					appended <- err
+					return
+				}
+			}
+			appended <- nil
+		}()
+		// The follower may see a message before its append is acked: wait
+		// for the appender before the test (and its connection) ends.
+		defer func() {
+			if err := <-appended; err != nil {
+				t.Errorf("Append: %v", err)
 			}
 		}()
 		for want := uint64(3); want <= 8; want++ {
