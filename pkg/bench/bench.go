@@ -116,7 +116,9 @@ type Machine struct {
 	OS         string `json:"os"`
 	Go         string `json:"go"`
 	NATSServer string `json:"nats_server"`
-	Revision   string `json:"revision,omitempty"` // the build's VCS revision ("+dirty" when modified)
+	// Revision is the build's VCS revision ("+dirty" when modified), when
+	// the build recorded one (workspace builds such as `make build` do not).
+	Revision string `json:"revision,omitempty"`
 	// Load is the 1-minute load average when the run started and ended
 	// (Linux): other work on the machine slows every rate.
 	LoadStart string `json:"load_start,omitempty"`
@@ -268,8 +270,12 @@ func (r *Result) WriteTable(w io.Writer) error {
 	if r.Quick {
 		kind = "quick"
 	}
-	fmt.Fprintf(bw, "gpuq bench (%s) — %s, %d CPUs (GOMAXPROCS %d), %s, %s, nats-server %s, %s; load %s → %s; revision %s\n\n",
-		kind, m.CPU, m.NumCPU, m.GOMAXPROCS, m.OS, m.Go, m.NATSServer, r.Transport, m.LoadStart, m.LoadEnd, m.Revision)
+	rev := ""
+	if m.Revision != "" {
+		rev = "; revision " + m.Revision
+	}
+	fmt.Fprintf(bw, "gpuq bench (%s) — %s, %d CPUs (GOMAXPROCS %d), %s, %s, nats-server %s, %s; load %s → %s%s\n\n",
+		kind, m.CPU, m.NumCPU, m.GOMAXPROCS, m.OS, m.Go, m.NATSServer, r.Transport, m.LoadStart, m.LoadEnd, rev)
 	d := r.Detail
 	row := func(name, value, note string) { fmt.Fprintf(bw, "  %-30s %14s   %s\n", name, value, note) }
 	row("raw_publish_dedup_per_s", rate(r.RawPublishDedupPerS), fmt.Sprintf("%d × %d B, async, Nats-Msg-Id, best of 2; cpu %s/msg", d.RawPublish.N, RawMsgBytes, us(d.RawPublish.CPUPerOp())))
@@ -288,7 +294,8 @@ func (r *Result) WriteTable(w io.Writer) error {
 		d.Placement.Placements, d.Placement.Events, d.Placement.Queued, d.Placement.GPUs, ms(d.Placement.CPU)/float64(max(d.Placement.Events, 1))))
 	row("placements_burst_per_s", rate(r.PlacementsBurstPerS), fmt.Sprintf("one pass on the free cluster: %d placements in %.1f ms (cpu %.1f ms)",
 		d.Placement.BurstPlacements, ms(d.Placement.BurstTook), ms(d.Placement.BurstCPU)))
-	row("placement_p99_ms", fmt.Sprintf("%.2f", r.PlacementP99Ms), fmt.Sprintf("p50 %.2f ms, max %.2f ms", ms(d.Placement.P50), ms(d.Placement.Max)))
+	row("placement_p99_ms", fmt.Sprintf("%.2f", r.PlacementP99Ms), fmt.Sprintf("p50 %.2f ms, max %.2f ms; thread cpu p50 %.2f ms, p99 %.2f ms",
+		ms(d.Placement.P50), ms(d.Placement.Max), ms(d.Placement.P50CPU), ms(d.Placement.P99CPU)))
 	note := fmt.Sprintf("heap after GC; submissions carry %d B of env", d.Placement.EnvBytes)
 	if d.Placement.BytesPerQueuedTaskNoEnv > 0 {
 		note += fmt.Sprintf(" (%.0f B without)", d.Placement.BytesPerQueuedTaskNoEnv)

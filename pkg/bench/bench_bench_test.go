@@ -2,8 +2,11 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/gpuq/gpuq/pkg/events"
 )
 
 // The Go benchmarks of `make bench`. Each reports gpuq's rate beside the
@@ -96,4 +99,54 @@ func BenchmarkPlacement(b *testing.B) {
 	b.ReportMetric(float64(r.P99)/float64(time.Millisecond), "p99-ms")
 	b.ReportMetric(r.BytesPerQueuedTask, "B/queued-task")
 	b.ReportMetric(r.BurstPerS(), "burst-placements/s")
+}
+
+// BenchmarkCodec: events.Decode and events.Encode on the events of the
+// fold's log (ns/op is one event), and the envelope alone, which Decode
+// unmarshals before the payload. Run it with GOEXPERIMENT=jsonv2 to see
+// what the standard library's new JSON implementation changes.
+func BenchmarkCodec(b *testing.B) {
+	var msgs []events.Stored
+	if err := history(4, 4004, func(e events.Event, at time.Time) error {
+		subj, data, _, err := events.Encode(e, events.Meta{Time: at})
+		msgs = append(msgs, events.Stored{Seq: uint64(len(msgs) + 1), Subject: subj, Data: data, Time: at})
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	msgs = msgs[4:] // the tasks' events, not the nodes'
+	recs := make([]events.Record, len(msgs))
+	for i, m := range msgs {
+		r, err := events.Decode(m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		recs[i] = r
+	}
+	b.Run("decode", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if _, err := events.Decode(msgs[i%len(msgs)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("decode-envelope", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			var env events.Envelope
+			if err := json.Unmarshal(msgs[i%len(msgs)].Data, &env); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encode", func(b *testing.B) {
+		b.ReportAllocs()
+		at := time.Now()
+		for i := 0; i < b.N; i++ {
+			if _, _, _, err := events.Encode(recs[i%len(recs)].Event, events.Meta{Time: at}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

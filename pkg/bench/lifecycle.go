@@ -87,6 +87,9 @@ func (r LifecycleResult) EventsPerS() float64 {
 //     asynchronously.
 func Lifecycle(ctx context.Context, dir string, o LifecycleOptions) (LifecycleResult, error) {
 	const per = 8
+	if o.Tasks < 1 || o.Nodes < 1 {
+		return LifecycleResult{}, fmt.Errorf("bench: lifecycle needs tasks and nodes (got %d, %d)", o.Tasks, o.Nodes)
+	}
 	res := LifecycleResult{Tasks: o.Tasks, GPUs: o.Nodes * per, Scheduler: "pkg/bench shell: decide.Plan, async appends"}
 	if o.Scheduler != nil {
 		res.Scheduler = "services/scheduler"
@@ -199,10 +202,10 @@ func Lifecycle(ctx context.Context, dir string, o LifecycleOptions) (LifecycleRe
 	go func() { wg.Wait(); close(stopped) }()
 	select {
 	case <-stopped:
+		if sh != nil {
+			res.Passes, res.PlanTime, res.Conflicts, res.MaxBatch = sh.passes, sh.planTime, sh.conflicts, sh.maxBatch
+		}
 	case <-time.After(10 * time.Second): // the server's shutdown ends what is left
-	}
-	if sh != nil {
-		res.Passes, res.PlanTime, res.Conflicts, res.MaxBatch = sh.passes, sh.planTime, sh.conflicts, sh.maxBatch
 	}
 	return res, nil
 }
