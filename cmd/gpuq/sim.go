@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -26,6 +27,7 @@ type simFlags struct {
 	maxWait, agingTau      time.Duration
 	estModel, classMix     string
 	estimates, json, times bool
+	progress               bool
 	plot                   string
 }
 
@@ -67,6 +69,7 @@ checkpoints at once (no work lost). Same input, same output, byte for byte.`,
 	fl.BoolVar(&f.json, "json", false, "print JSON")
 	fl.IntVar(&f.limit, "limit", 0, "simulate only the first N jobs of the trace, in submit order (quick runs)")
 	fl.BoolVar(&f.times, "timings", false, "print wall times to stderr")
+	fl.BoolVar(&f.progress, "progress", false, "report each policy's progress on stderr")
 	return c
 }
 
@@ -163,6 +166,14 @@ func runSim(c *cobra.Command, f simFlags) error {
 	loaded := time.Since(t0)
 
 	// 3. Simulate.
+	if f.progress {
+		var mu sync.Mutex
+		cfg.Progress = func(name string, n, total int) {
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Fprintf(os.Stderr, "%s: %d%% (%d of %d submitted)\n", name, n*100/total, n, total)
+		}
+	}
 	t1 := time.Now()
 	rep, err := sim.Run(c.Context(), cfg, sc, tasks)
 	if err != nil {
@@ -230,8 +241,15 @@ func printSim(w io.Writer, r sim.Result, names []string) {
 	fmt.Fprintln(tw, "estimator\tn\tP90 coverage\tby quarter\tmedian |err| of P50 (s)\tnever\t")
 	for _, n := range []string{sim.EstGPUQ, sim.EstSlurm, sim.EstSeed} {
 		e := r.Estimates[n]
-		q := e.P90CoverageByQuarter
-		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.2f %.2f %.2f %.2f\t%.0f\t%d\t\n", n, e.N, e.P90Coverage, q[0], q[1], q[2], q[3], e.P50MedianAbsErrS, e.Never)
+		var q []string
+		for _, c := range e.P90CoverageByQuarter {
+			if c == nil {
+				q = append(q, "-")
+			} else {
+				q = append(q, fmt.Sprintf("%.2f", *c))
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%s\t%.0f\t%d\t\n", n, e.N, e.P90Coverage, strings.Join(q, " "), e.P50MedianAbsErrS, e.Never)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(slurm-backfill and seed-formula give one number: their coverage is the share started by it)")
@@ -246,7 +264,8 @@ func printTimings(w io.Writer, rep *sim.Report, names []string, loaded, ran time
 		per := func(d time.Duration) string {
 			return fmt.Sprintf("%s (%s per submission)", d.Round(time.Millisecond), (d / time.Duration(e.Submissions)).Round(time.Microsecond))
 		}
-		fmt.Fprintf(w, "  estimates at %d submissions: gpuq %s, slurm-backfill %s, seed-formula %s\n", e.Submissions, per(e.GPUQ), per(e.Slurm), per(e.Seed))
+		fmt.Fprintf(w, "  estimates at %d submissions: gpuq %s, slurm-backfill %s (on another goroutine; snapshots %s), seed-formula %s\n",
+			e.Submissions, per(e.GPUQ), per(e.Slurm), per(e.Snapshot), per(e.Seed))
 	}
 }
 

@@ -3,6 +3,7 @@ package sim
 import (
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/gpuq/gpuq/pkg/domain"
@@ -32,6 +33,19 @@ type estimating struct {
 	slurm  []time.Duration // -1: never starts
 	seed   []time.Duration
 	timing EstimateTimings
+
+	// The slurm-backfill forward simulations run on snapshots, on another
+	// goroutine, while the main loop goes on (each writes its own slot).
+	forwards chan forwardJob
+	done     sync.WaitGroup
+	slurmDur time.Duration // worker time, read after done.Wait
+}
+
+type forwardJob struct {
+	i   int
+	st  *domain.State
+	id  string
+	now time.Time
 }
 
 // EstimateTimings is the wall time spent estimating (not part of the
@@ -39,13 +53,35 @@ type estimating struct {
 type EstimateTimings struct {
 	Submissions int
 	GPUQ        time.Duration // the estimator's Observe, every record
-	Slurm       time.Duration
+	Slurm       time.Duration // forward simulations (on another goroutine)
+	Snapshot    time.Duration // the state copies slurm-backfill runs on, and waiting for a free slot
 	Seed        time.Duration
 }
 
 func newEstimating(pol *policy.Policy, n int) *estimating {
-	return &estimating{est: estimate.NewEstimator(pol), exact: &estimate.Predictor{Exact: true}, pol: pol,
-		gpuq: make([]estimate.Estimate, n), has: make([]bool, n), slurm: make([]time.Duration, n), seed: make([]time.Duration, n)}
+	e := &estimating{est: estimate.NewEstimator(pol), exact: &estimate.Predictor{Exact: true}, pol: pol,
+		gpuq: make([]estimate.Estimate, n), has: make([]bool, n), slurm: make([]time.Duration, n), seed: make([]time.Duration, n),
+		forwards: make(chan forwardJob, 64)}
+	e.done.Add(1)
+	go func() {
+		defer e.done.Done()
+		for j := range e.forwards {
+			t0 := time.Now()
+			e.slurm[j.i] = -1
+			if at, ok := estimate.Forward(j.st, e.pol, e.exact, j.now, j.id, 0.5, nil); ok {
+				e.slurm[j.i] = max(0, at.Sub(j.now))
+			}
+			e.slurmDur += time.Since(t0)
+		}
+	}()
+	return e
+}
+
+// finish waits for the forward simulations still running.
+func (e *estimating) finish() {
+	close(e.forwards)
+	e.done.Wait()
+	e.timing.Slurm = e.slurmDur
 }
 
 // observe feeds the estimator one record (the state has applied it) and,
@@ -67,13 +103,10 @@ func (e *estimating) observe(d *driver, r events.Record) {
 	e.gpuq[i], e.has[i] = e.est.AtSubmit(t.ID)
 
 	t1 := time.Now()
-	e.slurm[i] = -1
-	if at, ok := estimate.Forward(d.st, e.pol, e.exact, d.now, t.ID, 0.5, nil); ok {
-		e.slurm[i] = max(0, at.Sub(d.now))
-	}
+	e.forwards <- forwardJob{i: i, st: d.st.CloneLive(), id: t.ID, now: d.now}
 	t2 := time.Now()
 	e.seed[i] = estimate.SeedFormula(queuedView(d.st), t)
-	e.timing.Slurm += t2.Sub(t1)
+	e.timing.Snapshot += t2.Sub(t1)
 	e.timing.Seed += time.Since(t2)
 }
 
@@ -94,9 +127,9 @@ type EstimateMetrics struct {
 	// single-number estimator: by its estimate).
 	P90Coverage float64 `json:"p90_coverage"`
 	// P90CoverageByQuarter splits the tasks by submit time into four equal
-	// spans of the trace.
-	P90CoverageByQuarter [4]float64 `json:"p90_coverage_by_quarter"`
-	NByQuarter           [4]int     `json:"n_by_quarter"`
+	// spans of the trace; null where a quarter has no judged task.
+	P90CoverageByQuarter [4]*float64 `json:"p90_coverage_by_quarter"`
+	NByQuarter           [4]int      `json:"n_by_quarter"`
 	// P50MedianAbsErrS is the median of |actual − P50| (single-number
 	// estimators: |actual − estimate|).
 	P50MedianAbsErrS float64 `json:"p50_median_abs_err_s"`
@@ -166,7 +199,8 @@ func (e *estimating) judge(tasks []Task, o *outcome) (map[string]EstimateMetrics
 		}
 		for q := range 4 {
 			if a.qn[q] > 0 {
-				m.P90CoverageByQuarter[q] = round(float64(a.qc[q])/float64(a.qn[q]), 4)
+				c := round(float64(a.qc[q])/float64(a.qn[q]), 4)
+				m.P90CoverageByQuarter[q] = &c
 			}
 		}
 		out[name] = m

@@ -58,9 +58,10 @@ type driver struct {
 	toStart []int // dispatched, not yet started by their agent
 	toYield []int // asked to yield, not yet checkpointed
 
-	queued int
-	out    *outcome
-	est    *estimating // nil: no estimates
+	queued   int
+	out      *outcome
+	est      *estimating // nil: no estimates
+	progress func(submitted int)
 }
 
 // run is a task's progress as its agent knows it.
@@ -157,6 +158,9 @@ func (d *driver) simulate(nodes, perNode int) (*outcome, error) {
 			}
 		}
 		for ; next < len(d.tasks) && d.tasks[next].Submit == vt; next++ {
+			if d.progress != nil && (next+1)*100/len(d.tasks) > next*100/len(d.tasks) {
+				d.progress(next + 1)
+			}
 			t := d.tasks[next]
 			sub := events.Submitted{TaskID: t.ID, Name: t.ID, Team: t.Team, Priority: t.Priority.String(), GPUs: t.GPUs,
 				Hours: t.Hours, Hypothesis: "trace job", Preemptible: true, SubmittedAt: d.now}

@@ -39,6 +39,9 @@ type Config struct {
 	// Parallel runs up to this many policies at once (default GOMAXPROCS);
 	// the result does not depend on it.
 	Parallel int
+	// Progress, when set, is called from the policies' goroutines at every
+	// hundredth of the submissions (and at the end), for long runs.
+	Progress func(policy string, submitted, total int)
 }
 
 // Validate checks the configuration.
@@ -218,13 +221,23 @@ func cost(cfg Config, name string) int {
 func runPolicy(ctx context.Context, cfg Config, name string, tasks []Task) (*outcome, *estimating, error) {
 	switch name {
 	case FIFOStrict, SJFOracle:
-		return baselineRun(tasks, cfg.Nodes, cfg.GPUsPerNode, name == SJFOracle), nil, nil
+		out := baselineRun(tasks, cfg.Nodes, cfg.GPUsPerNode, name == SJFOracle)
+		if cfg.Progress != nil {
+			cfg.Progress(name, len(tasks), len(tasks))
+		}
+		return out, nil, nil
 	}
 	opts := cfg.Options
 	if name == GPUQSPF {
 		opts.WithinClass = policy.ShortestPredicted
 	}
 	d := newDriver(ctx, cfg, policy.New(opts), tasks, name == GPUQ && cfg.Estimates)
+	if cfg.Progress != nil {
+		d.progress = func(n int) { cfg.Progress(name, n, len(tasks)) }
+	}
 	out, err := d.simulate(cfg.Nodes, cfg.GPUsPerNode)
+	if d.est != nil {
+		d.est.finish()
+	}
 	return out, d.est, err
 }

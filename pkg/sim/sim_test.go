@@ -115,29 +115,45 @@ func TestGolden(t *testing.T) {
 }
 
 // TestDeterministic runs the same input twice — serially and in parallel —
-// on a slice of the real Philly trace and wants the same bytes.
+// and wants the same bytes: the synthetic scenario (estimates, classes,
+// teams, preemption) and a slice of the real Philly trace (the first 2,000
+// jobs on the standard 72 × 8 cluster, without estimates to stay fast).
 func TestDeterministic(t *testing.T) {
-	jobs := phillySlice(t, 1500)
+	cfg, sc, tasks := syntheticScenario(t)
 	em, _ := ParseEstimateModel(DefaultEstimateModel)
-	run := func(par int) []byte {
-		tasks, _ := Prepare(jobs, 72*8, em, ClassMix{}, false)
-		cfg := Config{Nodes: 72, GPUsPerNode: 8, Policies: Policies(), Estimates: true, Epoch: epoch, Parallel: par}
-		rep, err := Run(context.Background(), cfg, Scenario{Trace: "philly[:1500]"}, tasks)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return encode(t, rep.Result)
+	philly, _ := Prepare(phillySlice(t, 2000), 72*8, em, ClassMix{}, false)
+	pcfg := Config{Nodes: 72, GPUsPerNode: 8, Policies: Policies(), Epoch: epoch}
+	tests := map[string]struct {
+		cfg   Config
+		sc    Scenario
+		tasks []Task
+	}{
+		"synthetic":     {cfg, sc, tasks},
+		"philly[:2000]": {pcfg, Scenario{Trace: "philly[:2000]"}, philly},
 	}
-	a, b := run(1), run(4)
-	if !bytes.Equal(a, b) {
-		t.Errorf("two runs differ:\n%s", cmp.Diff(string(a), string(b)))
-	}
-	var r Result
-	if err := json.Unmarshal(a, &r); err != nil {
-		t.Fatal(err)
-	}
-	if r.Jobs != 1500 || len(r.Policies) != 4 || len(r.Estimates) != 3 {
-		t.Errorf("result has %d jobs, %d policies, %d estimators; want 1500, 4, 3", r.Jobs, len(r.Policies), len(r.Estimates))
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			run := func(par int) []byte {
+				c := tt.cfg
+				c.Parallel = par
+				rep, err := Run(context.Background(), c, tt.sc, tt.tasks)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return encode(t, rep.Result)
+			}
+			a, b := run(1), run(4)
+			if !bytes.Equal(a, b) {
+				t.Errorf("two runs differ:\n%s", cmp.Diff(string(a), string(b)))
+			}
+			var r Result
+			if err := json.Unmarshal(a, &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Jobs != len(tt.tasks) || len(r.Policies) != 4 {
+				t.Errorf("result has %d jobs, %d policies; want %d, 4", r.Jobs, len(r.Policies), len(tt.tasks))
+			}
+		})
 	}
 }
 
@@ -246,6 +262,7 @@ func TestEstimatesAgreeWithEstimatorStats(t *testing.T) {
 	cfg, _, tasks := syntheticScenario(t)
 	d := newDriver(context.Background(), cfg, policy.New(cfg.Options), tasks, true)
 	out, err := d.simulate(cfg.Nodes, cfg.GPUsPerNode)
+	d.est.finish()
 	if err != nil {
 		t.Fatal(err)
 	}
