@@ -2,6 +2,7 @@ package estimate
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gpuq/gpuq/pkg/domain"
@@ -53,7 +54,16 @@ func (e *Estimator) AdviseOne(st *domain.State, id string, now time.Time) (Advic
 		return a, true
 	}
 	why := e.Pol.With(true).Plan(policy.Input{State: st, Now: now, Predict: func(t *domain.Task) time.Duration { return e.Pred.Total(t, 0.5) }}).Waiting
-	return e.advise(st, t, why[id].Position, e.Estimate(st, id, now), why[id], now), true
+	// A task the policy starts in this pass has no Wait: its place in the
+	// queue, as Advise gives it.
+	pos := 0
+	for i, q := range st.Queued() {
+		if q.ID == id {
+			pos = i + 1
+			break
+		}
+	}
+	return e.advise(st, t, pos, e.Estimate(st, id, now), why[id], now), true
 }
 
 func (e *Estimator) advise(st *domain.State, t *domain.Task, pos int, est Estimate, w policy.Wait, now time.Time) Advice {
@@ -125,10 +135,15 @@ func (e *Estimator) WhatIf(st *domain.State, id string, gpus int, prio domain.Pr
 }
 
 // Material reports whether new advice differs enough from the last one
-// published to publish again: position, reason, action, alert or state
-// changed, or the P50 moved by more than a minute and 10%.
+// published to publish again: position, reason, blocking tasks, method,
+// action or state changed, an alert was raised or cleared, a suggestion
+// of another kind appeared or went, or the P50 moved by more than a minute
+// and 10%. Texts that only restate the growing wait (the alert's, the
+// suggestions') are not material: they would republish on every pass.
 func Material(old, cur Advice) bool {
-	if old.Position != cur.Position || old.Reason != cur.Reason || old.Action != cur.Action || old.Alert != cur.Alert || old.State != cur.State || len(old.Suggestions) != len(cur.Suggestions) {
+	if old.Position != cur.Position || old.Reason != cur.Reason || old.Action != cur.Action || old.State != cur.State ||
+		old.Method != cur.Method || (old.Alert == "") != (cur.Alert == "") ||
+		!slices.Equal(old.Blockers, cur.Blockers) || !slices.Equal(kinds(old.Suggestions), kinds(cur.Suggestions)) {
 		return true
 	}
 	d := cur.P50WaitS - old.P50WaitS
@@ -136,6 +151,14 @@ func Material(old, cur Advice) bool {
 		d = -d
 	}
 	return d > 60 && d > 0.1*maxf(old.P50WaitS, 1)
+}
+
+func kinds(ss []Suggestion) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = s.Kind
+	}
+	return out
 }
 
 func maxf(a, b float64) float64 {
