@@ -81,8 +81,9 @@ func Append(ctx context.Context, l Log, e Event, m Meta, msgID string, expect *E
 
 // ReadAll decodes every record from seq from on and calls fn.
 func ReadAll(ctx context.Context, l Log, from uint64, filter string, fn func(Record) error) (uint64, error) {
+	d := newDecoder() // one intern table for the whole read
 	return l.Read(ctx, from, filter, func(s Stored) error {
-		r, err := Decode(s)
+		r, err := d.Decode(s)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,1336 @@
+package events
+
+import (
+	"bytes"
+	"strconv"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+	"unsafe"
+)
+
+// The fast decoder: one pass over the envelope and its payload, with a
+// hand-written decoder per event type and no reflection.
+//
+// It is an optimisation of encoding/json, never a second definition of the
+// wire format: it accepts only input it decodes exactly as encoding/json
+// does, and gives up (ok = false) on everything else, after which Decode
+// runs encoding/json (decodeSlow) on the same bytes. It gives up on any
+// syntax error; null in the envelope, in an array or in a map (null for a
+// payload field is its zero value, as for encoding/json on a fresh value);
+// a known key twice; a key with an escape; an unknown key that
+// encoding/json would match to a field case-insensitively; a number that
+// is not an integer where the field is one, or out of range; a value of
+// the wrong JSON type; a missing id, type, v, time or data; and a time that
+// Time.UnmarshalJSON refuses. What it accepts covers everything Encode
+// writes. TestDecodeEqualsJSON and the property tests in
+// fastdecode_test.go hold it to that.
+//
+// Repeated short strings (teams, nodes, GPU UUIDs, models, reasons, the
+// exported environment) are interned per decoder, so a fold keeps one
+// copy of each and allocates less.
+
+// maxNest bounds the nesting depth the fast decoder skips through; deeper
+// input goes to encoding/json, which has its own limit.
+const maxNest = 256
+
+// Interning bounds: longer strings are not interned; the table is cleared
+// when it holds maxInterned strings.
+const (
+	maxInternLen = 512
+	maxInterned  = 8192
+)
+
+// decoder holds what is reused across messages: the intern table.
+type decoder struct {
+	intern map[string]string
+}
+
+func newDecoder() *decoder { return &decoder{intern: make(map[string]string, 256)} }
+
+var decoders = sync.Pool{New: func() any { return newDecoder() }}
+
+// str returns b as a string, interned when short.
+func (d *decoder) str(b []byte) string {
+	if s, ok := d.intern[string(b)]; ok {
+		return s
+	}
+	if len(b) > maxInternLen {
+		return string(b)
+	}
+	if len(d.intern) >= maxInterned {
+		clear(d.intern)
+	}
+	s := string(b)
+	d.intern[s] = s
+	return s
+}
+
+// decode is Decode's fast path; ok is false when it gave up (see above).
+func (d *decoder) decode(m Stored) (r Record, ok bool) {
+	s := scan{b: m.Data, d: d}
+	r.Seq, r.Subject = m.Seq, m.Subject
+	env := &r.Envelope
+	var (
+		seen      uint8
+		dataStart = -1
+		dataEnd   int
+		decoded   bool
+	)
+	const (
+		fID = 1 << iota
+		fType
+		fV
+		fTime
+		fCause
+		fData
+	)
+	if !s.objStart() {
+		return r, false
+	}
+	for more := !s.objEmpty(); more; {
+		key, ok := s.key()
+		if !ok {
+			return r, false
+		}
+		var bit uint8
+		switch string(key) {
+		case "id":
+			bit = fID
+			env.ID, ok = s.str(false)
+		case "type":
+			bit = fType
+			var t []byte
+			if t, ok = s.plainString(); ok {
+				env.Type = wireType(t)
+			}
+		case "v":
+			bit = fV
+			var v int64
+			v, ok = s.int()
+			env.Version = int(v)
+		case "time":
+			bit = fTime
+			ok = s.time(&env.Time)
+		case "causation_id":
+			bit = fCause
+			env.CausationID, ok = s.str(false)
+		case "data":
+			bit = fData
+			s.ws()
+			dataStart = s.i
+			if seen&(fType|fV) == fType|fV && known(env.Type, env.Version) {
+				r.Event, ok = s.payload(env.Type)
+				decoded = true
+			} else {
+				ok = s.skip(0)
+			}
+			dataEnd = s.i
+		default:
+			ok = !foldsTo(key, envelopeKeys) && s.skip(0)
+		}
+		if !ok || seen&bit != 0 {
+			return r, false
+		}
+		seen |= bit
+		if more, ok = s.objNext(); !ok {
+			return r, false
+		}
+	}
+	if !s.end() || seen&(fID|fType|fV|fTime|fData) != fID|fType|fV|fTime|fData {
+		return r, false
+	}
+	env.Data = m.Data[dataStart:dataEnd:dataEnd]
+	if !known(env.Type, env.Version) {
+		r.Event = Unknown{Type: env.Type, Version: env.Version, K: subjectKey(m.Subject), Raw: env.Data}
+		return r, true
+	}
+	if !decoded {
+		p := scan{b: env.Data, d: d}
+		if r.Event, ok = p.payload(env.Type); !ok || !p.end() {
+			return r, false
+		}
+	}
+	return r, true
+}
+
+var envelopeKeys = []string{"id", "type", "v", "time", "causation_id", "data"}
+
+// known: Decode decodes this type and version (everything else is Unknown).
+func known(t Type, v int) bool {
+	if v < 1 || v > SchemaVersion {
+		return false
+	}
+	if _, ok := taskTypes[t]; ok {
+		return true
+	}
+	_, ok := nodeTypes[t]
+	return ok
+}
+
+// wireType returns the constant for a known wire name without allocating.
+func wireType(b []byte) Type {
+	switch string(b) {
+	case "submitted":
+		return TypeSubmitted
+	case "amended":
+		return TypeAmended
+	case "cancelled":
+		return TypeCancelled
+	case "checklist_updated":
+		return TypeChecklistUpdated
+	case "dispatched":
+		return TypeDispatched
+	case "started":
+		return TypeStarted
+	case "preempt_requested":
+		return TypePreemptRequested
+	case "checkpointed":
+		return TypeCheckpointed
+	case "preempted":
+		return TypePreempted
+	case "requeued":
+		return TypeRequeued
+	case "completed":
+		return TypeCompleted
+	case "failed":
+		return TypeFailed
+	case "available":
+		return TypeAvailable
+	case "unhealthy":
+		return TypeUnhealthy
+	case "drained":
+		return TypeDrained
+	case "lost":
+		return TypeLost
+	}
+	return Type(b)
+}
+
+// foldsTo reports whether encoding/json would decode key into one of the
+// fields named names although it is not exactly one of them (its
+// case-insensitive match, bytes.EqualFold).
+func foldsTo(key []byte, names []string) bool {
+	for _, n := range names {
+		if bytes.EqualFold(key, unsafe.Slice(unsafe.StringData(n), len(n))) {
+			return true
+		}
+	}
+	return false
+}
+
+// scan is a position in a JSON text.
+type scan struct {
+	b []byte
+	i int
+	d *decoder
+	// null: the member being read is null. Every reader then returns its
+	// zero value: encoding/json leaves a field alone on null (sets a slice
+	// or map to nil), and fields start at zero and are read once.
+	null bool
+}
+
+// isNull consumes a null.
+func (s *scan) isNull() bool {
+	if s.peek() == 'n' && bytes.HasPrefix(s.b[s.i:], []byte("null")) {
+		s.i += 4
+		return true
+	}
+	return false
+}
+
+func (s *scan) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// end: only whitespace is left.
+func (s *scan) end() bool {
+	s.ws()
+	return s.i == len(s.b)
+}
+
+func (s *scan) peek() byte {
+	s.ws()
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+// objStart consumes '{'.
+func (s *scan) objStart() bool {
+	if s.peek() != '{' {
+		return false
+	}
+	s.i++
+	return true
+}
+
+// objEmpty consumes '}' if the object has no members.
+func (s *scan) objEmpty() bool {
+	if s.peek() == '}' {
+		s.i++
+		return true
+	}
+	return false
+}
+
+// key reads a member's key and its ':'. Keys with escapes are refused
+// (encoding/json would unescape them before matching).
+func (s *scan) key() ([]byte, bool) {
+	k, ok := s.plainString()
+	if !ok || s.peek() != ':' {
+		return nil, false
+	}
+	s.i++
+	return k, true
+}
+
+// objNext consumes ',' (more members) or '}' (the end).
+func (s *scan) objNext() (more, ok bool) {
+	switch s.peek() {
+	case ',':
+		s.i++
+		return true, true
+	case '}':
+		s.i++
+		return false, true
+	}
+	return false, false
+}
+
+// arrStart consumes '[' and, if the array is empty, its ']'.
+func (s *scan) arrStart() (empty, ok bool) {
+	if s.peek() != '[' {
+		return false, false
+	}
+	s.i++
+	if s.peek() == ']' {
+		s.i++
+		return true, true
+	}
+	return false, true
+}
+
+// arrNext consumes ',' (more elements) or ']' (the end).
+func (s *scan) arrNext() (more, ok bool) {
+	switch s.peek() {
+	case ',':
+		s.i++
+		return true, true
+	case ']':
+		s.i++
+		return false, true
+	}
+	return false, false
+}
+
+// span reads a string and returns its contents between the quotes, and
+// whether they hold an escape or a byte that is not ASCII. It checks what
+// encoding/json's scanner checks: no control characters, valid escapes.
+func (s *scan) span() (b []byte, plain, ok bool) {
+	if s.peek() != '"' {
+		return nil, false, false
+	}
+	s.i++
+	start := s.i
+	plain = true
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch {
+		case c == '"':
+			b = s.b[start:s.i]
+			s.i++
+			return b, plain, true
+		case c < 0x20:
+			return nil, false, false
+		case c == '\\':
+			plain = false
+			s.i++
+			if s.i >= len(s.b) {
+				return nil, false, false
+			}
+			switch s.b[s.i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				s.i++
+			case 'u':
+				if s.i+4 >= len(s.b) {
+					return nil, false, false
+				}
+				for _, h := range s.b[s.i+1 : s.i+5] {
+					if !isHex(h) {
+						return nil, false, false
+					}
+				}
+				s.i += 5
+			default:
+				return nil, false, false
+			}
+		case c >= utf8.RuneSelf:
+			plain = false
+			s.i++
+		default:
+			s.i++
+		}
+	}
+	return nil, false, false
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// plainString reads a string of ASCII without escapes (keys, wire names).
+func (s *scan) plainString() ([]byte, bool) {
+	b, plain, ok := s.span()
+	return b, ok && plain
+}
+
+// str reads a string value, interned if intern is set.
+func (s *scan) str(intern bool) (string, bool) {
+	if s.null {
+		return "", true
+	}
+	b, plain, ok := s.span()
+	if !ok {
+		return "", false
+	}
+	if !plain && (bytes.IndexByte(b, '\\') >= 0 || !utf8.Valid(b)) {
+		u := unquote(b)
+		if intern {
+			return s.d.str(u), true
+		}
+		return string(u), true
+	}
+	if intern {
+		return s.d.str(b), true
+	}
+	return string(b), true
+}
+
+// unquote decodes the contents of a JSON string that span accepted, as
+// encoding/json's unquoteBytes does: escapes, surrogate pairs, and U+FFFD
+// for invalid UTF-8 and for lone surrogates.
+func unquote(s []byte) []byte {
+	b := make([]byte, 0, len(s)+2*utf8.UTFMax)
+	for r := 0; r < len(s); {
+		c := s[r]
+		switch {
+		case c == '\\':
+			r++
+			switch s[r] {
+			case '"', '\\', '/':
+				b = append(b, s[r])
+				r++
+			case 'b':
+				b = append(b, '\b')
+				r++
+			case 'f':
+				b = append(b, '\f')
+				r++
+			case 'n':
+				b = append(b, '\n')
+				r++
+			case 'r':
+				b = append(b, '\r')
+				r++
+			case 't':
+				b = append(b, '\t')
+				r++
+			case 'u':
+				rr := getu4(s[r-1:])
+				r += 5
+				if utf16.IsSurrogate(rr) {
+					if rr1 := getu4(s[r:]); rr1 >= 0 {
+						if dec := utf16.DecodeRune(rr, rr1); dec != unicode.ReplacementChar {
+							r += 6
+							b = utf8.AppendRune(b, dec)
+							break
+						}
+					}
+					rr = unicode.ReplacementChar
+				}
+				b = utf8.AppendRune(b, rr)
+			}
+		case c < utf8.RuneSelf:
+			b = append(b, c)
+			r++
+		default:
+			rr, size := utf8.DecodeRune(s[r:])
+			r += size
+			b = utf8.AppendRune(b, rr)
+		}
+	}
+	return b
+}
+
+// getu4 decodes \uXXXX at the start of s, or returns -1.
+func getu4(s []byte) rune {
+	if len(s) < 6 || s[0] != '\\' || s[1] != 'u' {
+		return -1
+	}
+	var r rune
+	for _, c := range s[2:6] {
+		switch {
+		case '0' <= c && c <= '9':
+			c = c - '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return -1
+		}
+		r = r*16 + rune(c)
+	}
+	return r
+}
+
+// number reads a JSON number and returns its text, and whether it is a
+// plain integer (no fraction, no exponent).
+func (s *scan) number() (b []byte, integer, ok bool) {
+	s.ws()
+	start := s.i
+	if s.i < len(s.b) && s.b[s.i] == '-' {
+		s.i++
+	}
+	switch {
+	case s.i < len(s.b) && s.b[s.i] == '0':
+		s.i++
+	case s.i < len(s.b) && '1' <= s.b[s.i] && s.b[s.i] <= '9':
+		for s.i < len(s.b) && '0' <= s.b[s.i] && s.b[s.i] <= '9' {
+			s.i++
+		}
+	default:
+		return nil, false, false
+	}
+	integer = true
+	if s.i < len(s.b) && s.b[s.i] == '.' {
+		integer = false
+		s.i++
+		if !s.digits() {
+			return nil, false, false
+		}
+	}
+	if s.i < len(s.b) && (s.b[s.i] == 'e' || s.b[s.i] == 'E') {
+		integer = false
+		s.i++
+		if s.i < len(s.b) && (s.b[s.i] == '+' || s.b[s.i] == '-') {
+			s.i++
+		}
+		if !s.digits() {
+			return nil, false, false
+		}
+	}
+	return s.b[start:s.i], integer, true
+}
+
+func (s *scan) digits() bool {
+	start := s.i
+	for s.i < len(s.b) && '0' <= s.b[s.i] && s.b[s.i] <= '9' {
+		s.i++
+	}
+	return s.i > start
+}
+
+// int reads an integer that fits an int64, and so an int on 64-bit
+// platforms (elsewhere encoding/json decides).
+func (s *scan) int() (int64, bool) {
+	if s.null {
+		return 0, true
+	}
+	b, integer, ok := s.number()
+	if !ok || !integer || strconv.IntSize != 64 {
+		return 0, false
+	}
+	if len(b) > 18 {
+		v, err := strconv.ParseInt(unsafe.String(unsafe.SliceData(b), len(b)), 10, 64)
+		return v, err == nil
+	}
+	neg := b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	var v int64
+	for _, c := range b {
+		v = v*10 + int64(c-'0')
+	}
+	if neg {
+		v = -v
+	}
+	return v, true
+}
+
+// uint reads a non-negative integer that fits a uint64.
+func (s *scan) uint() (uint64, bool) {
+	if s.null {
+		return 0, true
+	}
+	b, integer, ok := s.number()
+	if !ok || !integer || b[0] == '-' {
+		return 0, false
+	}
+	if len(b) > 19 {
+		v, err := strconv.ParseUint(unsafe.String(unsafe.SliceData(b), len(b)), 10, 64)
+		return v, err == nil
+	}
+	var v uint64
+	for _, c := range b {
+		v = v*10 + uint64(c-'0')
+	}
+	return v, true
+}
+
+// float reads a number as strconv.ParseFloat does for encoding/json.
+func (s *scan) float() (float64, bool) {
+	if s.null {
+		return 0, true
+	}
+	b, integer, ok := s.number()
+	if !ok {
+		return 0, false
+	}
+	if integer && len(b) <= 15 {
+		neg := b[0] == '-'
+		if neg {
+			b = b[1:]
+		}
+		var v int64
+		for _, c := range b {
+			v = v*10 + int64(c-'0')
+		}
+		f := float64(v) // exact below 2^53
+		if neg {
+			f = -f
+		}
+		return f, true
+	}
+	f, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(b), len(b)), 64)
+	return f, err == nil
+}
+
+func (s *scan) bool() (bool, bool) {
+	if s.null {
+		return false, true
+	}
+	s.ws()
+	switch {
+	case bytes.HasPrefix(s.b[s.i:], []byte("true")):
+		s.i += 4
+		return true, true
+	case bytes.HasPrefix(s.b[s.i:], []byte("false")):
+		s.i += 5
+		return false, true
+	}
+	return false, false
+}
+
+// time reads a time as encoding/json does: Time.UnmarshalJSON on the
+// quoted text, escapes included (which it refuses, as here).
+func (s *scan) time(t *time.Time) bool {
+	if s.null {
+		return true
+	}
+	s.ws()
+	start := s.i
+	b, plain, ok := s.span()
+	if !ok || !plain && bytes.IndexByte(b, '\\') >= 0 {
+		return false
+	}
+	return t.UnmarshalJSON(s.b[start:s.i]) == nil
+}
+
+// skip reads any value, checking its syntax.
+func (s *scan) skip(depth int) bool {
+	if depth > maxNest {
+		return false
+	}
+	switch c := s.peek(); {
+	case c == '{':
+		s.i++
+		for more := !s.objEmpty(); more; {
+			if _, _, ok := s.span(); !ok || s.peek() != ':' {
+				return false
+			}
+			s.i++
+			var ok bool
+			if !s.skip(depth + 1) {
+				return false
+			}
+			if more, ok = s.objNext(); !ok {
+				return false
+			}
+		}
+		return true
+	case c == '[':
+		empty, ok := s.arrStart()
+		for more := !empty && ok; more; {
+			if !s.skip(depth + 1) {
+				return false
+			}
+			if more, ok = s.arrNext(); !ok {
+				return false
+			}
+		}
+		return ok
+	case c == '"':
+		_, _, ok := s.span()
+		return ok
+	case c == 't' || c == 'f':
+		_, ok := s.bool()
+		return ok
+	case c == 'n':
+		if bytes.HasPrefix(s.b[s.i:], []byte("null")) {
+			s.i += 4
+			return true
+		}
+		return false
+	default:
+		_, _, ok := s.number()
+		return ok
+	}
+}
+
+// strings reads an array of strings, interned.
+func (s *scan) strings() ([]string, bool) {
+	if s.null {
+		return nil, true
+	}
+	empty, ok := s.arrStart()
+	if !ok {
+		return nil, false
+	}
+	out := []string{}
+	if empty {
+		return out, true
+	}
+	for more := true; more; {
+		v, ok := s.str(true)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, v)
+		if more, ok = s.arrNext(); !ok {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// env reads a map of strings, keys and values interned.
+func (s *scan) env() (map[string]string, bool) {
+	if s.null {
+		return nil, true
+	}
+	if !s.objStart() {
+		return nil, false
+	}
+	out := map[string]string{}
+	for more := !s.objEmpty(); more; {
+		k, ok := s.str(true)
+		if !ok || s.peek() != ':' {
+			return nil, false
+		}
+		s.i++
+		v, ok := s.str(true)
+		if !ok {
+			return nil, false
+		}
+		out[k] = v
+		if more, ok = s.objNext(); !ok {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// members calls fn for each member of an object; fn reads the value and
+// returns the key's bit in the object's field set (0 for an unknown key it
+// skipped) and whether it succeeded. A known key seen twice gives up
+// (encoding/json would merge the two values). names lists the object's
+// keys for the case-insensitive check of unknown keys.
+func (s *scan) members(names []string, fn func(key []byte) (uint32, bool)) bool {
+	if !s.objStart() {
+		return false
+	}
+	var seen uint32
+	for more := !s.objEmpty(); more; {
+		key, ok := s.key()
+		if !ok {
+			return false
+		}
+		null := s.isNull()
+		s.null = null
+		bit, ok := fn(key)
+		s.null = false
+		if !ok || seen&bit != 0 {
+			return false
+		}
+		if bit == 0 && (foldsTo(key, names) || !null && !s.skip(0)) {
+			return false
+		}
+		seen |= bit
+		if more, ok = s.objNext(); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// payload decodes the data of a known type.
+func (s *scan) payload(t Type) (Event, bool) {
+	switch t {
+	case TypeSubmitted:
+		return s.submitted()
+	case TypeAmended:
+		return s.amended()
+	case TypeCancelled:
+		return s.cancelled()
+	case TypeChecklistUpdated:
+		return s.checklistUpdated()
+	case TypeDispatched:
+		return s.dispatched()
+	case TypeStarted:
+		return s.started()
+	case TypePreemptRequested:
+		return s.preemptRequested()
+	case TypeCheckpointed:
+		return s.checkpointed()
+	case TypePreempted:
+		return s.preempted()
+	case TypeRequeued:
+		return s.requeued()
+	case TypeCompleted:
+		return s.completed()
+	case TypeFailed:
+		return s.failed()
+	case TypeAvailable:
+		return s.available()
+	case TypeUnhealthy:
+		return s.unhealthy()
+	case TypeDrained:
+		return s.drained()
+	case TypeLost:
+		return s.lost()
+	}
+	return nil, false
+}
+
+var submittedKeys = []string{"task_id", "name", "team", "priority", "gpus", "hours", "hypothesis", "command", "preemptible",
+	"preempt_signal", "grace_s", "gpu_model", "min_gpu_mem_mib", "idempotency_key", "submitted_at", "env", "dir"}
+
+func (s *scan) submitted() (Event, bool) {
+	var e Submitted
+	ok := s.members(submittedKeys, func(k []byte) (bit uint32, ok bool) {
+		switch string(k) {
+		case "task_id":
+			e.TaskID, ok = s.str(false)
+			return 1 << 0, ok
+		case "name":
+			e.Name, ok = s.str(false)
+			return 1 << 1, ok
+		case "team":
+			e.Team, ok = s.str(true)
+			return 1 << 2, ok
+		case "priority":
+			e.Priority, ok = s.str(true)
+			return 1 << 3, ok
+		case "gpus":
+			var v int64
+			v, ok = s.int()
+			e.GPUs = int(v)
+			return 1 << 4, ok
+		case "hours":
+			e.Hours, ok = s.float()
+			return 1 << 5, ok
+		case "hypothesis":
+			e.Hypothesis, ok = s.str(false)
+			return 1 << 6, ok
+		case "command":
+			e.Command, ok = s.str(false)
+			return 1 << 7, ok
+		case "preemptible":
+			e.Preemptible, ok = s.bool()
+			return 1 << 8, ok
+		case "preempt_signal":
+			e.PreemptSignal, ok = s.str(true)
+			return 1 << 9, ok
+		case "grace_s":
+			e.GraceS, ok = s.float()
+			return 1 << 10, ok
+		case "gpu_model":
+			e.GPUModel, ok = s.str(true)
+			return 1 << 11, ok
+		case "min_gpu_mem_mib":
+			var v int64
+			v, ok = s.int()
+			e.MinGPUMemMiB = int(v)
+			return 1 << 12, ok
+		case "idempotency_key":
+			e.IdempotencyKey, ok = s.str(false)
+			return 1 << 13, ok
+		case "submitted_at":
+			return 1 << 14, s.time(&e.SubmittedAt)
+		case "env":
+			e.Env, ok = s.env()
+			return 1 << 15, ok
+		case "dir":
+			e.Dir, ok = s.str(true)
+			return 1 << 16, ok
+		}
+		return 0, true
+	})
+	return e, ok
+}
+
+var amendedKeys = []string{"task_id", "gpus", "priority", "hours", "hypothesis"}
+
+func (s *scan) amended() (Event, bool) {
+	var e Amended
+	ok := s.members(amendedKeys, func(k []byte) (bit uint32, ok bool) {
+		switch string(k) {
+		case "task_id":
+			e.TaskID, ok = s.str(false)
+			return 1 << 0, ok
+		case "gpus":
+			var v int64
+			v, ok = s.int()
+			e.GPUs = int(v)
+			return 1 << 1, ok
+		case "priority":
+			e.Priority, ok = s.str(true)
+			return 1 << 2, ok
+		case "hours":
+			e.Hours, ok = s.float()
+			return 1 << 3, ok
+		case "hypothesis":
+			e.Hypothesis, ok = s.str(false)
+			return 1 << 4, ok
+		}
+		return 0, true
+	})
+	return e, ok
+}
+
+var cancelledKeys = []string{"task_id", "by", "reason"}
+
+func (s *scan) cancelled() (Event, bool) {
+	var e Cancelled
+	ok := s.members(cancelledKeys, func(k []byte) (bit uint32, ok bool) {
+		switch string(k) {
+		case "task_id":
+			e.TaskID, ok = s.str(false)
+			return 1 << 0, ok
+		case "by":
+			e.By, ok = s.str(true)
+			return 1 << 1, ok
+		case "reason":
+			e.Reason, ok = s.str(true)
+			return 1 << 2, ok
+		}
+		return 0, true
+	})
+	return e, ok
+}
+
+var checklistKeys = []string{"task_id", "item", "done"}
+
+func (s *scan) checklistUpdated() (Event, bool) {
+	var e ChecklistUpdated
+	ok := s.members(checklistKeys, func(k []byte) (bit uint32, ok bool) {
+		switch string(k) {
+		case "task_id":
+			e.TaskID, ok = s.str(false)
+			return 1 << 0, ok
+		case "item":
+			e.Item, ok = s.str(true)
+			return 1 << 1, ok
+		case "done":
+			e.Done, ok = s.bool()
+			return 1 << 2, ok
+		}
+		return 0, true
+	})
+	return e, ok
+}
+
+var (
+	dispatchedKeys = []string{"task_id", "placements", "based_on_seq", "resume_from", "reason", "backfill"}
+	placementKeys  = []string{"node", "gpus"}
+)
+
+func (s *scan) dispatched() (Event, bool) {
+	var e Dispatched
+	ok := s.members(dispatchedKeys, func(k []byte) (bit uint32, ok bool) {
+		switch string(k) {
+		case "task_id":
+			e.TaskID, ok = s.str(false)
+			return 1 << 0, ok
+		case "placements":
+			e.Placements, ok = s.placements()
+			return 1 << 1, ok
+		case "based_on_seq":
+			e.BasedOnSeq, ok = s.uint()
+			return 1 << 2, ok
+		case "resume_from":
+			e.ResumeFrom, ok = s.str(false)
+			return 1 << 3, ok
+		case "reason":
+			e.Reason, ok = s.str(true)
+			return 1 << 4, ok
+		case "backfill":
+			e.Backfill, ok = s.bool()
+			return 1 << 5, ok
+		}
+		return 0, true
+	})
+	return e, ok
+}
+
+func (s *scan) placements() ([]Placement, bool) {
+	if s.null {
+		return nil, true
+	}
+	empty, ok := s.arrStart()
+	if !ok {
+		return nil, false
+	}
+	out := make([]Placement, 0, 1)
+	if empty {
+		return out, true
+	}
+	for more := true; more; {
+		var p Placement
+		ok := s.members(placementKeys, func(k []byte) (bit uint32, ok bool) {
+			switch string(k) {
+			case "node":
+				p.Node, ok = s.str(true)
+				return 1 << 0, ok
+			case "gpus":
+				p.GPUs, ok = s.strings()
+				return 1 << 1, ok
+			}
+			return 0, true
+		})
+		if !ok {
+			return nil, false
+		}
+		out = append(out, p)
+		if more, ok = s.arrNext(); !ok {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+var startedKeys = []string{"task_id", "node", "pid", "log_dir"}
+
+func (s *scan) started() (Event, bool) {
+	var e Started
+	ok := s.members(startedKeys, func(k []byte) (bit uint32, ok bool) {
+		switch string(k) {
+		case "task_id":
+			e.TaskID, ok = s.str(false)
+			return 1 << 0, ok
+		case "node":
+			e.Node, ok = s.str(true)
+			return 1 << 1, ok
+		case "pid":
+			var v int64
+			v, ok = s.int()
+			e.PID = int(v)
+			return 1 << 2, ok
+		case "log_dir":
+			e.LogDir, ok = s.str(false)
+			return 1 << 3, ok
+		}
+		return 0, true
+	})
+	return e, ok
+}
+
+var preemptRequestedKeys = []string{"task_id", "for", "policy", "reason", "grace_s", "based_on_seq"}
+
+func (s *scan) preemptRequested() (Event, bool) {
+	var e PreemptRequested
+	ok := s.members(preemptRequestedKeys, func(k []byte) (bit uint32, ok bool) {
+		switch string(k) {
+		case "task_id":
+			e.TaskID, ok = s.str(false)
+			return 1 << 0, ok
+		case "for":
+			e.For, ok = s.str(false)
+			return 1 << 1, ok
+		case "policy":
+			e.Policy, ok = s.str(true)
+			return 1 << 2, ok
+		case "reason":
+			e.Reason, ok = s.str(false)
+			return 1 << 3, ok
+		case "grace_s":
+			e.GraceS, ok = s.float()
+			return 1 << 4, ok
+		case "based_on_seq":
+			e.BasedOnSeq, ok = s.uint()
+			return 1 << 5, ok
+		}
+		return 0, true
+	})
+	return e, ok
+}
+
+var checkpointedKeys = []string{"task_id", "ref"}
+
+func (s *scan) checkpointed() (Event, bool) {
+	var e Checkpointed
+	ok := s.members(checkpointedKeys, func(k []byte) (bit uint32, ok bool) {
+		switch string(k) {
+		case "task_id":
+			e.TaskID, ok = s.str(false)
+			return 1 << 0, ok
+		case "ref":
+			e.Ref, ok = s.str(false)
+			return 1 << 1, ok
+		}
+		return 0, true
+	})
+	return e, ok
+}
+
+var preemptedKeys = []string{"task_id", "node", "checkpoint", "forced", "lost_gpu_seconds", "exit_code"}
+
+func (s *scan) preempted() (Event, bool) {
+	var e Preempted
+	ok := s.members(preemptedKeys, func(k []byte) (bit uint32, ok bool) {
+		switch string(k) {
+		case "task_id":
+			e.TaskID, ok = s.str(false)
+			return 1 << 0, ok
+		case "node":
+			e.Node, ok = s.str(true)
+			return 1 << 1, ok
+		case "checkpoint":
+			e.Checkpoint, ok = s.str(false)
+			return 1 << 2, ok
+		case "forced":
+			e.Forced, ok = s.bool()
+			return 1 << 3, ok
+		case "lost_gpu_seconds":
+			e.LostGPUSeconds, ok = s.float()
+			return 1 << 4, ok
+		case "exit_code":
+			var v int64
+			v, ok = s.int()
+			e.ExitCode = int(v)
+			return 1 << 5, ok
+		}
+		return 0, true
+	})
+	return e, ok
+}
+
+var requeuedKeys = []string{"task_id", "reason", "resume_from"}
+
+func (s *scan) requeued() (Event, bool) {
+	var e Requeued
+	ok := s.members(requeuedKeys, func(k []byte) (bit uint32, ok bool) {
+		switch string(k) {
+		case "task_id":
+			e.TaskID, ok = s.str(false)
+			return 1 << 0, ok
+		case "reason":
+			e.Reason, ok = s.str(false)
+			return 1 << 1, ok
+		case "resume_from":
+			e.ResumeFrom, ok = s.str(false)
+			return 1 << 2, ok
+		}
+		return 0, true
+	})
+	return e, ok
+}
+
+var completedKeys = []string{"task_id", "node"}
+
+func (s *scan) completed() (Event, bool) {
+	var e Completed
+	ok := s.members(completedKeys, func(k []byte) (bit uint32, ok bool) {
+		switch string(k) {
+		case "task_id":
+			e.TaskID, ok = s.str(false)
+			return 1 << 0, ok
+		case "node":
+			e.Node, ok = s.str(true)
+			return 1 << 1, ok
+		}
+		return 0, true
+	})
+	return e, ok
+}
+
+var failedKeys = []string{"task_id", "node", "exit_code", "error", "stderr_tail"}
+
+func (s *scan) failed() (Event, bool) {
+	var e Failed
+	ok := s.members(failedKeys, func(k []byte) (bit uint32, ok bool) {
+		switch string(k) {
+		case "task_id":
+			e.TaskID, ok = s.str(false)
+			return 1 << 0, ok
+		case "node":
+			e.Node, ok = s.str(true)
+			return 1 << 1, ok
+		case "exit_code":
+			var v int64
+			v, ok = s.int()
+			e.ExitCode = int(v)
+			return 1 << 2, ok
+		case "error":
+			e.Error, ok = s.str(false)
+			return 1 << 3, ok
+		case "stderr_tail":
+			e.StderrTail, ok = s.str(false)
+			return 1 << 4, ok
+		}
+		return 0, true
+	})
+	return e, ok
+}
+
+var (
+	availableKeys = []string{"node", "gpus", "free_gpus", "boot_id", "driver"}
+	gpuKeys       = []string{"uuid", "index", "model", "memory_mib", "healthy"}
+)
+
+func (s *scan) available() (Event, bool) {
+	var e Available
+	ok := s.members(availableKeys, func(k []byte) (bit uint32, ok bool) {
+		switch string(k) {
+		case "node":
+			e.Node, ok = s.str(true)
+			return 1 << 0, ok
+		case "gpus":
+			e.GPUs, ok = s.gpus()
+			return 1 << 1, ok
+		case "free_gpus":
+			var v int64
+			v, ok = s.int()
+			e.FreeGPUs = int(v)
+			return 1 << 2, ok
+		case "boot_id":
+			e.BootID, ok = s.str(true)
+			return 1 << 3, ok
+		case "driver":
+			e.Driver, ok = s.str(true)
+			return 1 << 4, ok
+		}
+		return 0, true
+	})
+	return e, ok
+}
+
+func (s *scan) gpus() ([]GPU, bool) {
+	if s.null {
+		return nil, true
+	}
+	empty, ok := s.arrStart()
+	if !ok {
+		return nil, false
+	}
+	out := []GPU{}
+	if empty {
+		return out, true
+	}
+	for more := true; more; {
+		var g GPU
+		ok := s.members(gpuKeys, func(k []byte) (bit uint32, ok bool) {
+			switch string(k) {
+			case "uuid":
+				g.UUID, ok = s.str(true)
+				return 1 << 0, ok
+			case "index":
+				var v int64
+				v, ok = s.int()
+				g.Index = int(v)
+				return 1 << 1, ok
+			case "model":
+				g.Model, ok = s.str(true)
+				return 1 << 2, ok
+			case "memory_mib":
+				var v int64
+				v, ok = s.int()
+				g.MemoryMiB = int(v)
+				return 1 << 3, ok
+			case "healthy":
+				g.Healthy, ok = s.bool()
+				return 1 << 4, ok
+			}
+			return 0, true
+		})
+		if !ok {
+			return nil, false
+		}
+		out = append(out, g)
+		if more, ok = s.arrNext(); !ok {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+var unhealthyKeys = []string{"node", "gpus", "reason"}
+
+func (s *scan) unhealthy() (Event, bool) {
+	var e Unhealthy
+	ok := s.members(unhealthyKeys, func(k []byte) (bit uint32, ok bool) {
+		switch string(k) {
+		case "node":
+			e.Node, ok = s.str(true)
+			return 1 << 0, ok
+		case "gpus":
+			e.GPUs, ok = s.strings()
+			return 1 << 1, ok
+		case "reason":
+			e.Reason, ok = s.str(true)
+			return 1 << 2, ok
+		}
+		return 0, true
+	})
+	return e, ok
+}
+
+var nodeReasonKeys = []string{"node", "reason"}
+
+func (s *scan) nodeReason() (node, reason string, ok bool) {
+	ok = s.members(nodeReasonKeys, func(k []byte) (bit uint32, ok bool) {
+		switch string(k) {
+		case "node":
+			node, ok = s.str(true)
+			return 1 << 0, ok
+		case "reason":
+			reason, ok = s.str(true)
+			return 1 << 1, ok
+		}
+		return 0, true
+	})
+	return node, reason, ok
+}
+
+func (s *scan) drained() (Event, bool) {
+	n, r, ok := s.nodeReason()
+	return Drained{Node: n, Reason: r}, ok
+}
+
+func (s *scan) lost() (Event, bool) {
+	n, r, ok := s.nodeReason()
+	return Lost{Node: n, Reason: r}, ok
+}
