@@ -57,6 +57,15 @@ func (f *freeMap) clone() *freeMap {
 	return c
 }
 
+// cloneReserved copies the free GPUs and the reservations.
+func (f *freeMap) cloneReserved() *freeMap {
+	c := f.clone()
+	for g, at := range f.reserved {
+		c.reserved[g] = at
+	}
+	return c
+}
+
 // add returns GPUs to the map (a what-if: a task ends or is preempted).
 func (f *freeMap) add(s *domain.State, ps []events.Placement) {
 	for _, p := range ps {

@@ -18,7 +18,16 @@ type pass struct {
 	free *freeMap
 	cap  capacity
 
-	usage     map[string]int // GPUs held per team, updated as the pass places
+	usage map[string]int // GPUs held per team, updated as the pass places
+	// lend is what a team holds that it keeps: usage less its tasks
+	// already yielding; a non-CRITICAL preemption keeps it at or above
+	// the team's guarantee.
+	lend map[string]int
+	// claim is what a team holds, was placed in the pass or is promised
+	// to its preemptors: a team reclaims only while it is under its
+	// guarantee.
+	claim     map[string]int
+	stalled   bool           // a task is blocked that neither preempts nor holds: nobody behind it preempts
 	guar      map[string]int // resolved guarantees
 	underSet  map[string]bool
 	anyUnder  bool
@@ -106,6 +115,7 @@ func (p *Policy) Plan(in Input) Result {
 			pc.blocked = append(pc.blocked, t)
 			return true
 		}
+		pc.stalled = true
 		if !pc.hasRes && !pc.opts.NoBackfill && (pc.free.count > 0 || pc.opts.Explain) {
 			pc.reserve(t)
 		}
@@ -122,7 +132,7 @@ func (p *Policy) Plan(in Input) Result {
 func newPass(o Options, in Input) *pass {
 	s := in.State
 	pc := &pass{in: in, opts: o, s: s, free: newFreeMap(s), cap: capacity{s: s, cache: map[capKey][4]int{}},
-		usage: map[string]int{}, guar: map[string]int{}, underSet: map[string]bool{},
+		usage: map[string]int{}, lend: map[string]int{}, claim: map[string]int{}, guar: map[string]int{}, underSet: map[string]bool{},
 		preempting: map[string]bool{}, promised: map[string][]*domain.Task{}, owner: map[string]string{},
 		placedNow: map[string][]events.Placement{}}
 	if o.Explain {
@@ -131,9 +141,11 @@ func newPass(o Options, in Input) *pass {
 	s.EachActive(func(t *domain.Task) {
 		n := len(t.GPUUUIDs())
 		pc.usage[t.Team] += n
+		pc.claim[t.Team] += n
 		switch {
 		case t.State == domain.Preempting:
 			pc.preempting[t.ID] = true
+			pc.lend[t.Team] -= n
 			if t.PreemptFor != "" {
 				pc.promised[t.PreemptFor] = append(pc.promised[t.PreemptFor], t)
 			}
@@ -141,7 +153,13 @@ func newPass(o Options, in Input) *pass {
 			pc.anyVictim = true
 		}
 	})
-	for _, vs := range pc.promised {
+	for team, n := range pc.usage {
+		pc.lend[team] += n
+	}
+	for id, vs := range pc.promised {
+		if p := s.Tasks[id]; p != nil && p.State == domain.Queued {
+			pc.claim[p.Team] += p.GPUs
+		}
 		sort.Slice(vs, func(i, j int) bool { return vs[i].SubmitSeq < vs[j].SubmitSeq })
 	}
 	if len(o.Teams) > 0 {
@@ -166,6 +184,9 @@ func (pc *pass) mayPreempt(t *domain.Task, tier int) bool {
 	if !pc.anyVictim && len(pc.promised) == 0 {
 		return false
 	}
+	if pc.stalled {
+		return len(pc.promised[t.ID]) > 0
+	}
 	switch {
 	case tier == tierCritical:
 		return true
@@ -180,6 +201,8 @@ func (pc *pass) mayPreempt(t *domain.Task, tier int) bool {
 func (pc *pass) dispatch(t *domain.Task, ps []events.Placement, backfill bool) {
 	pc.free.take(ps)
 	pc.usage[t.Team] += t.GPUs
+	pc.lend[t.Team] += t.GPUs
+	pc.claim[t.Team] += t.GPUs
 	pc.placedNow[t.ID] = ps
 	reason := "placed in queue order"
 	if backfill {

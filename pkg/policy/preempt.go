@@ -37,32 +37,64 @@ func (pc *pass) holdForPromised(t *domain.Task) bool {
 	return true
 }
 
+// byClass reports whether the preemption policy lets t preempt v by class
+// alone: critical-only, t is CRITICAL; ladder, v's class is strictly lower.
+func (pc *pass) byClass(t, v *domain.Task) bool {
+	switch pc.opts.Preemption {
+	case CriticalOnly:
+		return t.Priority == domain.Critical
+	case Ladder:
+		return v.Priority < t.Priority
+	}
+	return false
+}
+
 // mayVictimize reports whether t may preempt v under the options:
 // only running, preemptible, non-CRITICAL tasks not already yielding; then
-// critical-only: t is CRITICAL; ladder: v's class is strictly lower; and,
-// with teams, a team under its guarantee may reclaim GPUs a team borrows
-// beyond its own guarantee.
+// by class (byClass), or, with teams, a team under its guarantee reclaims
+// GPUs another team borrows beyond its own guarantee. Only a CRITICAL
+// preemptor may take another team below its guarantee (the set as a whole
+// is checked by lendersKeep).
 func (pc *pass) mayVictimize(t, v *domain.Task) bool {
 	if v.State != domain.Running || !v.Preemptible || v.Priority == domain.Critical || pc.preempting[v.ID] || v.ID == t.ID {
 		return false
 	}
-	switch {
-	case pc.opts.Preemption == CriticalOnly && t.Priority == domain.Critical:
-		return true
-	case pc.opts.Preemption == Ladder && v.Priority < t.Priority:
+	if pc.byClass(t, v) {
 		return true
 	}
-	return pc.reclaims(t, v)
+	return pc.reclaimer(t) && v.Team != t.Team
 }
 
-// reclaims: t's team is under its guarantee and v's team keeps at least
-// its own guarantee without v.
-func (pc *pass) reclaims(t, v *domain.Task) bool {
+// reclaimer: t's team has a guarantee it does not reach, counting what it
+// holds, what the pass placed for it and what is promised to its
+// preemptors.
+func (pc *pass) reclaimer(t *domain.Task) bool {
 	g, ok := pc.guar[t.Team]
-	if !ok || pc.usage[t.Team] >= g || v.Team == t.Team {
-		return false
+	return ok && pc.claim[t.Team] < g
+}
+
+// lendersKeep reports whether preempting vs for t leaves every other team
+// at or above its guarantee (a CRITICAL preemptor may take anything).
+func (pc *pass) lendersKeep(t *domain.Task, vs []*victim) bool {
+	if t.Priority == domain.Critical || len(pc.guar) == 0 {
+		return true
 	}
-	return pc.usage[v.Team]-len(v.GPUUUIDs()) >= pc.guar[v.Team]
+	for i, v := range vs {
+		g, ok := pc.guar[v.t.Team]
+		if !ok || v.t.Team == t.Team {
+			continue
+		}
+		taken := 0
+		for _, w := range vs[:i+1] {
+			if w.t.Team == v.t.Team {
+				taken += w.n
+			}
+		}
+		if pc.lend[v.t.Team]-taken < g {
+			return false
+		}
+	}
+	return true
 }
 
 // lostWork is the GPU-seconds a victim would lose: since its last
@@ -78,116 +110,104 @@ func (pc *pass) lostWork(v *domain.Task) float64 {
 	return pc.in.Now.Sub(from).Seconds() * float64(len(v.GPUUUIDs()))
 }
 
-// preempt chooses victims for t — the fewest tasks, lowest class first,
-// then the least work lost since their last checkpoint — and records the
-// preemptions. It reports whether it preempted.
+// victim is a preemption candidate: the task, its GPUs, the work it would
+// lose.
+type victim struct {
+	t    *domain.Task
+	n    int
+	lost float64
+}
+
+// preempt chooses victims for t — the fewest tasks, then the lowest
+// classes, then the least work lost since their last checkpoint — and
+// records the preemptions. It reports whether it preempted (or, with no
+// victim needed, held free GPUs for t).
 func (pc *pass) preempt(t *domain.Task, tier int) bool {
-	if !pc.mayPreempt(t, tier) {
+	if pc.stalled || !pc.mayPreempt(t, tier) {
 		return false
 	}
-	var cands []*domain.Task
+	var cands []*victim
 	avail := pc.free.count
 	for _, v := range pc.s.Active() {
 		if pc.mayVictimize(t, v) {
-			cands = append(cands, v)
-			avail += len(v.GPUUUIDs())
+			n := len(v.GPUUUIDs())
+			cands = append(cands, &victim{t: v, n: n, lost: pc.lostWork(v)})
+			avail += n
 		}
 	}
 	if avail < t.GPUs || len(cands) == 0 {
 		return false
 	}
-	lost := map[string]float64{}
-	for _, v := range cands {
-		lost[v.ID] = pc.lostWork(v)
-	}
 	sort.SliceStable(cands, func(i, j int) bool {
 		a, b := cands[i], cands[j]
-		if a.Priority != b.Priority {
-			return a.Priority < b.Priority
+		if a.t.Priority != b.t.Priority {
+			return a.t.Priority < b.t.Priority
 		}
-		if lost[a.ID] != lost[b.ID] {
-			return lost[a.ID] < lost[b.ID]
+		if a.lost != b.lost {
+			return a.lost < b.lost
 		}
-		return a.SubmitSeq > b.SubmitSeq
+		return a.t.SubmitSeq > b.t.SubmitSeq
 	})
-	victims, ps := pc.fewestVictims(t, cands)
-	if victims == nil {
+	victims, ps, ok := pc.fewestVictims(t, cands)
+	if !ok {
 		return false
 	}
 	for _, v := range victims {
-		pc.preempting[v.ID] = true
-		pc.usage[v.Team] -= len(v.GPUUUIDs())
-		why := "critical-only"
-		if pc.opts.Preemption == Ladder {
-			why = "ladder"
+		why := "team guarantee: " + t.Team + " reclaims GPUs borrowed by " + v.t.Team
+		if pc.byClass(t, v.t) {
+			why = pc.opts.Preemption
 		}
-		if pc.reclaims(t, v) && !(pc.opts.Preemption == CriticalOnly && t.Priority == domain.Critical) && !(pc.opts.Preemption == Ladder && v.Priority < t.Priority) {
-			why = "team guarantee: " + t.Team + " reclaims GPUs borrowed by " + v.Team
-		}
-		pc.res.Decisions = append(pc.res.Decisions, Decision{Kind: Preempt, TaskID: v.ID, For: t.ID,
+		pc.preempting[v.t.ID] = true
+		pc.usage[v.t.Team] -= v.n
+		pc.lend[v.t.Team] -= v.n
+		pc.res.Decisions = append(pc.res.Decisions, Decision{Kind: Preempt, TaskID: v.t.ID, For: t.ID,
 			Reason: fmt.Sprintf("preempted by %s for %s under policy %s", describe(t), t.Priority, why)})
-		pc.promised[t.ID] = append(pc.promised[t.ID], v)
+		pc.promised[t.ID] = append(pc.promised[t.ID], v.t)
 	}
 	pc.holdReserved(t, ps)
+	pc.claim[t.Team] += t.GPUs // promised to t: a reclaim stops at the guarantee
 	return true
 }
 
-// fewestVictims returns the smallest prefix-greedy set of candidates (in
-// their preference order) whose GPUs, with the free ones, place t; for a
-// task that fits one node, the node needing the fewest victims wins.
-func (pc *pass) fewestVictims(t *domain.Task, cands []*domain.Task) ([]*domain.Task, []events.Placement) {
-	base := pc.free.clone()
-	for g, at := range pc.free.reserved {
-		if at.IsZero() {
-			base.take([]events.Placement{{Node: nodeOf(pc.free, g), GPUs: []string{g}}})
-		}
+// fewestVictims chooses the victims among cands (in preference order)
+// whose GPUs, with the free ones no reservation holds, place t: for a task
+// that fits one node, the fewest tasks on any one node, ties to the lower
+// classes, then the less lost work, then the first node by name; for a
+// gang, a greedy set in preference order with the ones not needed dropped.
+// GPUs reserved for another task (held for a preemptor, or the backfill
+// reservation) are never planned on.
+func (pc *pass) fewestVictims(t *domain.Task, cands []*victim) ([]*victim, []events.Placement, bool) {
+	if ps, ok := place(t, pc.free, pc.s, time.Time{}); ok {
+		// Fits without preempting anyone (strict order kept it from
+		// starting): hold the GPUs, preempt nobody.
+		return nil, ps, true
 	}
-	// 1. One node: per node, add victims there in preference order.
-	var best []*domain.Task
-	var bestPS []events.Placement
-	for _, node := range pc.free.nodes {
-		hyp := base.clone()
-		var vs []*domain.Task
-		ps, ok := placeOn(t, hyp, pc.s, node)
-		for _, v := range cands {
-			if ok || (best != nil && len(vs) >= len(best)) {
-				break
-			}
-			if !holdsOn(v, node) {
-				continue
-			}
-			vs = append(vs, v)
-			hyp.add(pc.s, v.Placements)
-			ps, ok = placeOn(t, hyp, pc.s, node)
-		}
-		if ok && len(vs) > 0 && (best == nil || len(vs) < len(best)) {
-			best, bestPS = vs, ps
-		}
+	if t.GPUs <= pc.free.nodeSize(t, pc.s) {
+		return pc.fewestOnOneNode(t, cands)
 	}
-	if best != nil {
-		return best, bestPS
-	}
-	// 2. A gang: add victims until it fits anywhere, then drop the ones
-	//    not needed, last first.
-	hyp := base.clone()
-	var vs []*domain.Task
+	base := pc.free.cloneReserved()
+	hyp := base.cloneReserved()
+	var vs []*victim
 	ok := false
 	var ps []events.Placement
 	for _, v := range cands {
+		if !pc.lendersKeep(t, append(vs[:len(vs):len(vs)], v)) {
+			continue
+		}
 		vs = append(vs, v)
-		hyp.add(pc.s, v.Placements)
+		hyp.add(pc.s, v.t.Placements)
 		if ps, ok = place(t, hyp, pc.s, time.Time{}); ok {
 			break
 		}
 	}
 	if !ok {
-		return nil, nil
+		return nil, nil, false
 	}
 	for i := len(vs) - 1; i >= 0; i-- {
-		trial := base.clone()
+		trial := base.cloneReserved()
 		for j, v := range vs {
 			if j != i {
-				trial.add(pc.s, v.Placements)
+				trial.add(pc.s, v.t.Placements)
 			}
 		}
 		if p2, ok2 := place(t, trial, pc.s, time.Time{}); ok2 {
@@ -195,23 +215,173 @@ func (pc *pass) fewestVictims(t *domain.Task, cands []*domain.Task) ([]*domain.T
 			ps = p2
 		}
 	}
-	return vs, ps
+	return vs, ps, true
 }
 
-// placeOn places t on one given node only.
-func placeOn(t *domain.Task, f *freeMap, s *domain.State, node string) ([]events.Placement, bool) {
-	u := f.usable(t, node, time.Time{})
-	if len(u) < t.GPUs {
-		return nil, false
+// setCost orders victim sets of one size: the classes, highest first,
+// compared in turn; then the total work lost.
+type setCost struct {
+	classes []domain.Priority // descending
+	lost    float64
+}
+
+func costOf(vs []*victim) setCost {
+	c := setCost{classes: make([]domain.Priority, len(vs))}
+	for i, v := range vs {
+		c.classes[i] = v.t.Priority
+		c.lost += v.lost
 	}
-	return []events.Placement{{Node: node, GPUs: uuids(u[:t.GPUs])}}, true
+	sort.Slice(c.classes, func(i, j int) bool { return c.classes[i] > c.classes[j] })
+	return c
 }
 
-func holdsOn(v *domain.Task, node string) bool {
-	for _, p := range v.Placements {
-		if p.Node == node {
-			return true
+func (a setCost) less(b setCost) bool {
+	for i := range a.classes {
+		if a.classes[i] != b.classes[i] {
+			return a.classes[i] < b.classes[i]
 		}
 	}
-	return false
+	return a.lost < b.lost
+}
+
+// fewestOnOneNode searches, node by node, the smallest sets of candidates
+// holding GPUs there that free enough usable GPUs for t.
+func (pc *pass) fewestOnOneNode(t *domain.Task, cands []*victim) ([]*victim, []events.Placement, bool) {
+	var best []*victim
+	var bestNode string
+	var bestCost setCost
+	found := false
+	type local struct {
+		v    *victim
+		gain int
+	}
+	for _, node := range pc.free.nodes {
+		have := len(pc.free.usable(t, node, time.Time{}))
+		var ls []local
+		sum := 0
+		for _, v := range cands {
+			if g := pc.gainOn(t, v.t, node); g > 0 {
+				ls = append(ls, local{v, g})
+				sum += g
+			}
+		}
+		if have+sum < t.GPUs {
+			continue
+		}
+		maxK := len(ls)
+		if found {
+			maxK = min(maxK, len(best))
+		}
+		// Subsets by size, each size in lexicographic order of the
+		// preference order; the first feasible size wins on this node.
+		idx := make([]int, 0, maxK)
+		for k := 1; k <= maxK; k++ {
+			var nodeBest []*victim
+			var nodeCost setCost
+			idx = idx[:k]
+			for i := range idx {
+				idx[i] = i
+			}
+			for {
+				g := have
+				for _, i := range idx {
+					g += ls[i].gain
+				}
+				if g >= t.GPUs {
+					vs := make([]*victim, k)
+					for j, i := range idx {
+						vs[j] = ls[i].v
+					}
+					if pc.lendersKeep(t, vs) {
+						c := costOf(vs)
+						if nodeBest == nil || c.less(nodeCost) {
+							nodeBest, nodeCost = vs, c
+						}
+					}
+				}
+				// Next combination.
+				j := k - 1
+				for j >= 0 && idx[j] == len(ls)-k+j {
+					j--
+				}
+				if j < 0 {
+					break
+				}
+				idx[j]++
+				for m := j + 1; m < k; m++ {
+					idx[m] = idx[m-1] + 1
+				}
+			}
+			if nodeBest != nil {
+				if !found || k < len(best) || nodeCost.less(bestCost) {
+					best, bestNode, bestCost, found = nodeBest, node, nodeCost, true
+				}
+				break
+			}
+		}
+	}
+	if !found {
+		return nil, nil, false
+	}
+	return best, pc.onNode(t, bestNode, best), true
+}
+
+// gainOn is how many GPUs of node preempting v would make usable for t:
+// healthy, fitting t's constraints, reserved for nobody.
+func (pc *pass) gainOn(t, v *domain.Task, node string) int {
+	n := pc.s.Nodes[node]
+	k := 0
+	for _, p := range v.Placements {
+		if p.Node != node {
+			continue
+		}
+		for _, id := range p.GPUs {
+			if _, r := pc.free.reserved[id]; r {
+				continue
+			}
+			for _, g := range n.GPUs {
+				if g.UUID == id && g.Healthy && gpuFits(t, g) {
+					k++
+					break
+				}
+			}
+		}
+	}
+	return k
+}
+
+// onNode is t's placement on node once vs have yielded: the usable GPUs,
+// by index, first.
+func (pc *pass) onNode(t *domain.Task, node string, vs []*victim) []events.Placement {
+	freed := map[string]bool{}
+	for _, v := range vs {
+		for _, p := range v.t.Placements {
+			if p.Node == node {
+				for _, g := range p.GPUs {
+					freed[g] = true
+				}
+			}
+		}
+	}
+	var gs []domain.GPU
+	for _, g := range pc.free.free[node] {
+		gs = append(gs, g)
+	}
+	for _, g := range pc.s.Nodes[node].GPUs {
+		if freed[g.UUID] && g.Healthy {
+			gs = append(gs, g)
+		}
+	}
+	sort.Slice(gs, func(i, j int) bool { return gs[i].Index < gs[j].Index })
+	var out []string
+	for _, g := range gs {
+		if len(out) == t.GPUs {
+			break
+		}
+		if _, r := pc.free.reserved[g.UUID]; r || !gpuFits(t, g) {
+			continue
+		}
+		out = append(out, g.UUID)
+	}
+	return []events.Placement{{Node: node, GPUs: out}}
 }

@@ -201,7 +201,6 @@ func TestVictimChoice(t *testing.T) {
 			},
 			// Preempting med alone frees 6 GPUs; low is not needed.
 			want: []string{"preempt med for crit"},
-			bug:  "victims on one node are a greedy prefix of the preference order, not the fewest tasks (preempt.go fewestVictims step 1)",
 		},
 		"lowest class among equally few: victim on the first node": {
 			setup: func(c *harness) {
@@ -220,7 +219,6 @@ func TestVictimChoice(t *testing.T) {
 					submit(crit)
 			},
 			want: []string{"preempt low for crit"},
-			bug:  "among nodes needing equally few victims the first node by name wins, not the lowest class (preempt.go fewestVictims: len(vs) < len(best))",
 		},
 		"lowest class on one node": {
 			setup: func(c *harness) {
@@ -264,7 +262,6 @@ func TestVictimChoice(t *testing.T) {
 				c.advance(time.Minute).submit(crit)
 			},
 			want: []string{"preempt new for crit"},
-			bug:  "among nodes needing equally few victims the first node by name wins, not the least lost work (preempt.go fewestVictims: len(vs) < len(best))",
 		},
 		"class before lost work": {
 			setup: func(c *harness) {

@@ -21,9 +21,9 @@ import (
 // forward. Every state is built by folding events, as in the table tests.
 //
 // Violations that match a known policy bug (each reproduced by a skipped
-// table test) are counted and logged instead of failing, so the suite
-// stays green until the fix; -policy.strict=all (or =<bug>) makes them
-// fail, which lets rapid shrink them.
+// table test) may be counted with bugs.hit and logged instead of failing,
+// so the suite stays green until the fix; -policy.strict=all (or =<bug>)
+// makes them fail, which lets rapid shrink them. No bug is known now.
 
 var strict = flag.String("policy.strict", "", `property tests fail on known policy bugs too: "all" or one bug's name`)
 
@@ -50,16 +50,6 @@ func (b bugs) report(t *testing.T) {
 		t.Logf("known bug %q matched %d random cases (-policy.strict=%s shrinks one)", n, b[n], n)
 	}
 }
-
-const (
-	bugReclaimReason = "reclaim-reason-says-critical-only"
-	bugLenderBelow   = "reclaim-takes-lender-below-guarantee"
-	bugOverReclaim   = "reclaim-past-guarantee"
-	// A ladder preemption takes a team under its guarantee; the victim,
-	// requeued, is then served first and takes its GPUs back: the pair
-	// preempt each other forever.
-	bugLadderGuarantee = "ladder-preempts-under-guarantee"
-)
 
 // genNodes adds 1–max nodes of 1–8 GPUs, A100 or H100, 40 or 80 GiB;
 // with unhealthy, about one GPU in eight is unhealthy from the start.
@@ -355,17 +345,17 @@ func checkPass(t *rapid.T, st *domain.State, o policy.Options, r policy.Result, 
 					tk.ID, tk.Priority, tk.Team, forT.ID, forT.Priority, forT.Team, o.Preemption)
 			}
 			if !strings.Contains(d.Reason, "team guarantee") {
-				known.hit(t, bugReclaimReason, "reclaim of %s for %s: reason %q", tk.ID, forT.ID, d.Reason)
+				t.Fatalf("reclaim of %s for %s: reason %q", tk.ID, forT.ID, d.Reason)
 			}
 			cur[tk.Team] -= len(tk.GPUUUIDs())
 			if cur[tk.Team] < guar[tk.Team] {
-				known.hit(t, bugLenderBelow, "reclaim of %s takes team %s from %d to %d, under its guarantee %d",
+				t.Fatalf("reclaim of %s takes team %s from %d to %d, under its guarantee %d",
 					tk.ID, tk.Team, usage[tk.Team], cur[tk.Team], guar[tk.Team])
 			}
 			if !reclaimers[forT.ID] {
 				reclaimers[forT.ID] = true
 				if promisedTo[forT.Team] >= guar[forT.Team] {
-					known.hit(t, bugOverReclaim, "team %s reclaims for %s with %d GPUs held or promised, guarantee %d",
+					t.Fatalf("team %s reclaims for %s with %d GPUs held or promised, guarantee %d",
 						forT.Team, forT.ID, promisedTo[forT.Team], guar[forT.Team])
 				}
 				promisedTo[forT.Team] += forT.GPUs

@@ -266,19 +266,12 @@ func TestPropGuaranteeReached(t *testing.T) {
 			c.exitAll()
 		}
 		if got := c.usage()["a"]; got < want {
-			if opts.Preemption == policy.Ladder {
-				known.hit(t, bugLadderGuarantee, "team a holds %d, want at least %d\n%s", got, want, join(log))
-				return
-			}
 			t.Fatalf("team a holds %d, want at least %d = min(guarantee %d, demand %d, held %d + free %d + borrowable min(%d preemptible, %d over b's guarantee %d))\n%s",
 				got, want, gA, demandA, usageA, freeA, preemptibleB, usageB-gB, gB, join(log))
 		}
 		// b holds its guarantee, unless a CRITICAL task took it (none here).
 		if u := c.usage()["b"]; u < min(gB, usageB) {
-			if opts.Preemption != policy.Ladder {
-				t.Fatalf("team b fell to %d under its guarantee %d\n%s", u, gB, join(log))
-			}
-			known.hit(t, bugLadderGuarantee, "team b fell to %d under its guarantee %d\n%s", u, gB, join(log))
+			t.Fatalf("team b fell to %d under its guarantee %d\n%s", u, gB, join(log))
 		}
 	})
 	known.report(t)
