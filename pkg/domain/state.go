@@ -291,20 +291,50 @@ func (s *State) canPlace(ps []events.Placement) bool {
 	if len(ps) == 0 {
 		return false
 	}
-	seen := map[string]bool{}
+	total := 0
 	for _, p := range ps {
 		n := s.Nodes[p.Node]
 		if n == nil || len(p.GPUs) == 0 {
 			return false
 		}
 		for _, g := range p.GPUs {
-			if seen[g] || s.Owner[g] != "" || !n.hasGPU(g) {
+			if s.Owner[g] != "" || !n.hasGPU(g) {
 				return false
 			}
-			seen[g] = true
+		}
+		total += len(p.GPUs)
+	}
+	return !repeats(ps, total)
+}
+
+// repeats reports whether a GPU appears twice in ps, which hold total GPUs.
+func repeats(ps []events.Placement, total int) bool {
+	if total > 64 {
+		seen := make(map[string]bool, total)
+		for _, p := range ps {
+			for _, g := range p.GPUs {
+				if seen[g] {
+					return true
+				}
+				seen[g] = true
+			}
+		}
+		return false
+	}
+	var prev [64]string // no allocation for a usual placement
+	k := 0
+	for _, p := range ps {
+		for _, g := range p.GPUs {
+			for _, h := range prev[:k] {
+				if g == h {
+					return true
+				}
+			}
+			prev[k] = g
+			k++
 		}
 	}
-	return true
+	return false
 }
 
 func (n *Node) hasGPU(uuid string) bool {
@@ -336,23 +366,31 @@ func (s *State) FreeGPUs(n *Node) []GPU {
 	return out
 }
 
-// track keeps the live index: tasks not finished or still holding GPUs.
+// track keeps the live index (tasks not finished or still holding GPUs)
+// and the index of tasks holding GPUs. The task's flags say which index
+// holds it, so an event that changes neither touches no map.
 func (s *State) track(t *Task) {
 	if s.live == nil {
 		s.live = map[string]*Task{}
 	}
-	if t.State.Terminal() && !t.HoldsGPUs() {
-		delete(s.live, t.ID)
-	} else {
-		s.live[t.ID] = t
+	if live := !t.State.Terminal() || t.HoldsGPUs(); live != t.inLive {
+		if live {
+			s.live[t.ID] = t
+		} else {
+			delete(s.live, t.ID)
+		}
+		t.inLive = live
 	}
 	if s.hold == nil {
 		s.hold = map[string]*Task{}
 	}
-	if t.HoldsGPUs() {
-		s.hold[t.ID] = t
-	} else {
-		delete(s.hold, t.ID)
+	if hold := t.HoldsGPUs(); hold != t.inHold {
+		if hold {
+			s.hold[t.ID] = t
+		} else {
+			delete(s.hold, t.ID)
+		}
+		t.inHold = hold
 	}
 }
 

@@ -90,6 +90,9 @@ type Task struct {
 	LastSeq uint64
 
 	qgen uint32 // queue index generation
+	// inLive and inHold: the task is in its State's live and holding
+	// indexes (see State.track). A clone is in its clone's indexes.
+	inLive, inHold bool
 }
 
 // GPUUUIDs lists every GPU of the current placement.
@@ -129,13 +132,24 @@ func (t *Task) Clone() *Task {
 	return &c
 }
 
+// clonePlacements copies ps; the GPU lists share one allocation.
 func clonePlacements(ps []events.Placement) []events.Placement {
 	if ps == nil {
 		return nil
 	}
+	n := 0
+	for _, p := range ps {
+		n += len(p.GPUs)
+	}
+	all := make([]string, 0, n)
 	out := make([]events.Placement, len(ps))
 	for i, p := range ps {
-		out[i] = events.Placement{Node: p.Node, GPUs: append([]string(nil), p.GPUs...)}
+		out[i].Node = p.Node
+		if p.GPUs != nil {
+			start := len(all)
+			all = append(all, p.GPUs...)
+			out[i].GPUs = all[start:len(all):len(all)]
+		}
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package events
 
 import (
 	"bytes"
+	"encoding/binary"
 	"strconv"
 	"sync"
 	"time"
@@ -345,6 +346,14 @@ func (s *scan) span() (b []byte, plain, ok bool) {
 	start := s.i
 	plain = true
 	for s.i < len(s.b) {
+		// Eight bytes at a time while none is special: a quote, a
+		// backslash, a control character or a byte that is not ASCII.
+		for s.i+8 <= len(s.b) && !special(binary.LittleEndian.Uint64(s.b[s.i:])) {
+			s.i += 8
+		}
+		if s.i >= len(s.b) {
+			break
+		}
 		c := s.b[s.i]
 		switch {
 		case c == '"':
@@ -383,6 +392,23 @@ func (s *scan) span() (b []byte, plain, ok bool) {
 		}
 	}
 	return nil, false, false
+}
+
+// special reports whether any of the eight bytes in x is a quote, a
+// backslash, below 0x20 or above 0x7f.
+func special(x uint64) bool {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	quote := x ^ (ones * '"')
+	bslash := x ^ (ones * '\\')
+	// A byte of v is zero exactly when (v - 1) & ^v has its high bit, for
+	// bytes below 0x80; x's bytes at or above 0x80 are special anyway.
+	zeroQ := (quote - ones) & ^quote
+	zeroB := (bslash - ones) & ^bslash
+	ctrl := (x - ones*0x20) & ^x
+	return (zeroQ|zeroB|ctrl|x)&highs != 0
 }
 
 func isHex(c byte) bool {
