@@ -8,6 +8,60 @@ import (
 	"github.com/gpuq/gpuq/pkg/events"
 )
 
+// failure is a placement that failed in this pass: a task without
+// constraints of g GPUs, allowed reserved GPUs up to end (zero: none).
+type failure struct {
+	g   int
+	end time.Time
+}
+
+// noLater reports whether end a is no later than end b for usable; a zero
+// end is the latest of all (it may use no reserved GPU).
+func noLater(a, b time.Time) bool {
+	switch {
+	case b.IsZero():
+		return true
+	case a.IsZero():
+		return false
+	}
+	return !a.After(b)
+}
+
+// place is place on the pass's free map, with failures memoized. Within a
+// pass the free GPUs only shrink and the reservations only grow, and a
+// task without constraints fits on one node iff some node has enough
+// usable GPUs, and as a gang iff the whole free nodes and the best
+// remainder give enough; usable GPUs shrink as end grows. So a failure
+// for g GPUs up to end E means failure for any later task without
+// constraints of the same kind (one node, or gang) with at least g GPUs
+// and an end no earlier than E: such a task is refused in O(1).
+func (pc *pass) place(t *domain.Task, end time.Time) ([]events.Placement, bool) {
+	if pc.noMemo || t.GPUModel != "" || t.MinGPUMemMiB != 0 {
+		return place(t, pc.free, pc.s, end)
+	}
+	k := 0
+	if t.GPUs > pc.free.maxNode {
+		k = 1
+	}
+	for _, f := range pc.failed[k] {
+		if f.g <= t.GPUs && noLater(f.end, end) {
+			return nil, false
+		}
+	}
+	ps, ok := place(t, pc.free, pc.s, end)
+	if !ok {
+		// Keep only failures no other one dominates.
+		fs := pc.failed[k][:0]
+		for _, f := range pc.failed[k] {
+			if !(t.GPUs <= f.g && noLater(end, f.end)) {
+				fs = append(fs, f)
+			}
+		}
+		pc.failed[k] = append(fs, failure{t.GPUs, end})
+	}
+	return ps, ok
+}
+
 // place finds GPUs for t among the usable free ones (see freeMap.usable
 // for end): a task that fits on one node goes on the fitting node with the
 // fewest usable GPUs (best fit, ties by name); a larger one takes whole free

@@ -42,7 +42,11 @@ type pass struct {
 	ends       []ending                  // holding tasks by predicted end, built lazily
 	placedNow  map[string][]events.Placement
 	behind     int // tasks examined after the first blocked one
-	res        Result
+	// failed memoizes placement failures of tasks without constraints,
+	// for one node ([0]) and for gangs ([1]); see pass.place.
+	failed [2][]failure
+	noMemo bool
+	res    Result
 }
 
 type ending struct {
@@ -65,6 +69,7 @@ type ending struct {
 //     reservation at its earliest predicted start (backfill.go).
 func (p *Policy) Plan(in Input) Result {
 	pc := newPass(p.opts, in)
+	pc.noMemo = p.noMemo
 	pos := 0
 	pc.order(func(t *domain.Task, tier int) bool {
 		pos++
@@ -98,12 +103,12 @@ func (p *Policy) Plan(in Input) Result {
 			return true
 		}
 		if !(pc.opts.NoBackfill && len(pc.blocked) > 0) {
-			if ps, ok := place(t, pc.free, pc.s, time.Time{}); ok {
+			if ps, ok := pc.place(t, time.Time{}); ok {
 				pc.dispatch(t, ps, pc.hasRes)
 				return true
 			}
 			if pc.hasRes && !pc.opts.NoBackfill {
-				if ps, ok := place(t, pc.free, pc.s, in.Now.Add(in.predict(t))); ok {
+				if ps, ok := pc.place(t, in.Now.Add(in.predict(t))); ok {
 					pc.dispatch(t, ps, true)
 					return true
 				}

@@ -101,7 +101,8 @@ func (o Options) withDefaults() Options {
 
 // Policy decides. Create it with New.
 type Policy struct {
-	opts Options
+	opts   Options
+	noMemo bool // tests: no placement-failure memo (the decisions are the same)
 }
 
 // New returns a policy with the given options (defaults filled in).
@@ -117,7 +118,7 @@ func (p *Policy) Name() string { return p.opts.Preemption }
 func (p *Policy) With(explain bool) *Policy {
 	o := p.opts
 	o.Explain = explain
-	return &Policy{opts: o}
+	return &Policy{opts: o, noMemo: p.noMemo}
 }
 
 // Input is what one pass sees. Predict gives a task's predicted total run

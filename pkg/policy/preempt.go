@@ -177,7 +177,7 @@ func (pc *pass) preempt(t *domain.Task, tier int) bool {
 // GPUs reserved for another task (held for a preemptor, or the backfill
 // reservation) are never planned on.
 func (pc *pass) fewestVictims(t *domain.Task, cands []*victim) ([]*victim, []events.Placement, bool) {
-	if ps, ok := place(t, pc.free, pc.s, time.Time{}); ok {
+	if ps, ok := pc.place(t, time.Time{}); ok {
 		// Fits without preempting anyone (strict order kept it from
 		// starting): hold the GPUs, preempt nobody.
 		return nil, ps, true
