@@ -184,12 +184,24 @@ func (a *Advisor) onEstimate(m *nats.Msg) {
 		reply(m, nil, &api.Error{Msg: "malformed request: " + err.Error(), Field: "body"})
 		return
 	}
+	// what_if_gpus is omitted when not asked for; given, it must be ≥ 1
+	// (an explicit 0 is not "unchanged").
+	var given struct {
+		WhatIfGPUs *int `json:"what_if_gpus"`
+	}
+	if json.Unmarshal(m.Data, &given) == nil && given.WhatIfGPUs != nil && *given.WhatIfGPUs < 1 {
+		reply(m, nil, &api.Error{Msg: "must be ≥ 1", Field: "what_if_gpus"})
+		return
+	}
 	v, err := a.Estimate(req, a.cfg.Now())
 	reply(m, v, err)
 }
 
 // Estimate answers one estimate request (what-ifs included).
 func (a *Advisor) Estimate(req api.EstimateRequest, now time.Time) (estimate.Advice, *api.Error) {
+	if req.TaskID == "" {
+		return estimate.Advice{}, &api.Error{Msg: "required", Field: "task_id"}
+	}
 	var prio domain.Priority
 	if req.WhatIfPriority != "" {
 		p, err := domain.ParsePriority(req.WhatIfPriority)
