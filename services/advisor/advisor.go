@@ -144,7 +144,10 @@ func (a *Advisor) publish(ctx context.Context) {
 		a.last[v.TaskID] = v
 		out = append(out, v)
 	}
-	// Tasks that left the queue get a last advice with their state.
+	// Tasks that left the queue get a last advice with their state. A
+	// dispatched task is followed until it starts (or ends, or is
+	// requeued), so the last advice does not depend on whether dispatched
+	// and started were folded in one batch or two.
 	var gone []string
 	for id := range a.last {
 		if !seen[id] {
@@ -153,10 +156,20 @@ func (a *Advisor) publish(ctx context.Context) {
 	}
 	sort.Strings(gone)
 	for _, id := range gone {
-		delete(a.last, id)
-		if v, ok := a.est.AdviseOne(a.st, id, now); ok {
-			out = append(out, v)
+		v, ok := a.est.AdviseOne(a.st, id, now)
+		if !ok {
+			delete(a.last, id)
+			continue
 		}
+		if a.last[id].State == v.State {
+			continue // published already
+		}
+		if v.State == string(domain.Dispatched) {
+			a.last[id] = v
+		} else {
+			delete(a.last, id)
+		}
+		out = append(out, v)
 	}
 	a.mu.Unlock()
 	for _, v := range out {
