@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"container/heap"
 	"sort"
 	"time"
 
@@ -16,18 +17,39 @@ func (pc *pass) buildEnds() {
 	if pc.ends != nil {
 		return
 	}
-	pc.ends = []ending{}
-	for _, t := range pc.s.Active() {
-		if pc.preempting[t.ID] {
-			continue
+	pc.ends = pc.endings()
+	sort.Slice(pc.ends, func(i, j int) bool { return endBefore(pc.ends[i], pc.ends[j]) })
+}
+
+// endings lists the holding tasks' predicted ends (see buildEnds), in no
+// order.
+func (pc *pass) endings() []ending {
+	out := make([]ending, 0, len(pc.placedNow)+64)
+	pc.s.EachActive(func(t *domain.Task) {
+		if !pc.preempting[t.ID] {
+			out = append(out, ending{t: t, at: pc.in.Now.Add(pc.in.remaining(t)), pls: t.Placements})
 		}
-		pc.ends = append(pc.ends, ending{t: t, at: pc.in.Now.Add(pc.in.remaining(t)), pls: t.Placements})
-	}
+	})
 	for id, ps := range pc.placedNow {
 		t := pc.s.Tasks[id]
-		pc.ends = append(pc.ends, ending{t: t, at: pc.in.Now.Add(pc.in.predict(t)), pls: ps})
+		out = append(out, ending{t: t, at: pc.in.Now.Add(pc.in.predict(t)), pls: ps})
 	}
-	sort.Slice(pc.ends, func(i, j int) bool { return endBefore(pc.ends[i], pc.ends[j]) })
+	return out
+}
+
+// endHeap yields endings by endBefore (a total order, so the input's
+// order does not matter), sorting only as far as a reservation walks.
+type endHeap []ending
+
+func (h endHeap) Len() int           { return len(h) }
+func (h endHeap) Less(i, j int) bool { return endBefore(h[i], h[j]) }
+func (h endHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *endHeap) Push(x any)        { *h = append(*h, x.(ending)) }
+func (h *endHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
 }
 
 func endBefore(a, b ending) bool {
@@ -52,7 +74,6 @@ func (pc *pass) addEnd(t *domain.Task, ps []events.Placement) {
 // GPU only if it is predicted to end by then. When t cannot fit even after
 // every holding task ends, there is no reservation.
 func (pc *pass) reserve(t *domain.Task) {
-	pc.buildEnds()
 	future := pc.free.clone()
 	// GPUs held back for preemptors are not the head's.
 	for g, at := range pc.free.reserved {
@@ -62,14 +83,30 @@ func (pc *pass) reserve(t *domain.Task) {
 	}
 	at := pc.in.Now
 	ps, ok := place(t, future, pc.s, time.Time{})
-	for i := 0; !ok && i < len(pc.ends); i++ {
-		e := pc.ends[i]
-		future.add(pc.s, e.pls)
-		if future.count < t.GPUs {
-			continue
+	if !ok {
+		// Walk the ends in order. A task that fits one node fits once a
+		// node whose GPUs came back has enough: no other node changed
+		// since place last failed.
+		one := t.GPUs <= future.nodeSize(t, pc.s)
+		var h endHeap
+		if pc.ends != nil {
+			h = append(h, pc.ends...)
+		} else {
+			h = pc.endings()
 		}
-		at = e.at
-		ps, ok = place(t, future, pc.s, time.Time{})
+		heap.Init(&h)
+		for !ok && h.Len() > 0 {
+			e := heap.Pop(&h).(ending)
+			future.add(pc.s, e.pls)
+			if future.count < t.GPUs {
+				continue
+			}
+			at = e.at
+			if one && !fitsOn(t, future, e.pls) {
+				continue
+			}
+			ps, ok = place(t, future, pc.s, time.Time{})
+		}
 	}
 	if !ok {
 		return
@@ -86,6 +123,16 @@ func (pc *pass) reserve(t *domain.Task) {
 		w.ReservedAt = at
 		pc.res.Waiting[t.ID] = w
 	}
+}
+
+// fitsOn reports whether t fits on one of the placements' nodes.
+func fitsOn(t *domain.Task, f *freeMap, pls []events.Placement) bool {
+	for _, p := range pls {
+		if len(f.free[p.Node]) >= t.GPUs && len(f.usable(t, p.Node, time.Time{})) >= t.GPUs {
+			return true
+		}
+	}
+	return false
 }
 
 func nodeOf(f *freeMap, gpu string) string {

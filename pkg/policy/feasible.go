@@ -13,7 +13,9 @@ import (
 // and the GPUs reserved for blocked tasks.
 type freeMap struct {
 	nodes []string                // sorted names of schedulable nodes with GPUs
-	free  map[string][]domain.GPU // by node, in index order
+	sched map[string]bool         // the same as a set (shared by clones, read-only)
+	free  map[string][]domain.GPU // nodes with free GPUs, in index order
+	avail []string                // sorted names of the nodes in free
 	count int
 	// maxNode is the most healthy GPUs of any schedulable node: a task
 	// asking for no more fits one node and never spans nodes.
@@ -24,22 +26,31 @@ type freeMap struct {
 }
 
 func newFreeMap(s *domain.State) *freeMap {
-	f := &freeMap{free: map[string][]domain.GPU{}, reserved: map[string]time.Time{}}
+	f := &freeMap{free: map[string][]domain.GPU{}, sched: map[string]bool{}, reserved: map[string]time.Time{}}
 	for _, name := range s.NodeNames() {
 		n := s.Nodes[name]
 		if !n.Schedulable() || len(n.GPUs) == 0 {
 			continue
 		}
 		f.nodes = append(f.nodes, name)
-		g := s.FreeGPUs(n)
-		sort.Slice(g, func(i, j int) bool { return g[i].Index < g[j].Index })
-		f.free[name] = g
-		f.count += len(g)
+		f.sched[name] = true
+		var g []domain.GPU
 		healthy := 0
 		for _, x := range n.GPUs {
 			if x.Healthy {
 				healthy++
+				if s.Owner[x.UUID] == "" {
+					g = append(g, x)
+				}
 			}
+		}
+		if len(g) > 0 {
+			if !sort.SliceIsSorted(g, func(i, j int) bool { return g[i].Index < g[j].Index }) {
+				sort.Slice(g, func(i, j int) bool { return g[i].Index < g[j].Index })
+			}
+			f.free[name] = g
+			f.avail = append(f.avail, name)
+			f.count += len(g)
 		}
 		if healthy > f.maxNode {
 			f.maxNode = healthy
@@ -50,7 +61,8 @@ func newFreeMap(s *domain.State) *freeMap {
 
 // clone copies the free GPUs (not the reservations).
 func (f *freeMap) clone() *freeMap {
-	c := &freeMap{nodes: f.nodes, free: make(map[string][]domain.GPU, len(f.free)), count: f.count, maxNode: f.maxNode, reserved: map[string]time.Time{}}
+	c := &freeMap{nodes: f.nodes, sched: f.sched, free: make(map[string][]domain.GPU, len(f.free)),
+		avail: append([]string(nil), f.avail...), count: f.count, maxNode: f.maxNode, reserved: map[string]time.Time{}}
 	for n, g := range f.free {
 		c.free[n] = append([]domain.GPU(nil), g...)
 	}
@@ -70,21 +82,28 @@ func (f *freeMap) cloneReserved() *freeMap {
 func (f *freeMap) add(s *domain.State, ps []events.Placement) {
 	for _, p := range ps {
 		n := s.Nodes[p.Node]
-		if n == nil || !n.Schedulable() {
-			continue
-		}
-		if _, ok := f.free[p.Node]; !ok {
+		if n == nil || !n.Schedulable() || !f.sched[p.Node] {
 			continue
 		}
 		held := map[string]bool{}
 		for _, g := range p.GPUs {
 			held[g] = true
 		}
+		had := len(f.free[p.Node])
 		for _, g := range n.GPUs {
 			if held[g.UUID] && g.Healthy {
 				f.free[p.Node] = append(f.free[p.Node], g)
 				f.count++
 			}
+		}
+		if len(f.free[p.Node]) == had {
+			continue
+		}
+		if had == 0 {
+			i := sort.SearchStrings(f.avail, p.Node)
+			f.avail = append(f.avail, "")
+			copy(f.avail[i+1:], f.avail[i:])
+			f.avail[i] = p.Node
 		}
 		sort.Slice(f.free[p.Node], func(i, j int) bool { return f.free[p.Node][i].Index < f.free[p.Node][j].Index })
 	}
@@ -103,7 +122,16 @@ func (f *freeMap) take(ps []events.Placement) {
 			}
 		}
 		f.count -= len(f.free[p.Node]) - len(rest)
-		f.free[p.Node] = rest
+		if len(rest) > 0 {
+			f.free[p.Node] = rest
+			continue
+		}
+		if _, ok := f.free[p.Node]; ok {
+			delete(f.free, p.Node)
+			if i := sort.SearchStrings(f.avail, p.Node); i < len(f.avail) && f.avail[i] == p.Node {
+				f.avail = append(f.avail[:i], f.avail[i+1:]...)
+			}
+		}
 	}
 }
 

@@ -75,7 +75,7 @@ func place(t *domain.Task, f *freeMap, s *domain.State, end time.Time) ([]events
 	//    (A node with fewer free GPUs than asked is skipped without a look.)
 	best, bestN := "", 0
 	var bestGPUs []domain.GPU
-	for _, n := range f.nodes {
+	for _, n := range f.avail {
 		if len(f.free[n]) < t.GPUs || (best != "" && len(f.free[n]) >= bestN && bestN == t.GPUs) {
 			continue
 		}
@@ -96,10 +96,7 @@ func place(t *domain.Task, f *freeMap, s *domain.State, end time.Time) ([]events
 		gpus []domain.GPU
 	}
 	var cands []cand
-	for _, n := range f.nodes {
-		if len(f.free[n]) == 0 {
-			continue
-		}
+	for _, n := range f.avail {
 		if u := f.usableFast(t, n, end); len(u) > 0 {
 			cands = append(cands, cand{n, u})
 		}

@@ -144,7 +144,7 @@ func newPass(o Options, in Input) *pass {
 		pc.res.Waiting = map[string]Wait{}
 	}
 	s.EachActive(func(t *domain.Task) {
-		n := len(t.GPUUUIDs())
+		n := gpuCount(t)
 		pc.usage[t.Team] += n
 		pc.claim[t.Team] += n
 		switch {
@@ -286,6 +286,15 @@ func (pc *pass) explain(t *domain.Task, pos, tier int) {
 		}
 	}
 	pc.wait(t, pos, ReasonNoCapacity, bl)
+}
+
+// gpuCount is len(t.GPUUUIDs()) without the copy.
+func gpuCount(t *domain.Task) int {
+	n := 0
+	for _, p := range t.Placements {
+		n += len(p.GPUs)
+	}
+	return n
 }
 
 func first(s []string, n int) []string {

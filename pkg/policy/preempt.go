@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -107,7 +108,7 @@ func (pc *pass) lostWork(v *domain.Task) float64 {
 	if from.IsZero() || !pc.in.Now.After(from) {
 		return 0
 	}
-	return pc.in.Now.Sub(from).Seconds() * float64(len(v.GPUUUIDs()))
+	return pc.in.Now.Sub(from).Seconds() * float64(gpuCount(v))
 }
 
 // victim is a preemption candidate: the task, its GPUs, the work it would
@@ -130,7 +131,7 @@ func (pc *pass) preempt(t *domain.Task, tier int) bool {
 	avail := pc.free.count
 	for _, v := range pc.s.Active() {
 		if pc.mayVictimize(t, v) {
-			n := len(v.GPUUUIDs())
+			n := gpuCount(v)
 			cands = append(cands, &victim{t: v, n: n, lost: pc.lostWork(v)})
 			avail += n
 		}
@@ -255,15 +256,27 @@ func (pc *pass) fewestOnOneNode(t *domain.Task, cands []*victim) ([]*victim, []e
 		v    *victim
 		gain int
 	}
-	for _, node := range pc.free.nodes {
-		have := len(pc.free.usable(t, node, time.Time{}))
-		var ls []local
-		sum := 0
-		for _, v := range cands {
-			if g := pc.gainOn(t, v.t, node); g > 0 {
-				ls = append(ls, local{v, g})
-				sum += g
+	// Candidates by node, in preference order.
+	byNode := map[string][]local{}
+	for _, v := range cands {
+		for i, p := range v.t.Placements {
+			if dup := slices.ContainsFunc(v.t.Placements[:i], func(q events.Placement) bool { return q.Node == p.Node }); dup {
+				continue
 			}
+			if g := pc.gainOn(t, v.t, p.Node); g > 0 {
+				byNode[p.Node] = append(byNode[p.Node], local{v, g})
+			}
+		}
+	}
+	for _, node := range pc.free.nodes {
+		ls := byNode[node]
+		if len(ls) == 0 {
+			continue
+		}
+		have := len(pc.free.usable(t, node, time.Time{}))
+		sum := 0
+		for _, l := range ls {
+			sum += l.gain
 		}
 		if have+sum < t.GPUs {
 			continue
