@@ -23,6 +23,10 @@ const (
 	AlertFactor     = 2.0           // waited > 2× the P50 estimated at submission
 	FewerGPUsFactor = 3.0           // waited > 3× the task's estimated run time
 	LowStillNeeded  = 2 * time.Hour // a LOW task waiting longer than this
+	// AlertMinWait: no alert before this wait, so that a task estimated to
+	// start at once alerts when it has not started a minute later (2× an
+	// estimate of 0 would alert on the scheduler's ordinary delay).
+	AlertMinWait = time.Minute
 )
 
 // Advise is the advice for every queued task, in queue order: when (P50
@@ -92,7 +96,7 @@ func (e *Estimator) advise(st *domain.State, t *domain.Task, pos int, est Estima
 	}
 	waited := now.Sub(t.SubmittedAt)
 	// The one moment to worry: the wait passed 2× the estimate at submission.
-	if sub, ok := e.AtSubmit(t.ID); ok && !sub.Never && sub.P50Wait > 0 && waited.Seconds() > AlertFactor*sub.P50Wait.Seconds() {
+	if sub, ok := e.AtSubmit(t.ID); ok && !sub.Never && waited > AlertMinWait && waited.Seconds() > AlertFactor*sub.P50Wait.Seconds() {
 		a.Alert = fmt.Sprintf("waited %s, more than %g× the %s estimated at submission: scheduling is off (%s)",
 			waited.Round(time.Second), AlertFactor, sub.P50Wait.Round(time.Second), a.Reason)
 	}
@@ -105,7 +109,11 @@ func (e *Estimator) advise(st *domain.State, t *domain.Task, pos int, est Estima
 		if wi.Never {
 			s.Text += "no sooner (it cannot fit either)"
 		} else {
-			s.Text += fmt.Sprintf("in about %s (P50). Amend keeps its place; cancel-and-resubmit would lose it", wi.P50Wait.Round(time.Minute))
+			when := "at once"
+			if wi.P50Wait > 0 {
+				when = fmt.Sprintf("in about %s (P50)", wi.P50Wait.Round(time.Minute))
+			}
+			s.Text += when + ". Amend keeps its place; cancel-and-resubmit would lose it"
 			s.P50WaitS = wi.P50Wait.Seconds()
 		}
 		a.Suggestions = append(a.Suggestions, s)
