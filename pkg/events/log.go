@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -79,16 +80,115 @@ func Append(ctx context.Context, l Log, e Event, m Meta, msgID string, expect *E
 	return l.Append(ctx, Msg{Subject: subj, Data: data, MsgID: msgID, Expect: expect})
 }
 
-// ReadAll decodes every record from seq from on and calls fn.
+// ReadAll decodes every record from seq from on and calls fn, in log
+// order; it returns the first error of the read, a decode or fn, and the
+// log's last sequence as Read does.
+//
+// A long read decodes and calls fn on a second goroutine, overlapping
+// them with the read itself: after the first pipelineAfter messages, which
+// are handled inline, messages go there in batches. fn is never called
+// concurrently and every call has returned when ReadAll returns.
 func ReadAll(ctx context.Context, l Log, from uint64, filter string, fn func(Record) error) (uint64, error) {
 	d := newDecoder() // one intern table for the whole read
-	return l.Read(ctx, from, filter, func(s Stored) error {
-		r, err := d.Decode(s)
-		if err != nil {
-			return err
+	var (
+		n    int
+		p    *pipeline
+		cur  []Stored
+		ferr error // of the inline part
+	)
+	last, err := l.Read(ctx, from, filter, func(s Stored) error {
+		if p == nil {
+			if n++; n <= pipelineAfter {
+				r, err := d.Decode(s)
+				if err == nil {
+					err = fn(r)
+				}
+				ferr = err
+				return err
+			}
+			p = startPipeline(d, fn)
+			cur = make([]Stored, 0, pipelineBatch)
 		}
-		return fn(r)
+		if p.failed.Load() {
+			return errPipeline
+		}
+		cur = append(cur, s)
+		if len(cur) == pipelineBatch {
+			p.work <- cur
+			cur = p.fresh()
+		}
+		return nil
 	})
+	if p == nil {
+		if ferr != nil {
+			return last, ferr
+		}
+		return last, err
+	}
+	if len(cur) > 0 {
+		p.work <- cur
+	}
+	close(p.work)
+	<-p.done
+	if p.err != nil {
+		return last, p.err
+	}
+	return last, err
+}
+
+// Pipelining: a read longer than pipelineAfter messages hands batches of
+// pipelineBatch to a goroutine that decodes them and calls fn.
+const (
+	pipelineAfter = 1024
+	pipelineBatch = 256
+)
+
+var errPipeline = errors.New("events: read stopped by a decode or callback error")
+
+type pipeline struct {
+	work   chan []Stored
+	free   chan []Stored
+	done   chan struct{}
+	failed atomic.Bool
+	err    error // read after done
+}
+
+func startPipeline(d *decoder, fn func(Record) error) *pipeline {
+	p := &pipeline{work: make(chan []Stored, 8), free: make(chan []Stored, 9), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		for b := range p.work {
+			if p.err == nil {
+				for _, s := range b {
+					r, err := d.Decode(s)
+					if err == nil {
+						err = fn(r)
+					}
+					if err != nil {
+						p.err = err
+						p.failed.Store(true)
+						break
+					}
+				}
+			}
+			clear(b)
+			select {
+			case p.free <- b[:0]:
+			default:
+			}
+		}
+	}()
+	return p
+}
+
+// fresh returns an empty batch, reusing one the goroutine is done with.
+func (p *pipeline) fresh() []Stored {
+	select {
+	case b := <-p.free:
+		return b
+	default:
+		return make([]Stored, 0, pipelineBatch)
+	}
 }
 
 // SubjectMatch reports whether subject matches a NATS filter with * and >.

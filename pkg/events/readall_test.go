@@ -1,0 +1,80 @@
+package events_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/events/memlog"
+)
+
+// TestReadAll: short reads are handled inline, long ones through the
+// decoding goroutine; either way fn sees every record once, in log order,
+// and the first decode or fn error ends the read and is returned.
+func TestReadAll(t *testing.T) {
+	const n = 3000
+	l := memlog.New()
+	ctx := context.Background()
+	at := time.Date(2025, 3, 3, 9, 0, 0, 0, time.UTC)
+	for i := 1; i <= n; i++ {
+		e := events.Event(events.Completed{TaskID: fmt.Sprintf("t%d", i), Node: "n1"})
+		subj, data, _, err := events.Encode(e, events.Meta{Time: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 2500 {
+			data = []byte(`{"id":"x","type":"completed","v":1,"data":{"task_id":5}}`) // undecodable
+		}
+		if _, err := l.Append(ctx, events.Msg{Subject: subj, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errStop := errors.New("stop")
+	cases := map[string]struct {
+		from    uint64
+		filter  string
+		stopAt  uint64 // fn fails here; 0: never
+		wantN   int    // records fn saw
+		wantErr string // "" for no error
+	}{
+		"short, inline":              {from: 1, filter: "gpuq.task.t7.>", wantN: 1},
+		"short, from the middle":     {from: 2001, stopAt: 0, wantN: 499, wantErr: "events: seq 2500"},
+		"long, up to a decode error": {from: 1, wantN: 2499, wantErr: "events: seq 2500"},
+		"long, fn fails early":       {from: 1, stopAt: 10, wantN: 10, wantErr: "stop"},
+		"long, fn fails late":        {from: 1, stopAt: 2000, wantN: 2000, wantErr: "stop"},
+		"long, past the bad record":  {from: 2501, wantN: 500},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var seqs []uint64
+			last, err := events.ReadAll(ctx, l, tc.from, tc.filter, func(r events.Record) error {
+				seqs = append(seqs, r.Seq)
+				if want := fmt.Sprintf("t%d", r.Seq); r.Event.Key() != want {
+					return fmt.Errorf("seq %d holds %s, want %s", r.Seq, r.Event.Key(), want)
+				}
+				if r.Seq == tc.stopAt {
+					return errStop
+				}
+				return nil
+			})
+			if last != n {
+				t.Errorf("last = %d, want %d", last, n)
+			}
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.wantErr)) {
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+			if len(seqs) != tc.wantN {
+				t.Fatalf("fn saw %d records, want %d", len(seqs), tc.wantN)
+			}
+			for i := 1; i < len(seqs); i++ {
+				if seqs[i] <= seqs[i-1] {
+					t.Fatalf("record %d after %d: not in log order", seqs[i], seqs[i-1])
+				}
+			}
+		})
+	}
+}
