@@ -264,8 +264,8 @@ func printTimings(w io.Writer, rep *sim.Report, names []string, loaded, ran time
 		per := func(d time.Duration) string {
 			return fmt.Sprintf("%s (%s per submission)", d.Round(time.Millisecond), (d / time.Duration(e.Submissions)).Round(time.Microsecond))
 		}
-		fmt.Fprintf(w, "  estimates at %d submissions: gpuq %s, slurm-backfill %s (on another goroutine; snapshots %s), seed-formula %s\n",
-			e.Submissions, per(e.GPUQ), per(e.Slurm), per(e.Snapshot), per(e.Seed))
+		fmt.Fprintf(w, "  estimates at %d submissions: gpuq %s, slurm-backfill %s, seed-formula %s\n",
+			e.Submissions, per(e.GPUQ), per(e.Slurm), per(e.Seed))
 	}
 }
 

@@ -66,9 +66,12 @@
 //
 //   - gpuq: the advisor's estimator, fed every record in log order
 //     (Observe after Apply); its P50 and P90 at submission (AtSubmit).
-//   - slurm-backfill: a forward simulation of the same policy on the
-//     users' raw estimates (estimate.Forward with an Exact predictor, q =
-//     0.5) — what a backfill scheduler's start-time estimate does.
+//   - slurm-backfill: what Slurm's backfill scheduler reports (squeue
+//     --start): the queue planned in order on a profile of free GPUs over
+//     time, each task at the earliest start where it fits for its whole
+//     user estimate without moving an earlier task's planned start, from
+//     the users' raw estimates (slurm.go; the profile pools the GPUs, an
+//     optimistic simplification that can only favour this baseline).
 //   - seed-formula: the source document's formula (estimate.SeedFormula).
 //
 // slurm-backfill and seed-formula give one number, so their "P90 coverage"

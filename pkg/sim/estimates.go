@@ -3,7 +3,6 @@ package sim
 import (
 	"math"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/gpuq/gpuq/pkg/domain"
@@ -25,27 +24,12 @@ const minJudgedWait = 60 * time.Second
 // estimating makes the three start estimates at every submission.
 type estimating struct {
 	est   *estimate.Estimator
-	exact *estimate.Predictor // the users' estimates at face value
-	pol   *policy.Policy
 
 	gpuq   []estimate.Estimate
 	has    []bool
 	slurm  []time.Duration // -1: never starts
 	seed   []time.Duration
 	timing EstimateTimings
-
-	// The slurm-backfill forward simulations run on snapshots, on another
-	// goroutine, while the main loop goes on (each writes its own slot).
-	forwards chan forwardJob
-	done     sync.WaitGroup
-	slurmDur time.Duration // worker time, read after done.Wait
-}
-
-type forwardJob struct {
-	i   int
-	st  *domain.State
-	id  string
-	now time.Time
 }
 
 // EstimateTimings is the wall time spent estimating (not part of the
@@ -53,35 +37,13 @@ type forwardJob struct {
 type EstimateTimings struct {
 	Submissions int
 	GPUQ        time.Duration // the estimator's Observe, every record
-	Slurm       time.Duration // forward simulations (on another goroutine)
-	Snapshot    time.Duration // the state copies slurm-backfill runs on, and waiting for a free slot
+	Slurm       time.Duration
 	Seed        time.Duration
 }
 
 func newEstimating(pol *policy.Policy, n int) *estimating {
-	e := &estimating{est: estimate.NewEstimator(pol), exact: &estimate.Predictor{Exact: true}, pol: pol,
-		gpuq: make([]estimate.Estimate, n), has: make([]bool, n), slurm: make([]time.Duration, n), seed: make([]time.Duration, n),
-		forwards: make(chan forwardJob, 64)}
-	e.done.Add(1)
-	go func() {
-		defer e.done.Done()
-		for j := range e.forwards {
-			t0 := time.Now()
-			e.slurm[j.i] = -1
-			if at, ok := estimate.Forward(j.st, e.pol, e.exact, j.now, j.id, 0.5, nil); ok {
-				e.slurm[j.i] = max(0, at.Sub(j.now))
-			}
-			e.slurmDur += time.Since(t0)
-		}
-	}()
-	return e
-}
-
-// finish waits for the forward simulations still running.
-func (e *estimating) finish() {
-	close(e.forwards)
-	e.done.Wait()
-	e.timing.Slurm = e.slurmDur
+	return &estimating{est: estimate.NewEstimator(pol),
+		gpuq: make([]estimate.Estimate, n), has: make([]bool, n), slurm: make([]time.Duration, n), seed: make([]time.Duration, n)}
 }
 
 // observe feeds the estimator one record (the state has applied it) and,
@@ -103,10 +65,10 @@ func (e *estimating) observe(d *driver, r events.Record) {
 	e.gpuq[i], e.has[i] = e.est.AtSubmit(t.ID)
 
 	t1 := time.Now()
-	e.forwards <- forwardJob{i: i, st: d.st.CloneLive(), id: t.ID, now: d.now}
+	e.slurm[i] = slurmStart(d.st, t, d.now)
 	t2 := time.Now()
 	e.seed[i] = estimate.SeedFormula(queuedView(d.st), t)
-	e.timing.Snapshot += t2.Sub(t1)
+	e.timing.Slurm += t2.Sub(t1)
 	e.timing.Seed += time.Since(t2)
 }
 

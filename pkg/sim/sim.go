@@ -236,8 +236,5 @@ func runPolicy(ctx context.Context, cfg Config, name string, tasks []Task) (*out
 		d.progress = func(n int) { cfg.Progress(name, n, len(tasks)) }
 	}
 	out, err := d.simulate(cfg.Nodes, cfg.GPUsPerNode)
-	if d.est != nil {
-		d.est.finish()
-	}
 	return out, d.est, err
 }

@@ -262,7 +262,6 @@ func TestEstimatesAgreeWithEstimatorStats(t *testing.T) {
 	cfg, _, tasks := syntheticScenario(t)
 	d := newDriver(context.Background(), cfg, policy.New(cfg.Options), tasks, true)
 	out, err := d.simulate(cfg.Nodes, cfg.GPUsPerNode)
-	d.est.finish()
 	if err != nil {
 		t.Fatal(err)
 	}
