@@ -23,7 +23,7 @@ const minJudgedWait = 60 * time.Second
 
 // estimating makes the three start estimates at every submission.
 type estimating struct {
-	est   *estimate.Estimator
+	est *estimate.Estimator
 
 	gpuq   []estimate.Estimate
 	has    []bool
