@@ -112,7 +112,9 @@ func (e *Estimator) Observe(st *domain.State, r events.Record) {
 			}
 			e.stats.errs = append(e.stats.errs, math.Abs(actual-est.P50Wait.Seconds()))
 		}
-		if est.P50Wait > 0 && actual > 2*est.P50Wait.Seconds() && actual >= 60 {
+		// The advice's alert rule (advice.go): waited past AlertFactor × the
+		// P50 at submission, and past AlertMinWait.
+		if !est.Never && actual > AlertMinWait.Seconds() && actual > AlertFactor*est.P50Wait.Seconds() {
 			e.stats.Alerts++
 		}
 	case events.Completed:
