@@ -174,13 +174,16 @@ func TestEndToEnd(t *testing.T) {
 	out := t.TempDir()
 	cl := s.client()
 
-	// 1. Three tasks with real commands complete, each seeing its GPUs.
+	// 1. Three tasks with real commands complete, each seeing its GPUs and
+	// the environment exported with it (which the agent reads from the
+	// task's submitted event: the fold does not keep it).
 	var ids []string
 	for i, p := range []string{"high", "medium", "low"} {
 		var r api.SubmitReply
 		f := filepath.Join(out, p)
 		req := domain.Request{Name: "t-" + p, Team: "alpha", Priority: p, GPUs: 2 + i, Hours: 0.01, Hypothesis: "e2e",
-			Command: `echo "$CUDA_VISIBLE_DEVICES" > ` + f + `; echo "$GPUQ_TASK_ID" >> ` + f}
+			Command: `echo "$CUDA_VISIBLE_DEVICES" > ` + f + `; echo "$GPUQ_TASK_ID" >> ` + f + `; echo "$E2E_EXPORTED" >> ` + f,
+			Env:     map[string]string{"E2E_EXPORTED": "exported " + p}}
 		if err := cl.Call(api.OpSubmit, req, &r); err != nil {
 			t.Fatal(err)
 		}
@@ -195,8 +198,14 @@ func TestEndToEnd(t *testing.T) {
 		}
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 		gpus := strings.Split(lines[0], ",")
+		if len(lines) != 3 {
+			t.Fatalf("task %d wrote %q, want three lines", i, b)
+		}
 		if len(gpus) != 2+i || lines[1] != id {
 			t.Errorf("task %d saw CUDA_VISIBLE_DEVICES=%q GPUQ_TASK_ID=%q; want %d GPUs and %s", i, lines[0], lines[1], 2+i, id)
+		}
+		if want := "exported " + []string{"high", "medium", "low"}[i]; lines[2] != want {
+			t.Errorf("task %d saw E2E_EXPORTED=%q, want %q", i, lines[2], want)
 		}
 		for _, g := range gpus {
 			if !strings.HasPrefix(g, "GPU-") {

@@ -240,7 +240,7 @@ func (s *State) submitted(seq uint64, e events.Submitted) {
 		ID: e.TaskID, Name: e.Name, Team: e.Team, Priority: p, GPUs: e.GPUs, Hours: e.Hours,
 		Hypothesis: e.Hypothesis, Command: e.Command, Preemptible: e.Preemptible, PreemptSignal: e.PreemptSignal,
 		GraceS: e.GraceS, GPUModel: e.GPUModel, MinGPUMemMiB: e.MinGPUMemMiB, IdempotencyKey: e.IdempotencyKey,
-		SubmittedAt: e.SubmittedAt, SubmitSeq: seq, State: Queued, LastSeq: seq, Env: e.Env, Dir: e.Dir,
+		SubmittedAt: e.SubmittedAt, SubmitSeq: seq, State: Queued, LastSeq: seq, Dir: e.Dir,
 	}
 	s.Tasks[t.ID] = t
 	s.track(t)

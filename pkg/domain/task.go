@@ -49,8 +49,11 @@ type Task struct {
 	GPUModel       string
 	MinGPUMemMiB   int
 	IdempotencyKey string
-	Env            map[string]string
-	Dir            string
+	// Dir is the submitter's working directory. The exported environment
+	// is not folded: it stays in the submitted event (at SubmitSeq), which
+	// the agent reads when it starts the task (events.ReadSubmitted), so
+	// that a queued task costs no memory for it.
+	Dir string
 
 	// SubmittedAt is the task's place in line; it never changes.
 	SubmittedAt time.Time

@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -189,6 +190,35 @@ func (p *pipeline) fresh() []Stored {
 	default:
 		return make([]Stored, 0, pipelineBatch)
 	}
+}
+
+// ErrNotSubmitted is returned by ReadSubmitted when the log holds no
+// submitted event of the task at or after the given sequence.
+var ErrNotSubmitted = errors.New("events: no submitted event")
+
+var errFound = errors.New("found")
+
+// ReadSubmitted returns a task's submitted event, the first at or after
+// seq (the fold's Task.SubmitSeq). The exported environment lives only
+// there: the fold does not keep it, and the agent reads it when it starts
+// the task.
+func ReadSubmitted(ctx context.Context, l Log, taskID string, seq uint64) (Submitted, error) {
+	var sub Submitted
+	_, err := ReadAll(ctx, l, seq, TaskPrefix+taskID+"."+string(TypeSubmitted), func(r Record) error {
+		s, ok := r.Event.(Submitted)
+		if !ok || s.TaskID != taskID {
+			return nil
+		}
+		sub = s
+		return errFound
+	})
+	switch {
+	case err == errFound:
+		return sub, nil
+	case err != nil:
+		return Submitted{}, err
+	}
+	return Submitted{}, fmt.Errorf("%w of task %s from sequence %d", ErrNotSubmitted, taskID, seq)
 }
 
 // SubjectMatch reports whether subject matches a NATS filter with * and >.

@@ -78,3 +78,45 @@ func TestReadAll(t *testing.T) {
 		})
 	}
 }
+
+// TestReadSubmitted: the agent's read of a task's exported environment.
+func TestReadSubmitted(t *testing.T) {
+	l := memlog.New()
+	ctx := context.Background()
+	at := time.Date(2025, 3, 3, 9, 0, 0, 0, time.UTC)
+	for _, e := range []events.Event{
+		events.Submitted{TaskID: "a", Name: "first", Env: map[string]string{"K": "1"}, SubmittedAt: at}, // seq 1
+		events.Submitted{TaskID: "b", Name: "other", SubmittedAt: at},                                   // seq 2
+		events.Completed{TaskID: "a", Node: "n1"},                                                       // seq 3
+		events.Submitted{TaskID: "a", Name: "duplicate", SubmittedAt: at},                               // seq 4, ignored by the fold
+	} {
+		if _, err := events.Append(ctx, l, e, events.Meta{Time: at}, "", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := map[string]struct {
+		id       string
+		seq      uint64
+		wantName string
+		wantEnv  string
+		wantErr  error
+	}{
+		"at its sequence":         {id: "a", seq: 1, wantName: "first", wantEnv: "1"},
+		"from before it":          {id: "b", seq: 1, wantName: "other"},
+		"the first from seq on":   {id: "a", seq: 2, wantName: "duplicate"},
+		"none from seq on":        {id: "b", seq: 3, wantErr: events.ErrNotSubmitted},
+		"no such task":            {id: "c", seq: 1, wantErr: events.ErrNotSubmitted},
+		"past the end of the log": {id: "a", seq: 9, wantErr: events.ErrNotSubmitted},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := events.ReadSubmitted(ctx, l, tc.id, tc.seq)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			}
+			if got.Name != tc.wantName || got.Env["K"] != tc.wantEnv {
+				t.Errorf("got %q with K=%q, want %q with K=%q", got.Name, got.Env["K"], tc.wantName, tc.wantEnv)
+			}
+		})
+	}
+}

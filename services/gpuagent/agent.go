@@ -390,8 +390,22 @@ func (a *Agent) escalate() {
 func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) {
 	taskDir := filepath.Join(a.cfg.DataDir, "tasks", t.ID)
 	ckpt := filepath.Join(a.cfg.CheckpointRoot, t.ID)
+	// 0. The exported environment is in the task's submitted event only.
+	sub, err := events.ReadSubmitted(ctx, a.cfg.Log, t.ID, t.SubmitSeq)
+	if errors.Is(err, events.ErrNotSubmitted) {
+		a.procs[t.ID] = &proc{task: t.ID, dispatch: t.DispatchSeq} // placeholder until the failure folds
+		a.append(ctx, events.Failed{TaskID: t.ID, Node: a.cfg.Node, ExitCode: -1, Error: "could not start: " + err.Error()},
+			fmt.Sprintf("exit:%s:%d", t.ID, t.DispatchSeq))
+		delete(a.procs, t.ID)
+		a.reported[t.ID] = true
+		return
+	}
+	if err != nil {
+		a.cfg.Logger.Warn().Err(err).Str("task", t.ID).Msg("gpuagent: could not read the task's submission; retrying")
+		return // the next pass tries again
+	}
 	// 1. Claim the start in the log, guarded: a cancel that came first wins.
-	_, err := events.Append(ctx, a.cfg.Log, events.Started{TaskID: t.ID, Node: a.cfg.Node, LogDir: taskDir}, events.Meta{Time: a.cfg.Now()},
+	_, err = events.Append(ctx, a.cfg.Log, events.Started{TaskID: t.ID, Node: a.cfg.Node, LogDir: taskDir}, events.Meta{Time: a.cfg.Now()},
 		fmt.Sprintf("started:%s:%d", t.ID, t.DispatchSeq), &events.Expect{Filter: events.TaskSubjects(t.ID), LastSeq: t.LastSeq})
 	if errors.Is(err, events.ErrConflict) {
 		return // the task changed; the next pass sees why
@@ -403,8 +417,8 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 	// 2. Start the process.
 	placements, _ := json.Marshal(t.Placements)
 	var env []string
-	for _, k := range sortedKeys(t.Env) {
-		env = append(env, k+"="+t.Env[k])
+	for _, k := range sortedKeys(sub.Env) {
+		env = append(env, k+"="+sub.Env[k])
 	}
 	env = append(env,
 		"CUDA_VISIBLE_DEVICES="+strings.Join(pl.GPUs, ","),
