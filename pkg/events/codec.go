@@ -3,6 +3,7 @@ package events
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -102,8 +103,58 @@ func Encode(e Event, m Meta) (subject string, data []byte, id string, err error)
 		return "", nil, "", err
 	}
 	env := Envelope{ID: u.String(), Type: e.EventType(), Version: SchemaVersion, Time: m.Time.UTC(), CausationID: m.CausationID, Data: body}
+	if data, ok := appendEnvelope(make([]byte, 0, len(body)+160), &env); ok {
+		return Subject(e), data, env.ID, nil
+	}
 	data, err = json.Marshal(env)
 	return Subject(e), data, env.ID, err
+}
+
+// appendEnvelope writes env as json.Marshal does, byte for byte, without
+// reflection and without compacting Data again (json.Marshal's output
+// already is). ok is false for anything it does not write itself (a
+// string that needs escaping, a time MarshalJSON refuses): json.Marshal
+// then writes it, or returns its error.
+func appendEnvelope(b []byte, env *Envelope) ([]byte, bool) {
+	var ok bool
+	b = append(b, `{"id":`...)
+	if b, ok = appendPlainString(b, env.ID); !ok {
+		return nil, false
+	}
+	b = append(b, `,"type":`...)
+	if b, ok = appendPlainString(b, string(env.Type)); !ok {
+		return nil, false
+	}
+	b = append(b, `,"v":`...)
+	b = strconv.AppendInt(b, int64(env.Version), 10)
+	b = append(b, `,"time":`...)
+	t, err := env.Time.MarshalJSON()
+	if err != nil {
+		return nil, false
+	}
+	b = append(b, t...)
+	if env.CausationID != "" {
+		b = append(b, `,"causation_id":`...)
+		if b, ok = appendPlainString(b, env.CausationID); !ok {
+			return nil, false
+		}
+	}
+	b = append(b, `,"data":`...)
+	b = append(b, env.Data...)
+	return append(b, '}'), true
+}
+
+// appendPlainString quotes s if it needs no escape in encoding/json's
+// output (printable ASCII other than " \ < > &).
+func appendPlainString(b []byte, s string) ([]byte, bool) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return nil, false
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"'), true
 }
 
 // Record is one decoded entry of the log. Envelope.Data shares the bytes

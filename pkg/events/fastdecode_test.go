@@ -472,3 +472,29 @@ func TestDecodeConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodeEqualsJSONProperty: Encode writes the envelope by hand; its
+// bytes are json.Marshal's of the same Envelope, or the same error.
+func TestEncodeEqualsJSONProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		e := genEvent(t)
+		at := genTime(t, "time")
+		if rapid.IntRange(0, 19).Draw(t, "time out of range") == 0 {
+			at = time.Date(rapid.SampledFrom([]int{-1, 10000}).Draw(t, "year"), 1, 1, 0, 0, 0, 0, time.UTC)
+		}
+		cause := genString(t, "causation")
+		_, data, id, err := events.Encode(e, events.Meta{Time: at, CausationID: cause})
+		body, err1 := json.Marshal(e)
+		if err1 != nil {
+			t.Fatal(err1)
+		}
+		want, wantErr := json.Marshal(events.Envelope{ID: id, Type: e.EventType(), Version: events.SchemaVersion, Time: at.UTC(),
+			CausationID: cause, Data: body})
+		if fmt.Sprint(err) != fmt.Sprint(wantErr) {
+			t.Fatalf("Encode error %v, json.Marshal: %v", err, wantErr)
+		}
+		if !bytes.Equal(data, want) {
+			t.Fatalf("Encode wrote\n%s\njson.Marshal\n%s", data, want)
+		}
+	})
+}
