@@ -2,7 +2,7 @@ package estimate
 
 import (
 	"math"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -166,35 +166,33 @@ func (p *Predictor) cdf(t *domain.Task, x float64) float64 {
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// ring is a window of the most recent values with sorted quantiles.
+// ring is a window of the most recent values, kept sorted as it changes
+// (an insertion and a removal each cost a binary search and a copy, not a
+// sort), so its quantiles are always at hand.
 type ring struct {
 	max    int
 	vals   []float64
 	next   int
 	sorted []float64
-	dirty  bool
 }
 
 func (r *ring) add(v float64) {
 	if len(r.vals) < r.max {
 		r.vals = append(r.vals, v)
 	} else {
+		old := r.vals[r.next]
 		r.vals[r.next] = v
 		r.next = (r.next + 1) % r.max
+		i, _ := slices.BinarySearch(r.sorted, old)
+		r.sorted = slices.Delete(r.sorted, i, i+1)
 	}
-	r.dirty = true
+	i, _ := slices.BinarySearch(r.sorted, v)
+	r.sorted = slices.Insert(r.sorted, i, v)
 }
 
 func (r *ring) n() int { return len(r.vals) }
 
-func (r *ring) quantile(q float64) float64 {
-	if r.dirty || r.sorted == nil {
-		r.sorted = append(r.sorted[:0], r.vals...)
-		sort.Float64s(r.sorted)
-		r.dirty = false
-	}
-	return quantileSorted(r.sorted, q)
-}
+func (r *ring) quantile(q float64) float64 { return quantileSorted(r.sorted, q) }
 
 // quantileSorted interpolates linearly between order statistics.
 func quantileSorted(s []float64, q float64) float64 {

@@ -5,6 +5,7 @@ package memlog
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +19,10 @@ type Log struct {
 	msgs   []events.Stored
 	ids    map[string]uint64
 	notify chan struct{}
+	// last is the last sequence under each "prefix.>" filter (every
+	// strict prefix of every subject stored): an expected-sequence check
+	// on such a filter is a lookup, not a scan back through the log.
+	last map[string]uint64
 	// Now stamps stored messages; the simulator sets it to virtual time.
 	Now func() time.Time
 }
@@ -26,7 +31,7 @@ var _ events.Log = (*Log)(nil)
 
 // New returns an empty log.
 func New() *Log {
-	return &Log{ids: map[string]uint64{}, notify: make(chan struct{}), Now: time.Now}
+	return &Log{ids: map[string]uint64{}, last: map[string]uint64{}, notify: make(chan struct{}), Now: time.Now}
 }
 
 // Append implements events.Log.
@@ -42,14 +47,7 @@ func (l *Log) Append(ctx context.Context, m events.Msg) (events.Ack, error) {
 		}
 	}
 	if m.Expect != nil {
-		var last uint64
-		for i := len(l.msgs) - 1; i >= 0; i-- {
-			if events.SubjectMatch(m.Expect.Filter, l.msgs[i].Subject) {
-				last = l.msgs[i].Seq
-				break
-			}
-		}
-		if last != m.Expect.LastSeq {
+		if l.lastSeq(m.Expect.Filter) != m.Expect.LastSeq {
 			return events.Ack{}, events.ErrConflict
 		}
 	}
@@ -59,9 +57,27 @@ func (l *Log) Append(ctx context.Context, m events.Msg) (events.Ack, error) {
 	if m.MsgID != "" {
 		l.ids[m.MsgID] = seq
 	}
+	for i := 0; i < len(m.Subject); i++ {
+		if m.Subject[i] == '.' {
+			l.last[m.Subject[:i+1]+">"] = seq
+		}
+	}
 	close(l.notify)
 	l.notify = make(chan struct{})
 	return events.Ack{Seq: seq}, nil
+}
+
+// lastSeq is the last sequence whose subject matches filter (0: none).
+func (l *Log) lastSeq(filter string) uint64 {
+	if n := len(filter); n >= 2 && filter[n-2:] == ".>" && !strings.ContainsAny(filter[:n-2], "*>") {
+		return l.last[filter]
+	}
+	for i := len(l.msgs) - 1; i >= 0; i-- {
+		if events.SubjectMatch(filter, l.msgs[i].Subject) {
+			return l.msgs[i].Seq
+		}
+	}
+	return 0
 }
 
 // Read implements events.Log.
