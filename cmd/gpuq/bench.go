@@ -24,8 +24,9 @@ func newBench() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure gpuq against an embedded JetStream (raw rates, ingest, fold, lifecycle, placement, restart)",
 		Long: `bench starts its own embedded nats-server (file store in a temporary
-directory, in-process connections) for each measurement (replay, fold and
-restart share one log) and reports, from the same run: the raw JetStream rates, gpuq's rates beside them and their
+directory, in-process connections) for each measurement; the raw replay,
+the fold and the restart share one server and its log. It reports, from
+the same run: the raw JetStream rates, gpuq's rates beside them and their
 ratios, the placement policy on 100,000 queued tasks, the heap per queued
 task and the restart time, with the goals of docs/performance.md met or
 missed. A missed goal is information: the exit code is 0 unless a
