@@ -37,6 +37,10 @@ type Estimator struct {
 	// Arrivals: model work that may still arrive ahead of a task from the
 	// recent arrival rate of higher classes (default on).
 	NoArrivals bool
+	// Coarse is the forward simulation's step window (ForwardWindow):
+	// events within Coarse × (time ahead) of each other are planned in one
+	// pass (default DefaultCoarse; negative: one pass per event).
+	Coarse float64
 
 	res      ring
 	atSubmit map[string]Estimate
@@ -68,8 +72,14 @@ const calC = 60.0
 
 // NewEstimator returns an estimator for the given policy.
 func NewEstimator(pol *policy.Policy) *Estimator {
-	return &Estimator{Pol: pol, Pred: NewPredictor(0), Window: 400, atSubmit: map[string]Estimate{}}
+	return &Estimator{Pol: pol, Pred: NewPredictor(0), Window: 400, Coarse: DefaultCoarse, atSubmit: map[string]Estimate{}}
 }
+
+// DefaultCoarse is the default forward-simulation window; see
+// ForwardWindow and docs/performance.md for what it costs in accuracy.
+const DefaultCoarse = 0.2
+
+func (e *Estimator) coarse() float64 { return max(e.Coarse, 0) }
 
 // Observe learns from one record, which st has just applied.
 func (e *Estimator) Observe(st *domain.State, r events.Record) {
@@ -162,7 +172,7 @@ func (e *Estimator) Estimate(st *domain.State, id string, now time.Time) Estimat
 	if !e.NoArrivals {
 		arr = e.arrivals(now, t.Priority+1)
 	}
-	at, ok := Forward(st, e.Pol, e.Pred, now, id, 0.5, arr)
+	at, ok := ForwardWindow(st, e.Pol, e.Pred, now, id, 0.5, arr, e.coarse())
 	if !ok {
 		return Estimate{Never: true}
 	}
@@ -177,7 +187,7 @@ func (e *Estimator) EstimateAll(st *domain.State, now time.Time) map[string]Esti
 	if !e.NoArrivals {
 		arr = e.arrivals(now, domain.Low)
 	}
-	starts := ForwardAll(st, e.Pol, e.Pred, now, 0.5, arr)
+	starts := ForwardAllWindow(st, e.Pol, e.Pred, now, 0.5, arr, e.coarse())
 	out := map[string]Estimate{}
 	for _, t := range st.Queued() {
 		at, ok := starts[t.ID]

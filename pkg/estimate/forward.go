@@ -27,7 +27,21 @@ type Arrival struct {
 // or the horizon of maxSteps is reached). st is not modified: the
 // simulation runs on st.CloneLive().
 func Forward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, target string, q float64, arrivals []Arrival) (time.Time, bool) {
-	starts := forward(st.CloneLive(), pol, pred, now, target, q, arrivals, 100000)
+	return ForwardWindow(st, pol, pred, now, target, q, arrivals, 0)
+}
+
+// ForwardWindow is Forward with coarser steps: the events (ends, arrivals)
+// within window × (time ahead) of the next one are taken together and the
+// policy plans once, at the middle of the span they cover, instead of once
+// per event. A start an hour ahead is then placed to within a few minutes,
+// at a fraction of the passes: the number of passes grows with the
+// logarithm of the horizon instead of the number of tasks ending before
+// it. The error is symmetric (an end in the first half of a span is taken
+// late, in the second half early) and small beside run-time prediction
+// errors; the estimator's calibration absorbs what remains. window 0 is
+// one pass per event, as the scheduler would decide.
+func ForwardWindow(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, target string, q float64, arrivals []Arrival, window float64) (time.Time, bool) {
+	starts := forward(st.CloneLive(), pol, pred, now, target, q, arrivals, 100000, window)
 	at, ok := starts[target]
 	return at, ok
 }
@@ -36,7 +50,12 @@ func Forward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Tim
 // until all of them started — which is what re-estimating the whole queue
 // after an event costs. Tasks missing from the result never start.
 func ForwardAll(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, q float64, arrivals []Arrival) map[string]time.Time {
-	return forward(st.CloneLive(), pol, pred, now, "", q, arrivals, 1000000)
+	return ForwardAllWindow(st, pol, pred, now, q, arrivals, 0)
+}
+
+// ForwardAllWindow is ForwardAll with ForwardWindow's coarser steps.
+func ForwardAllWindow(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, q float64, arrivals []Arrival, window float64) map[string]time.Time {
+	return forward(st.CloneLive(), pol, pred, now, "", q, arrivals, 1000000, window)
 }
 
 type fwd struct {
@@ -46,9 +65,30 @@ type fwd struct {
 	vnow  time.Time
 	total map[string]time.Duration // predicted length of each task's current run
 	ends  endHeap
+	narr  int // arrivals submitted
 }
 
-func forward(sim *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, target string, q float64, arrivals []Arrival, maxSteps int) map[string]time.Time {
+// nextAt is the time of the next live end or arrival (stale ends, of tasks
+// preempted or requeued since, are dropped); ok is false when none is left.
+func (f *fwd) nextAt(arrivals []Arrival, ai int) (time.Time, bool) {
+	for f.ends.Len() > 0 {
+		e := f.ends[0]
+		t := f.sim.Tasks[e.id]
+		if t != nil && t.HoldsGPUs() && t.DispatchSeq == e.dispatch {
+			break
+		}
+		heap.Pop(&f.ends)
+	}
+	switch {
+	case ai < len(arrivals) && (f.ends.Len() == 0 || !arrivals[ai].At.After(f.ends[0].at)):
+		return arrivals[ai].At, true
+	case f.ends.Len() > 0:
+		return f.ends[0].at, true
+	}
+	return time.Time{}, false
+}
+
+func forward(sim *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, target string, q float64, arrivals []Arrival, maxSteps int, window float64) map[string]time.Time {
 	starts := map[string]time.Time{}
 	waiting := map[string]bool{}
 	if target != "" {
@@ -127,42 +167,48 @@ func forward(sim *domain.State, pol *policy.Policy, pred *Predictor, now time.Ti
 		if replan {
 			continue
 		}
-		// 3. Advance to the next end or arrival.
-		for f.ends.Len() > 0 {
-			e := f.ends[0]
-			t := sim.Tasks[e.id]
-			if t != nil && t.HoldsGPUs() && t.DispatchSeq == e.dispatch {
-				break
-			}
-			heap.Pop(&f.ends) // stale: preempted or requeued since
-		}
-		nextEnd, hasEnd := time.Time{}, f.ends.Len() > 0
-		if hasEnd {
-			nextEnd = f.ends[0].at
-		}
-		if ai < len(arrivals) && (!hasEnd || !arrivals[ai].At.After(nextEnd)) {
-			a := arrivals[ai]
-			ai++
-			if a.At.After(f.vnow) {
-				f.vnow = a.At
-			}
-			f.apply(events.Submitted{TaskID: "~arrival-" + itoa(ai), Name: "predicted arrival", Team: a.Team,
-				Priority: a.Priority.String(), GPUs: a.GPUs, Hours: a.Hours, Preemptible: true, SubmittedAt: f.vnow})
-			continue
-		}
-		if !hasEnd {
+		// 3. Advance to the next end or arrival, and with a window, take
+		//    every event up to window × (time ahead) after it too.
+		first, ok := f.nextAt(arrivals, ai)
+		if !ok {
 			return starts // nothing will free GPUs: the rest never start
 		}
-		e := heap.Pop(&f.ends).(end)
-		if e.at.After(f.vnow) {
-			f.vnow = e.at
+		until := first
+		if window > 0 {
+			until = first.Add(time.Duration(window * float64(first.Sub(now))))
 		}
-		t := sim.Tasks[e.id]
-		if t.State == domain.Preempting {
-			f.apply(events.Preempted{TaskID: t.ID})
-			f.apply(events.Requeued{TaskID: t.ID})
-		} else {
-			f.apply(events.Completed{TaskID: t.ID})
+		last := first
+		var batch []end
+		var newArrivals []Arrival
+		for {
+			at, ok := f.nextAt(arrivals, ai)
+			if !ok || at.After(until) {
+				break
+			}
+			last = at
+			if ai < len(arrivals) && !arrivals[ai].At.After(at) {
+				newArrivals = append(newArrivals, arrivals[ai])
+				ai++
+				continue
+			}
+			batch = append(batch, heap.Pop(&f.ends).(end))
+		}
+		if at := first.Add(last.Sub(first) / 2); at.After(f.vnow) {
+			f.vnow = at
+		}
+		for _, e := range batch {
+			t := sim.Tasks[e.id]
+			if t.State == domain.Preempting {
+				f.apply(events.Preempted{TaskID: t.ID})
+				f.apply(events.Requeued{TaskID: t.ID})
+			} else {
+				f.apply(events.Completed{TaskID: t.ID})
+			}
+		}
+		for _, a := range newArrivals {
+			f.narr++
+			f.apply(events.Submitted{TaskID: "~arrival-" + itoa(f.narr), Name: "predicted arrival", Team: a.Team,
+				Priority: a.Priority.String(), GPUs: a.GPUs, Hours: a.Hours, Preemptible: true, SubmittedAt: f.vnow})
 		}
 	}
 	return starts

@@ -76,30 +76,36 @@ func (p *Predictor) Samples() int { return p.global.n() }
 
 // logRatio returns the q-quantile of the log ratio for t.
 func (p *Predictor) logRatio(t *domain.Task, q float64) float64 {
+	return p.ratioOf(t)(q)
+}
+
+// ratioOf resolves t's groups once and returns its log-ratio quantile
+// function (for the bisection in cdf, which evaluates it many times).
+func (p *Predictor) ratioOf(t *domain.Task) func(q float64) float64 {
 	if p.global.n() == 0 {
-		return priorLogRatio(q)
+		return priorLogRatio
 	}
-	g := p.global.quantile(q)
-	v, w := 0.0, 0.0
-	for _, r := range []*ring{p.team[t.Team], p.prefix[Prefix(t.Name)]} {
-		if r == nil || r.n() == 0 {
-			continue
-		}
-		wi := float64(r.n()) / float64(r.n()+Shrink)
-		v += wi * r.quantile(q)
-		w += wi
-	}
-	if w == 0 {
-		return g
-	}
-	// Average the groups' shrunk estimates: each is w_i·group + (1-w_i)·global.
-	n := 0.0
+	var groups [2]*ring
+	n := 0
 	for _, r := range []*ring{p.team[t.Team], p.prefix[Prefix(t.Name)]} {
 		if r != nil && r.n() > 0 {
+			groups[n] = r
 			n++
 		}
 	}
-	return (v + (n-w)*g) / n
+	return func(q float64) float64 {
+		g := p.global.quantile(q)
+		if n == 0 {
+			return g
+		}
+		// Average the groups' shrunk estimates: each is w_i·group + (1-w_i)·global.
+		v := 0.0
+		for _, r := range groups[:n] {
+			w := float64(r.n()) / float64(r.n()+Shrink)
+			v += w*r.quantile(q) + (1-w)*g
+		}
+		return v / float64(n)
+	}
 }
 
 // priorLogRatio: before any history, the user's estimate is the median and
@@ -138,24 +144,26 @@ func (p *Predictor) Remaining(t *domain.Task, elapsed time.Duration, q float64) 
 	}
 	// u = P(total ≤ done); the conditional q-quantile is at u + q(1-u).
 	x := math.Log(done / est)
-	u := p.cdf(t, x)
+	ratio := p.ratioOf(t)
+	u := cdf(ratio, x)
 	qq := u + q*(1-u)
 	if qq > 0.995 {
 		qq = 0.995
 	}
-	rem := est*math.Exp(p.logRatio(t, qq)) - done
+	rem := est*math.Exp(ratio(qq)) - done
 	if min := math.Max(5, 0.1*elapsed.Seconds()); rem < min {
 		rem = min
 	}
 	return seconds(rem)
 }
 
-// cdf inverts logRatio by bisection (it is monotone in q).
-func (p *Predictor) cdf(t *domain.Task, x float64) float64 {
+// cdf inverts a log-ratio quantile function by bisection (it is monotone
+// in q).
+func cdf(ratio func(float64) float64, x float64) float64 {
 	lo, hi := 0.0, 1.0
 	for i := 0; i < 20; i++ {
 		mid := (lo + hi) / 2
-		if p.logRatio(t, mid) < x {
+		if ratio(mid) < x {
 			lo = mid
 		} else {
 			hi = mid

@@ -41,8 +41,12 @@ type EstimateTimings struct {
 	Seed        time.Duration
 }
 
-func newEstimating(pol *policy.Policy, n int) *estimating {
-	return &estimating{est: estimate.NewEstimator(pol),
+func newEstimating(pol *policy.Policy, n int, coarse float64) *estimating {
+	est := estimate.NewEstimator(pol)
+	if coarse != 0 {
+		est.Coarse = coarse
+	}
+	return &estimating{est: est,
 		gpuq: make([]estimate.Estimate, n), has: make([]bool, n), slurm: make([]time.Duration, n), seed: make([]time.Duration, n)}
 }
 

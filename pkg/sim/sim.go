@@ -39,6 +39,9 @@ type Config struct {
 	// Parallel runs up to this many policies at once (default GOMAXPROCS);
 	// the result does not depend on it.
 	Parallel int
+	// EstimateWindow is the gpuq estimator's forward-simulation window
+	// (estimate.Estimator.Coarse): 0 the default, negative one pass per event.
+	EstimateWindow float64
 	// Progress, when set, is called from the policies' goroutines at every
 	// hundredth of the submissions (and at the end), for long runs.
 	Progress func(policy string, submitted, total int)
