@@ -394,3 +394,56 @@ func TestPropFoldOfDecodedLog(t *testing.T) {
 		}
 	})
 }
+
+// (h) Every index Apply keeps (free GPUs per node and in all, sorted node
+// names, schedulable nodes, totals, GPUs per team, preempting tasks,
+// victims) equals its computation from scratch after every record, and
+// through Clone and CloneLive: applying to a copy keeps the copy's
+// indexes right and leaves the original's as they were.
+func TestPropIndexes(t *testing.T) {
+	clones := []struct {
+		name  string
+		clone func(*domain.State) *domain.State
+		// whole: the copy folds like the original (CloneLive drops
+		// finished tasks, so a later fact about one differs).
+		whole bool
+	}{
+		{"Clone", (*domain.State).Clone, true},
+		{"CloneLive", (*domain.State).CloneLive, false},
+	}
+	for _, tc := range clones {
+		t.Run(tc.name, func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				rs := genLog(t)
+				st := domain.NewState()
+				for i, r := range rs {
+					st.Apply(r)
+					if m := st.IndexMismatch(); m != "" {
+						t.Fatalf("after record %d (seq %d, %s %+v): %s", i, r.Seq, r.Event.EventType(), r.Event, m)
+					}
+				}
+				k := rapid.IntRange(0, len(rs)).Draw(t, "k")
+				orig := dt.Fold(rs[:k])
+				c := tc.clone(orig)
+				if m := c.IndexMismatch(); m != "" {
+					t.Fatalf("%s at record %d: %s", tc.name, k, m)
+				}
+				for i, r := range rs[k:] {
+					c.Apply(r)
+					if m := c.IndexMismatch(); m != "" {
+						t.Fatalf("%s at record %d, then record %d (%s %+v): %s", tc.name, k, k+i, r.Event.EventType(), r.Event, m)
+					}
+				}
+				if m := orig.IndexMismatch(); m != "" {
+					t.Fatalf("applying to the %s changed the original's indexes: %s", tc.name, m)
+				}
+				if !tc.whole {
+					return
+				}
+				if diff := cmp.Diff(st.FreeNodes(), c.FreeNodes()); diff != "" {
+					t.Fatalf("FreeNodes() of a fold through %s (-fresh +halves):\n%s", tc.name, diff)
+				}
+			})
+		})
+	}
+}

@@ -27,12 +27,17 @@ type State struct {
 	q    queueIndex
 	live map[string]*Task // tasks not finished, or still holding GPUs
 	hold map[string]*Task // tasks holding GPUs
+
+	nx      *nodeIndex       // free GPUs per node, sorted names, totals (index.go)
+	team    map[string]int   // GPUs held per team
+	pre     map[string]*Task // tasks holding GPUs in state Preempting
+	victims int              // running preemptible non-CRITICAL tasks holding GPUs
 }
 
 // NewState returns an empty state.
 func NewState() *State {
 	return &State{Tasks: map[string]*Task{}, Nodes: map[string]*Node{}, Owner: map[string]string{}, Idem: map[string]string{},
-		live: map[string]*Task{}}
+		live: map[string]*Task{}, nx: &nodeIndex{free: map[string][]GPU{}}}
 }
 
 // IdemKey is the key of the idempotency index.
@@ -60,6 +65,7 @@ func (s *State) Apply(r events.Record) {
 			n.State = NodeUp
 		}
 		n.Reason = ""
+		s.nodeEvent(e.Node)
 		return
 	case events.Unhealthy:
 		n := s.node(e.Node)
@@ -73,10 +79,12 @@ func (s *State) Apply(r events.Record) {
 			}
 		}
 		n.Reason = e.Reason
+		s.nodeEvent(e.Node)
 		return
 	case events.Drained:
 		n := s.node(e.Node)
 		n.State, n.Reason = NodeDrained, e.Reason
+		s.nodeEvent(e.Node)
 		return
 	case events.Lost:
 		n := s.node(e.Node)
@@ -89,6 +97,7 @@ func (s *State) Apply(r events.Record) {
 				s.track(t)
 			}
 		}
+		s.nodeEvent(e.Node)
 		return
 	case events.Unknown:
 		s.Skipped++
@@ -169,6 +178,7 @@ func (s *State) Apply(r events.Record) {
 				s.Owner[g] = t.ID
 			}
 		}
+		s.placementsChanged(t.Placements)
 	case events.Started:
 		if t.State != Dispatched {
 			s.Ignored++
@@ -283,6 +293,9 @@ func (s *State) release(t *Task) {
 			}
 		}
 	}
+	if t.Placements != nil {
+		s.placementsChanged(t.Placements)
+	}
 	t.Placements, t.Holding = nil, false
 }
 
@@ -392,6 +405,7 @@ func (s *State) track(t *Task) {
 		}
 		t.inHold = hold
 	}
+	s.trackHolders(t)
 }
 
 // Live returns the number of tasks not finished or still holding GPUs.
@@ -416,16 +430,14 @@ func (s *State) Active() []*Task {
 
 // NodeNames returns node names sorted.
 func (s *State) NodeNames() []string {
-	out := make([]string, 0, len(s.Nodes))
-	for n := range s.Nodes {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return append([]string(nil), s.SortedNodes()...)
 }
 
 // TotalGPUs counts healthy GPUs on schedulable nodes.
 func (s *State) TotalGPUs() (total, free int) {
+	if s.nx != nil {
+		return s.nx.totals.Healthy, s.nx.freeCount
+	}
 	for _, n := range s.Nodes {
 		if !n.Schedulable() {
 			continue
@@ -494,6 +506,18 @@ func (s *State) cloneIndexes(c *State) {
 	for k, v := range s.Owner {
 		c.Owner[k] = v
 	}
+	if s.nx != nil {
+		c.nx = s.nx.clone()
+	}
+	c.team = make(map[string]int, len(s.team))
+	for k, v := range s.team {
+		c.team[k] = v
+	}
+	c.pre = make(map[string]*Task, len(s.pre))
+	for k := range s.pre {
+		c.pre[k] = c.Tasks[k]
+	}
+	c.victims = s.victims
 	if len(c.Idem) == 0 && len(c.Tasks) == len(s.Tasks) {
 		for k, v := range s.Idem {
 			c.Idem[k] = v

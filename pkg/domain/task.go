@@ -96,6 +96,11 @@ type Task struct {
 	// inLive and inHold: the task is in its State's live and holding
 	// indexes (see State.track). A clone is in its clone's indexes.
 	inLive, inHold bool
+	// held, inPre, inVictim: the GPUs counted for the task's team, and
+	// whether it is in the preempting index and counted as a victim (see
+	// State.trackHolders).
+	held            int
+	inPre, inVictim bool
 }
 
 // GPUUUIDs lists every GPU of the current placement.

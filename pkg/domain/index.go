@@ -1,0 +1,347 @@
+package domain
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+
+	"github.com/gpuq/gpuq/pkg/events"
+)
+
+// The indexes below are what a policy pass reads on every call. Apply keeps
+// them up to date, so that a pass costs nothing for the nodes and tasks it
+// does not touch; IndexesMatch recomputes every one from scratch.
+
+// NodeTotals counts GPUs over the nodes.
+type NodeTotals struct {
+	// GPUs is every GPU of every node; MaxGPUs the most on one node.
+	GPUs, MaxGPUs int
+	// Healthy is the healthy GPUs of schedulable nodes; MaxHealthy the most
+	// on one of them.
+	Healthy, MaxHealthy int
+}
+
+// nodeIndex is derived from Nodes and Owner. Slices other than freeNames
+// are never modified in place (a change replaces them), so clones share
+// them.
+type nodeIndex struct {
+	names  []string // every node, sorted
+	sched  []string // schedulable nodes with GPUs, sorted
+	totals NodeTotals
+	// free maps a schedulable node to its healthy GPUs no task holds, in
+	// the node's order (by index); only nodes with some. Each slice has
+	// cap == len, so an append by a reader copies.
+	free      map[string][]GPU
+	freeNames []string // the keys of free, sorted (owned: Clone copies it)
+	freeCount int
+}
+
+// buildNodeIndex computes the node index from scratch.
+func buildNodeIndex(s *State) *nodeIndex {
+	x := &nodeIndex{free: map[string][]GPU{}}
+	x.names = make([]string, 0, len(s.Nodes))
+	for n := range s.Nodes {
+		x.names = append(x.names, n)
+	}
+	sort.Strings(x.names)
+	x.nodesChanged(s)
+	for _, n := range x.sched {
+		if g := freeOf(s, s.Nodes[n]); len(g) > 0 {
+			x.free[n] = g
+			x.freeNames = append(x.freeNames, n)
+			x.freeCount += len(g)
+		}
+	}
+	return x
+}
+
+// nodesChanged recomputes what depends on every node: the schedulable
+// names and the totals (a node event; rare).
+func (x *nodeIndex) nodesChanged(s *State) {
+	var sched []string
+	var tot NodeTotals
+	for _, name := range x.names {
+		n := s.Nodes[name]
+		tot.GPUs += len(n.GPUs)
+		tot.MaxGPUs = max(tot.MaxGPUs, len(n.GPUs))
+		if !n.Schedulable() {
+			continue
+		}
+		h := 0
+		for _, g := range n.GPUs {
+			if g.Healthy {
+				h++
+			}
+		}
+		tot.Healthy += h
+		tot.MaxHealthy = max(tot.MaxHealthy, h)
+		if len(n.GPUs) > 0 {
+			sched = append(sched, name)
+		}
+	}
+	x.sched, x.totals = sched, tot
+}
+
+// freeOf lists a node's free healthy GPUs when it is schedulable, with
+// cap == len.
+func freeOf(s *State, n *Node) []GPU {
+	if n == nil || !n.Schedulable() {
+		return nil
+	}
+	k := 0
+	for _, g := range n.GPUs {
+		if g.Healthy && s.Owner[g.UUID] == "" {
+			k++
+		}
+	}
+	if k == 0 {
+		return nil
+	}
+	out := make([]GPU, 0, k)
+	for _, g := range n.GPUs {
+		if g.Healthy && s.Owner[g.UUID] == "" {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// refreshFree recomputes one node's free GPUs.
+func (x *nodeIndex) refreshFree(s *State, name string) {
+	g := freeOf(s, s.Nodes[name])
+	old, had := x.free[name]
+	x.freeCount += len(g) - len(old)
+	switch {
+	case len(g) > 0:
+		x.free[name] = g
+		if !had {
+			i, _ := slices.BinarySearch(x.freeNames, name)
+			x.freeNames = slices.Insert(x.freeNames, i, name)
+		}
+	case had:
+		delete(x.free, name)
+		if i, ok := slices.BinarySearch(x.freeNames, name); ok {
+			x.freeNames = slices.Delete(x.freeNames, i, i+1)
+		}
+	}
+}
+
+// clone copies what is modified in place and shares the rest.
+func (x *nodeIndex) clone() *nodeIndex {
+	c := *x
+	c.free = make(map[string][]GPU, len(x.free))
+	for k, v := range x.free {
+		c.free[k] = v
+	}
+	c.freeNames = slices.Clone(x.freeNames)
+	return &c
+}
+
+// nodeIndex returns the index; a state not built by NewState and Apply
+// gets one computed afresh.
+func (s *State) nodeIndex() *nodeIndex {
+	if s.nx != nil {
+		return s.nx
+	}
+	return buildNodeIndex(s)
+}
+
+// nodeEvent updates the index after an event about one node.
+func (s *State) nodeEvent(name string) {
+	if s.nx == nil {
+		s.nx = buildNodeIndex(s)
+		return
+	}
+	if i, ok := slices.BinarySearch(s.nx.names, name); !ok {
+		names := make([]string, 0, len(s.nx.names)+1)
+		names = append(append(append(names, s.nx.names[:i]...), name), s.nx.names[i:]...)
+		s.nx.names = names
+	}
+	s.nx.nodesChanged(s)
+	s.nx.refreshFree(s, name)
+}
+
+// placementsChanged updates the free GPUs of the nodes of ps after their
+// GPUs were taken or released.
+func (s *State) placementsChanged(ps []events.Placement) {
+	if s.nx == nil {
+		s.nx = buildNodeIndex(s)
+		return
+	}
+	for i, p := range ps {
+		if !slices.ContainsFunc(ps[:i], func(q events.Placement) bool { return q.Node == p.Node }) {
+			s.nx.refreshFree(s, p.Node)
+		}
+	}
+}
+
+// SortedNodes returns every node's name, sorted. The slice is shared: do
+// not modify it.
+func (s *State) SortedNodes() []string { return s.nodeIndex().names }
+
+// SchedulableNodes returns the names of the schedulable nodes that have
+// GPUs, sorted. The slice is shared: do not modify it.
+func (s *State) SchedulableNodes() []string { return s.nodeIndex().sched }
+
+// FreeNodes returns the names of the schedulable nodes with free healthy
+// GPUs, sorted. The slice is shared: do not modify it; it changes with the
+// next Apply.
+func (s *State) FreeNodes() []string { return s.nodeIndex().freeNames }
+
+// FreeOn returns the healthy GPUs no task holds of a schedulable node, in
+// the node's order (by index); nil for another node. The slice is shared
+// and has no spare capacity: do not modify it (appending copies).
+func (s *State) FreeOn(node string) []GPU { return s.nodeIndex().free[node] }
+
+// FreeCount is the number of healthy GPUs no task holds on schedulable
+// nodes.
+func (s *State) FreeCount() int { return s.nodeIndex().freeCount }
+
+// Totals counts the GPUs of the nodes.
+func (s *State) Totals() NodeTotals { return s.nodeIndex().totals }
+
+// teamGPUs etc.: see track.
+
+// TeamGPUs calls fn for every team holding GPUs, with the number it holds.
+func (s *State) TeamGPUs(fn func(team string, gpus int)) {
+	for team, n := range s.team {
+		fn(team, n)
+	}
+}
+
+// EachPreempting calls fn for every task holding GPUs while yielding them
+// (state Preempting), in no particular order.
+func (s *State) EachPreempting(fn func(*Task)) {
+	for _, t := range s.pre {
+		fn(t)
+	}
+}
+
+// Preempting returns the number of tasks EachPreempting visits.
+func (s *State) Preempting() int { return len(s.pre) }
+
+// Victims returns the number of running tasks holding GPUs that are
+// preemptible and not CRITICAL: the tasks a preemption could choose.
+func (s *State) Victims() int { return s.victims }
+
+// isVictim: see Victims.
+func isVictim(t *Task) bool {
+	return t.HoldsGPUs() && t.State == Running && t.Preemptible && t.Priority != Critical
+}
+
+// trackHolders keeps the team, preempting and victim indexes of one task.
+func (s *State) trackHolders(t *Task) {
+	if n := gpusHeld(t); n != t.held {
+		if s.team == nil {
+			s.team = map[string]int{}
+		}
+		s.team[t.Team] += n - t.held
+		if s.team[t.Team] == 0 {
+			delete(s.team, t.Team)
+		}
+		t.held = n
+	}
+	if pre := t.HoldsGPUs() && t.State == Preempting; pre != t.inPre {
+		if s.pre == nil {
+			s.pre = map[string]*Task{}
+		}
+		if pre {
+			s.pre[t.ID] = t
+		} else {
+			delete(s.pre, t.ID)
+		}
+		t.inPre = pre
+	}
+	if v := isVictim(t); v != t.inVictim {
+		if v {
+			s.victims++
+		} else {
+			s.victims--
+		}
+		t.inVictim = v
+	}
+}
+
+func gpusHeld(t *Task) int {
+	n := 0
+	for _, p := range t.Placements {
+		n += len(p.GPUs)
+	}
+	return n
+}
+
+// IndexMismatch compares every index Apply keeps with a computation from
+// scratch and describes the first difference ("" when none). Tests use it.
+func (s *State) IndexMismatch() string {
+	want := buildNodeIndex(s)
+	got := s.nx
+	if got == nil {
+		return "no node index"
+	}
+	switch {
+	case !slices.Equal(want.names, got.names):
+		return sprint("sorted names", want.names, got.names)
+	case !slices.Equal(want.sched, got.sched):
+		return sprint("schedulable names", want.sched, got.sched)
+	case want.totals != got.totals:
+		return sprint("totals", want.totals, got.totals)
+	case !slices.Equal(want.freeNames, got.freeNames):
+		return sprint("free nodes", want.freeNames, got.freeNames)
+	case want.freeCount != got.freeCount:
+		return sprint("free count", want.freeCount, got.freeCount)
+	}
+	for n, g := range want.free {
+		if !slices.Equal(g, got.free[n]) {
+			return sprint("free GPUs of "+n, g, got.free[n])
+		}
+	}
+	for n, g := range got.free {
+		if len(g) != cap(g) {
+			return sprint("spare capacity of free GPUs of "+n, len(g), cap(g))
+		}
+	}
+	team := map[string]int{}
+	pre := map[string]bool{}
+	victims := 0
+	for _, t := range s.Tasks {
+		if t.HoldsGPUs() {
+			team[t.Team] += gpusHeld(t)
+			if t.State == Preempting {
+				pre[t.ID] = true
+			}
+		}
+		if isVictim(t) {
+			victims++
+		}
+	}
+	for k, v := range team {
+		if v == 0 {
+			delete(team, k)
+		}
+	}
+	gotPre := map[string]bool{}
+	for id, t := range s.pre {
+		if s.Tasks[id] != t {
+			return "preempting index holds a task not in Tasks: " + id
+		}
+		gotPre[id] = true
+	}
+	gotTeam := map[string]int{}
+	for k, v := range s.team {
+		gotTeam[k] = v
+	}
+	switch {
+	case !maps.Equal(team, gotTeam):
+		return sprint("GPUs per team", team, gotTeam)
+	case !maps.Equal(pre, gotPre):
+		return sprint("preempting", pre, gotPre)
+	case victims != s.victims:
+		return sprint("victims", victims, s.victims)
+	}
+	return ""
+}
+
+func sprint(what string, want, got any) string {
+	return fmt.Sprintf("%s: want %v, got %v", what, want, got)
+}
