@@ -24,9 +24,10 @@ const (
 	FewerGPUsFactor = 3.0           // waited > 3× the task's estimated run time
 	LowStillNeeded  = 2 * time.Hour // a LOW task waiting longer than this
 	// AlertMinWait: no alert before this wait, so that a task estimated to
-	// start at once alerts when it has not started a minute later (2× an
-	// estimate of 0 would alert on the scheduler's ordinary delay).
-	AlertMinWait = time.Minute
+	// start at once (or within seconds) alerts when it has not started
+	// half a minute later, not on the scheduler's ordinary delay (2× an
+	// estimate of 0 is 0).
+	AlertMinWait = 30 * time.Second
 )
 
 // Advise is the advice for every queued task, in queue order: when (P50

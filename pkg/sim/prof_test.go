@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -67,6 +69,20 @@ func TestProfileScenario(t *testing.T) {
 	b, _ := json.MarshalIndent(rep.Result.Policies, "", " ")
 	e, _ := json.Marshal(rep.Result.Estimates)
 	fmt.Printf("model %s, %s: %s\n%s\n%+v %+v\n", model, time.Since(t0), b, e, rep.Timings.Policies, rep.Timings.Estimates)
+	if we := rep.WaitEstimates; len(we) > 0 {
+		q := func(f func(WaitEstimate) float64) string {
+			xs := make([]float64, len(we))
+			for i, w := range we {
+				xs[i] = f(w)
+			}
+			slices.Sort(xs)
+			return fmt.Sprintf("p10 %.0f p50 %.0f p90 %.0f", xs[len(xs)/10], xs[len(xs)/2], xs[len(xs)*9/10])
+		}
+		fmt.Printf("judged %d: actual %s | P50 %s | P90 %s | log((P50+60)/(actual+60))×100 %s\n", len(we),
+			q(func(w WaitEstimate) float64 { return w.Actual.Seconds() }), q(func(w WaitEstimate) float64 { return w.P50.Seconds() }),
+			q(func(w WaitEstimate) float64 { return w.P90.Seconds() }),
+			q(func(w WaitEstimate) float64 { return 100 * math.Log((w.P50.Seconds()+60)/(w.Actual.Seconds()+60)) }))
+	}
 	buckets := []time.Duration{time.Minute, 10 * time.Minute, time.Hour, 6 * time.Hour, 24 * time.Hour, 1 << 62}
 	for _, p := range pols {
 		var sum [6]float64
