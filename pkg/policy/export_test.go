@@ -7,3 +7,12 @@ func (p *Policy) WithoutMemo() *Policy {
 	c.noMemo = true
 	return &c
 }
+
+// FromScratch returns a copy of the policy that builds each pass from every
+// node, GPU and holding task rather than the fold's indexes: tests compare
+// its decisions with the policy's.
+func (p *Policy) FromScratch() *Policy {
+	c := *p
+	c.scratch = true
+	return &c
+}

@@ -10,10 +10,12 @@ import (
 )
 
 // freeMap is the free, healthy GPUs of every schedulable node during a pass,
-// and the GPUs reserved for blocked tasks.
+// and the GPUs reserved for blocked tasks. It starts from the fold's
+// indexes (domain.State.FreeOn) and shares their slices: a GPU list is
+// never modified in place, only replaced (take and add build new ones), so
+// clones share the lists too.
 type freeMap struct {
-	nodes []string                // sorted names of schedulable nodes with GPUs
-	sched map[string]bool         // the same as a set (shared by clones, read-only)
+	nodes []string                // sorted names of schedulable nodes with GPUs (the state's, read-only)
 	free  map[string][]domain.GPU // nodes with free GPUs, in index order
 	avail []string                // sorted names of the nodes in free
 	count int
@@ -25,15 +27,30 @@ type freeMap struct {
 	reserved map[string]time.Time
 }
 
+// newFreeMap reads the fold's free-GPU index: it costs the nodes with free
+// GPUs, not every node and GPU.
 func newFreeMap(s *domain.State) *freeMap {
-	f := &freeMap{free: map[string][]domain.GPU{}, sched: map[string]bool{}, reserved: map[string]time.Time{}}
-	for _, name := range s.NodeNames() {
+	names := s.FreeNodes()
+	f := &freeMap{nodes: s.SchedulableNodes(), free: make(map[string][]domain.GPU, len(names)),
+		avail: append([]string(nil), names...), count: s.FreeCount(), maxNode: s.Totals().MaxHealthy,
+		reserved: map[string]time.Time{}}
+	for _, n := range names {
+		f.free[n] = s.FreeOn(n)
+	}
+	return f
+}
+
+// scratchFreeMap builds the free map from every node and GPU owner, as
+// newFreeMap did before the fold kept the index (tests: Policy.scratch).
+func scratchFreeMap(s *domain.State) *freeMap {
+	f := &freeMap{free: map[string][]domain.GPU{}, reserved: map[string]time.Time{}}
+	names := s.NodeNames()
+	for _, name := range names {
 		n := s.Nodes[name]
 		if !n.Schedulable() || len(n.GPUs) == 0 {
 			continue
 		}
 		f.nodes = append(f.nodes, name)
-		f.sched[name] = true
 		var g []domain.GPU
 		healthy := 0
 		for _, x := range n.GPUs {
@@ -48,23 +65,21 @@ func newFreeMap(s *domain.State) *freeMap {
 			if !sort.SliceIsSorted(g, func(i, j int) bool { return g[i].Index < g[j].Index }) {
 				sort.Slice(g, func(i, j int) bool { return g[i].Index < g[j].Index })
 			}
-			f.free[name] = g
+			f.free[name] = g[:len(g):len(g)]
 			f.avail = append(f.avail, name)
 			f.count += len(g)
 		}
-		if healthy > f.maxNode {
-			f.maxNode = healthy
-		}
+		f.maxNode = max(f.maxNode, healthy)
 	}
 	return f
 }
 
-// clone copies the free GPUs (not the reservations).
+// clone copies the free GPUs (not the reservations); the lists are shared.
 func (f *freeMap) clone() *freeMap {
-	c := &freeMap{nodes: f.nodes, sched: f.sched, free: make(map[string][]domain.GPU, len(f.free)),
+	c := &freeMap{nodes: f.nodes, free: make(map[string][]domain.GPU, len(f.free)),
 		avail: append([]string(nil), f.avail...), count: f.count, maxNode: f.maxNode, reserved: map[string]time.Time{}}
 	for n, g := range f.free {
-		c.free[n] = append([]domain.GPU(nil), g...)
+		c.free[n] = g
 	}
 	return c
 }
@@ -82,23 +97,26 @@ func (f *freeMap) cloneReserved() *freeMap {
 func (f *freeMap) add(s *domain.State, ps []events.Placement) {
 	for _, p := range ps {
 		n := s.Nodes[p.Node]
-		if n == nil || !n.Schedulable() || !f.sched[p.Node] {
+		if n == nil || !n.Schedulable() {
 			continue
 		}
 		held := map[string]bool{}
 		for _, g := range p.GPUs {
 			held[g] = true
 		}
-		had := len(f.free[p.Node])
+		cur := f.free[p.Node]
+		had := len(cur)
+		cur = cur[:had:had] // shared: the first append copies
 		for _, g := range n.GPUs {
 			if held[g.UUID] && g.Healthy {
-				f.free[p.Node] = append(f.free[p.Node], g)
+				cur = append(cur, g)
 				f.count++
 			}
 		}
-		if len(f.free[p.Node]) == had {
+		if len(cur) == had {
 			continue
 		}
+		f.free[p.Node] = cur
 		if had == 0 {
 			i := sort.SearchStrings(f.avail, p.Node)
 			f.avail = append(f.avail, "")
@@ -195,6 +213,9 @@ func (f *freeMap) usableFast(t *domain.Task, node string, end time.Time) []domai
 type capacity struct {
 	s     *domain.State
 	cache map[capKey][4]int // ever total, ever best node, now total, now best node
+	// scratch (tests): count the GPUs without constraints too, rather
+	// than read the fold's totals.
+	scratch bool
 }
 
 type capKey struct {
@@ -204,7 +225,15 @@ type capKey struct {
 
 func (c *capacity) feasible(t *domain.Task) (ever, now bool) {
 	k := capKey{t.GPUModel, t.MinGPUMemMiB}
-	v, ok := c.cache[k]
+	var v [4]int
+	ok := false
+	if k == (capKey{}) && !c.scratch {
+		// Without constraints: the fold's totals.
+		n := c.s.Totals()
+		v, ok = [4]int{n.GPUs, n.MaxGPUs, n.Healthy, n.MaxHealthy}, true
+	} else {
+		v, ok = c.cache[k]
+	}
 	if !ok {
 		v[0], v[1] = c.count(t, false)
 		v[2], v[3] = c.count(t, true)

@@ -68,7 +68,7 @@ type ending struct {
 //     (preempt.go); else, if it is the first blocked task, give it the
 //     reservation at its earliest predicted start (backfill.go).
 func (p *Policy) Plan(in Input) Result {
-	pc := newPass(p.opts, in)
+	pc := newPass(p.opts, in, p.scratch)
 	pc.noMemo = p.noMemo
 	pos := 0
 	pc.order(func(t *domain.Task, tier int) bool {
@@ -134,16 +134,62 @@ func (p *Policy) Plan(in Input) Result {
 	return pc.res
 }
 
-func newPass(o Options, in Input) *pass {
+func newPass(o Options, in Input, scratch bool) *pass {
 	s := in.State
-	pc := &pass{in: in, opts: o, s: s, free: newFreeMap(s), cap: capacity{s: s, cache: map[capKey][4]int{}},
+	pc := &pass{in: in, opts: o, s: s, cap: capacity{s: s, cache: map[capKey][4]int{}, scratch: scratch},
 		usage: map[string]int{}, lend: map[string]int{}, claim: map[string]int{}, guar: map[string]int{}, underSet: map[string]bool{},
 		preempting: map[string]bool{}, promised: map[string][]*domain.Task{}, owner: map[string]string{},
 		placedNow: map[string][]events.Placement{}}
 	if o.Explain {
 		pc.res.Waiting = map[string]Wait{}
 	}
-	s.EachActive(func(t *domain.Task) {
+	if scratch {
+		pc.free = scratchFreeMap(s)
+		pc.scratchHolders()
+	} else {
+		pc.free = newFreeMap(s)
+		// Usage, yielding tasks and victims from the fold's indexes: the pass
+		// costs the teams and the tasks yielding, not every holder.
+		s.TeamGPUs(func(team string, n int) {
+			pc.usage[team] = n
+			pc.claim[team] = n
+			pc.lend[team] = n
+		})
+		s.EachPreempting(func(t *domain.Task) {
+			pc.preempting[t.ID] = true
+			pc.lend[t.Team] -= gpuCount(t)
+			if t.PreemptFor != "" {
+				pc.promised[t.PreemptFor] = append(pc.promised[t.PreemptFor], t)
+			}
+		})
+		pc.anyVictim = s.Victims() > 0
+	}
+	for id, vs := range pc.promised {
+		if p := s.Tasks[id]; p != nil && p.State == domain.Queued {
+			pc.claim[p.Team] += p.GPUs
+		}
+		sort.Slice(vs, func(i, j int) bool { return vs[i].SubmitSeq < vs[j].SubmitSeq })
+	}
+	if len(o.Teams) > 0 {
+		total := s.Totals().Healthy
+		if scratch {
+			total, _ = pc.cap.count(&domain.Task{}, true)
+		}
+		for team, g := range o.Teams {
+			pc.guar[team] = g.of(total)
+			if pc.usage[team] < pc.guar[team] {
+				pc.underSet[team] = true
+				pc.anyUnder = true
+			}
+		}
+	}
+	return pc
+}
+
+// scratchHolders computes from every holding task what newPass reads from
+// the fold's indexes (tests compare the two: Policy.scratch).
+func (pc *pass) scratchHolders() {
+	pc.s.EachActive(func(t *domain.Task) {
 		n := gpuCount(t)
 		pc.usage[t.Team] += n
 		pc.claim[t.Team] += n
@@ -161,23 +207,6 @@ func newPass(o Options, in Input) *pass {
 	for team, n := range pc.usage {
 		pc.lend[team] += n
 	}
-	for id, vs := range pc.promised {
-		if p := s.Tasks[id]; p != nil && p.State == domain.Queued {
-			pc.claim[p.Team] += p.GPUs
-		}
-		sort.Slice(vs, func(i, j int) bool { return vs[i].SubmitSeq < vs[j].SubmitSeq })
-	}
-	if len(o.Teams) > 0 {
-		total, _ := s.TotalGPUs()
-		for team, g := range o.Teams {
-			pc.guar[team] = g.of(total)
-			if pc.usage[team] < pc.guar[team] {
-				pc.underSet[team] = true
-				pc.anyUnder = true
-			}
-		}
-	}
-	return pc
 }
 
 // under reports whether the team was under its guarantee when the pass began.

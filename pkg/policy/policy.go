@@ -103,6 +103,9 @@ func (o Options) withDefaults() Options {
 type Policy struct {
 	opts   Options
 	noMemo bool // tests: no placement-failure memo (the decisions are the same)
+	// scratch (tests): build the pass from every node, GPU and holding
+	// task instead of the fold's indexes (the decisions are the same).
+	scratch bool
 }
 
 // New returns a policy with the given options (defaults filled in).
@@ -118,7 +121,7 @@ func (p *Policy) Name() string { return p.opts.Preemption }
 func (p *Policy) With(explain bool) *Policy {
 	o := p.opts
 	o.Explain = explain
-	return &Policy{opts: o, noMemo: p.noMemo}
+	return &Policy{opts: o, noMemo: p.noMemo, scratch: p.scratch}
 }
 
 // Input is what one pass sees. Predict gives a task's predicted total run
