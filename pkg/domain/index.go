@@ -221,6 +221,9 @@ func (s *State) EachPreempting(fn func(*Task)) {
 // Preempting returns the number of tasks EachPreempting visits.
 func (s *State) Preempting() int { return len(s.pre) }
 
+// Holders returns the number of tasks holding GPUs (EachActive visits them).
+func (s *State) Holders() int { return len(s.hold) }
+
 // Victims returns the number of running tasks holding GPUs that are
 // preemptible and not CRITICAL: the tasks a preemption could choose.
 func (s *State) Victims() int { return s.victims }
@@ -320,6 +323,14 @@ func (s *State) IndexMismatch() string {
 			delete(team, k)
 		}
 	}
+	for i, t := range s.hold {
+		if t.holdAt != i || !t.HoldsGPUs() || s.Tasks[t.ID] != t {
+			return fmt.Sprintf("holding index: %s at %d (holdAt %d, holds %v)", t.ID, i, t.holdAt, t.HoldsGPUs())
+		}
+	}
+	if holders := len(s.hold); holders != countHolders(s) {
+		return sprint("holders", countHolders(s), holders)
+	}
 	gotPre := map[string]bool{}
 	for id, t := range s.pre {
 		if s.Tasks[id] != t {
@@ -344,4 +355,14 @@ func (s *State) IndexMismatch() string {
 
 func sprint(what string, want, got any) string {
 	return fmt.Sprintf("%s: want %v, got %v", what, want, got)
+}
+
+func countHolders(s *State) int {
+	n := 0
+	for _, t := range s.Tasks {
+		if t.HoldsGPUs() {
+			n++
+		}
+	}
+	return n
 }

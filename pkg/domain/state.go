@@ -26,7 +26,7 @@ type State struct {
 
 	q    queueIndex
 	live map[string]*Task // tasks not finished, or still holding GPUs
-	hold map[string]*Task // tasks holding GPUs
+	hold []*Task // tasks holding GPUs, in no order (Task.holdAt is the position)
 
 	nx      *nodeIndex       // free GPUs per node, sorted names, totals (index.go)
 	team    map[string]int   // GPUs held per team
@@ -394,14 +394,15 @@ func (s *State) track(t *Task) {
 		}
 		t.inLive = live
 	}
-	if s.hold == nil {
-		s.hold = map[string]*Task{}
-	}
 	if hold := t.HoldsGPUs(); hold != t.inHold {
 		if hold {
-			s.hold[t.ID] = t
+			t.holdAt = len(s.hold)
+			s.hold = append(s.hold, t)
 		} else {
-			delete(s.hold, t.ID)
+			last := s.hold[len(s.hold)-1]
+			s.hold[t.holdAt], last.holdAt = last, t.holdAt
+			s.hold[len(s.hold)-1] = nil
+			s.hold = s.hold[:len(s.hold)-1]
 		}
 		t.inHold = hold
 	}
@@ -484,9 +485,9 @@ func (s *State) cloneIndexes(c *State) {
 	for k := range s.live {
 		c.live[k] = c.Tasks[k]
 	}
-	c.hold = make(map[string]*Task, len(s.hold))
-	for k := range s.hold {
-		c.hold[k] = c.Tasks[k]
+	c.hold = make([]*Task, len(s.hold))
+	for i, t := range s.hold {
+		c.hold[i] = c.Tasks[t.ID] // same position: holdAt holds
 	}
 	for p := range s.q.lists {
 		if len(s.q.lists[p]) == 0 {

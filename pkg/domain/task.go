@@ -96,6 +96,7 @@ type Task struct {
 	// inLive and inHold: the task is in its State's live and holding
 	// indexes (see State.track). A clone is in its clone's indexes.
 	inLive, inHold bool
+	holdAt         int // position in State.hold while inHold
 	// held, inPre, inVictim: the GPUs counted for the task's team, and
 	// whether it is in the preempting index and counted as a victim (see
 	// State.trackHolders).

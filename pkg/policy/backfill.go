@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"container/heap"
 	"sort"
 	"time"
 
@@ -24,15 +23,16 @@ func (pc *pass) buildEnds() {
 // endings lists the holding tasks' predicted ends (see buildEnds), in no
 // order.
 func (pc *pass) endings() []ending {
-	out := make([]ending, 0, len(pc.placedNow)+64)
+	out := make([]ending, 0, len(pc.placedNow)+pc.s.Holders())
 	pc.s.EachActive(func(t *domain.Task) {
-		if !pc.preempting[t.ID] {
-			out = append(out, ending{t: t, at: pc.in.Now.Add(pc.in.remaining(t)), pls: t.Placements})
+		// Yielding before the pass (Preempting), or chosen as a victim in it.
+		if t.State != domain.Preempting && (pc.victimsNow == 0 || !pc.preempting[t.ID]) {
+			out = append(out, ending{t: t, r: pc.in.remaining(t), pls: t.Placements})
 		}
 	})
 	for id, ps := range pc.placedNow {
 		t := pc.s.Tasks[id]
-		out = append(out, ending{t: t, at: pc.in.Now.Add(pc.in.predict(t)), pls: ps})
+		out = append(out, ending{t: t, r: pc.in.predict(t), pls: ps})
 	}
 	return out
 }
@@ -41,26 +41,53 @@ func (pc *pass) endings() []ending {
 // order does not matter), sorting only as far as a reservation walks.
 type endHeap []ending
 
-func (h endHeap) Len() int           { return len(h) }
-func (h endHeap) Less(i, j int) bool { return endBefore(h[i], h[j]) }
-func (h endHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *endHeap) Push(x any)        { *h = append(*h, x.(ending)) }
-func (h *endHeap) Pop() any {
+func (h endHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h endHeap) down(i int) {
+	n := len(h)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		j := l
+		if r := l + 1; r < n && endBefore(h[r], h[l]) {
+			j = r
+		}
+		if !endBefore(h[j], h[i]) {
+			return
+		}
+		h[i], h[j] = h[j], h[i]
+		i = j
+	}
+}
+
+func (h *endHeap) pop() ending {
 	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
+	e := old[0]
+	n := len(old) - 1
+	old[0] = old[n]
+	old[n] = ending{}
+	*h = old[:n]
+	h.down(0)
 	return e
 }
 
+// endBefore orders ends: every end is the pass's now plus r, so by r, then
+// by log order.
 func endBefore(a, b ending) bool {
-	if !a.at.Equal(b.at) {
-		return a.at.Before(b.at)
+	if a.r != b.r {
+		return a.r < b.r
 	}
 	return a.t.SubmitSeq < b.t.SubmitSeq
 }
 
 func (pc *pass) addEnd(t *domain.Task, ps []events.Placement) {
-	e := ending{t: t, at: pc.in.Now.Add(pc.in.predict(t)), pls: ps}
+	e := ending{t: t, r: pc.in.predict(t), pls: ps}
 	i := sort.Search(len(pc.ends), func(i int) bool { return endBefore(e, pc.ends[i]) })
 	pc.ends = append(pc.ends, ending{})
 	copy(pc.ends[i+1:], pc.ends[i:])
@@ -94,14 +121,14 @@ func (pc *pass) reserve(t *domain.Task) {
 		} else {
 			h = pc.endings()
 		}
-		heap.Init(&h)
-		for !ok && h.Len() > 0 {
-			e := heap.Pop(&h).(ending)
+		h.init()
+		for !ok && len(h) > 0 {
+			e := h.pop()
 			future.add(pc.s, e.pls)
 			if future.count < t.GPUs {
 				continue
 			}
-			at = e.at
+			at = pc.in.Now.Add(e.r)
 			if one && !fitsOn(t, future, e.pls) {
 				continue
 			}

@@ -34,6 +34,7 @@ type pass struct {
 	anyVictim bool
 
 	preempting map[string]bool           // victims asked to yield (before or in this pass)
+	victimsNow int                       // of which chosen in this pass
 	promised   map[string][]*domain.Task // preemptor → its victims still holding GPUs
 	owner      map[string]string         // reserved GPU → the task it is reserved for
 	hasRes     bool                      // the EASY reservation exists
@@ -49,9 +50,10 @@ type pass struct {
 	res    Result
 }
 
+// ending is a holding task's predicted end: the pass's now plus r.
 type ending struct {
 	t   *domain.Task
-	at  time.Time
+	r   time.Duration
 	pls []events.Placement
 }
 

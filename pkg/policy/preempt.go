@@ -159,6 +159,7 @@ func (pc *pass) preempt(t *domain.Task, tier int) bool {
 			why = pc.opts.Preemption
 		}
 		pc.preempting[v.t.ID] = true
+		pc.victimsNow++
 		pc.usage[v.t.Team] -= v.n
 		pc.lend[v.t.Team] -= v.n
 		pc.res.Decisions = append(pc.res.Decisions, Decision{Kind: Preempt, TaskID: v.t.ID, For: t.ID,
