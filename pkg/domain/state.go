@@ -26,7 +26,7 @@ type State struct {
 
 	q    queueIndex
 	live map[string]*Task // tasks not finished, or still holding GPUs
-	hold []*Task // tasks holding GPUs, in no order (Task.holdAt is the position)
+	hold []*Task          // tasks holding GPUs, in no order (Task.holdAt is the position)
 
 	nx      *nodeIndex       // free GPUs per node, sorted names, totals (index.go)
 	team    map[string]int   // GPUs held per team
@@ -460,8 +460,12 @@ func (s *State) Clone() *State {
 	c := &State{Seq: s.Seq, Skipped: s.Skipped, Ignored: s.Ignored, LastTime: s.LastTime,
 		Tasks: make(map[string]*Task, len(s.Tasks)), Nodes: make(map[string]*Node, len(s.Nodes)),
 		Owner: make(map[string]string, len(s.Owner)), Idem: make(map[string]string, len(s.Idem))}
+	slab := make([]Task, len(s.Tasks)) // one allocation for every task
+	i := 0
 	for k, v := range s.Tasks {
-		c.Tasks[k] = v.Clone()
+		v.cloneInto(&slab[i])
+		c.Tasks[k] = &slab[i]
+		i++
 	}
 	s.cloneIndexes(c)
 	return c
@@ -473,8 +477,12 @@ func (s *State) Clone() *State {
 func (s *State) CloneLive() *State {
 	c := &State{Seq: s.Seq, LastTime: s.LastTime, Tasks: make(map[string]*Task, len(s.live)),
 		Nodes: make(map[string]*Node, len(s.Nodes)), Owner: make(map[string]string, len(s.Owner)), Idem: map[string]string{}}
+	slab := make([]Task, len(s.live)) // one allocation for every task
+	i := 0
 	for k, v := range s.live {
-		c.Tasks[k] = v.Clone()
+		v.cloneInto(&slab[i])
+		c.Tasks[k] = &slab[i]
+		i++
 	}
 	s.cloneIndexes(c)
 	return c

@@ -1,6 +1,7 @@
 package domain_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -903,4 +904,30 @@ func TestApplyIgnoredFailedChangesNothing(t *testing.T) {
 	got := fields{task.State, task.ExitCode, task.Error, task.StderrTail, st.Ignored}
 	regression(t, "state.go Apply, case events.Failed: ExitCode/Error/StderrTail are set before finish() decides to ignore the fact",
 		cmp.Diff(fields{State: domain.Completed, Ignored: 1}, got))
+}
+
+// BenchmarkCloneLive is the forward simulation's copy of the fold: 1,000
+// nodes of 8 GPUs, each GPU held by a running task, and 100,000 queued
+// tasks.
+func BenchmarkCloneLive(b *testing.B) {
+	log := dt.NewLog()
+	for i := 0; i < 1000; i++ {
+		name := fmt.Sprintf("n%04d", i)
+		log.Append(dt.Node(name).GPUs(8).Available())
+		for g := 0; g < 8; g++ {
+			id := fmt.Sprintf("run-%d-%d", i, g)
+			log.Append(dt.Task().ID(id).Submitted(), dt.Dispatch(id, dt.On(name, g)), events.Started{TaskID: id, Node: name, PID: 1})
+		}
+	}
+	for i := 0; i < 100_000; i++ {
+		log.Append(dt.Task().ID(fmt.Sprintf("q%06d", i)).GPUs(1 + i%8).Submitted())
+	}
+	st := log.Fold()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if c := st.CloneLive(); len(c.Tasks) != len(st.Tasks) {
+			b.Fatalf("clone has %d tasks, want %d", len(c.Tasks), len(st.Tasks))
+		}
+	}
 }

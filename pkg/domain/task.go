@@ -130,7 +130,14 @@ func (t *Task) Before(u *Task) bool {
 
 // Clone returns a deep copy.
 func (t *Task) Clone() *Task {
-	c := *t
+	c := new(Task)
+	t.cloneInto(c)
+	return c
+}
+
+// cloneInto makes c a deep copy of t.
+func (t *Task) cloneInto(c *Task) {
+	*c = *t
 	c.Placements = clonePlacements(t.Placements)
 	if t.Checklist != nil {
 		c.Checklist = make(map[string]bool, len(t.Checklist))
@@ -138,7 +145,6 @@ func (t *Task) Clone() *Task {
 			c.Checklist[k] = v
 		}
 	}
-	return &c
 }
 
 // clonePlacements copies ps; the GPU lists share one allocation.
