@@ -349,7 +349,7 @@ func (s *shell) fold(st *domain.State, r events.Record) {
 // ack is awaited; it returns the highest sequence appended.
 func (s *shell) pass(ctx context.Context, st *domain.State, j js.JetStream) (uint64, error) {
 	now := time.Now()
-	cmds := decide.Plan(st, s.pol, now, decide.Liveness{}, func(t *domain.Task) time.Duration { return s.pred.Total(t, 0.5) })
+	cmds := decide.Plan(st, s.pol, now, decide.Liveness{}, s.pred.ForPolicy(now))
 	s.planTime += time.Since(now)
 	s.passes++
 	s.maxBatch = max(s.maxBatch, len(cmds))

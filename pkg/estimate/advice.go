@@ -37,7 +37,7 @@ const (
 // submission, and suggestions.
 func (e *Estimator) Advise(st *domain.State, now time.Time) []Advice {
 	ests := e.EstimateAll(st, now)
-	why := e.Pol.With(true).Plan(policy.Input{State: st, Now: now, Predict: func(t *domain.Task) time.Duration { return e.Pred.Total(t, 0.5) }}).Waiting
+	why := e.Pol.With(true).Plan(policy.Input{State: st, Now: now, Predict: e.Pred.ForPolicy(now)}).Waiting
 	var out []Advice
 	for i, t := range st.Queued() {
 		out = append(out, e.advise(st, t, i+1, ests[t.ID], why[t.ID], now))
@@ -58,7 +58,7 @@ func (e *Estimator) AdviseOne(st *domain.State, id string, now time.Time) (Advic
 		}
 		return a, true
 	}
-	why := e.Pol.With(true).Plan(policy.Input{State: st, Now: now, Predict: func(t *domain.Task) time.Duration { return e.Pred.Total(t, 0.5) }}).Waiting
+	why := e.Pol.With(true).Plan(policy.Input{State: st, Now: now, Predict: e.Pred.ForPolicy(now)}).Waiting
 	// A task the policy starts in this pass has no Wait: its place in the
 	// queue, as Advise gives it.
 	pos := 0

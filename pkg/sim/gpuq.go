@@ -88,10 +88,16 @@ func newDriver(ctx context.Context, cfg Config, pol *policy.Policy, tasks []Task
 }
 
 // predict is the policy's run-time prediction, as the scheduler service
-// passes it: the learned P50 of the task's whole run. It is memoised until
-// the predictor learns again (the value depends only on the predictor and
-// the task's submitted fields, which nothing in a simulation amends).
+// passes it (estimate.Predictor.ForPolicy): a running task's is
+// conditioned on how long it has run; a queued task's, the learned P50 of
+// its whole run, is memoised until the predictor learns again (it depends
+// only on the predictor and the task's submitted fields, which nothing in
+// a simulation amends).
 func (d *driver) predict(t *domain.Task) time.Duration {
+	if t.State == domain.Running && !t.StartedAt.IsZero() && d.now.After(t.StartedAt) {
+		el := d.now.Sub(t.StartedAt)
+		return el + d.pred.Remaining(t, el, 0.5)
+	}
 	if v, ok := d.predicted[t.ID]; ok {
 		return v
 	}

@@ -193,7 +193,6 @@ func TestSameDecisionsAsScheduler(t *testing.T) {
 				t.Fatal(err)
 			}
 			st, pred := domain.NewState(), estimate.NewPredictor(0)
-			predict := func(t *domain.Task) time.Duration { return pred.Total(t, 0.5) }
 			decision := func(r events.Record) bool {
 				switch r.Event.(type) {
 				case events.Dispatched, events.PreemptRequested, events.Requeued:
@@ -212,7 +211,7 @@ func TestSameDecisionsAsScheduler(t *testing.T) {
 					last := i == len(recs)-1 || recs[i+1].Envelope.Time.After(recs[i].Envelope.Time)
 					if last {
 						// The instant ends here: nothing may be left to decide.
-						if cmds := decide.Plan(st, pol, recs[i].Envelope.Time, decide.Liveness{}, predict); len(cmds) > 0 {
+						if cmds := decide.Plan(st, pol, recs[i].Envelope.Time, decide.Liveness{}, pred.ForPolicy(recs[i].Envelope.Time)); len(cmds) > 0 {
 							t.Fatalf("seq %d: the instant ends but the scheduler would still append %d events, first %+v",
 								recs[i].Seq, len(cmds), cmds[0].Event)
 						}
@@ -224,7 +223,7 @@ func TestSameDecisionsAsScheduler(t *testing.T) {
 				}
 				// A decision point: the scheduler's commands must be the log's next records.
 				now := recs[i].Envelope.Time
-				cmds := decide.Plan(st, pol, now, decide.Liveness{}, predict)
+				cmds := decide.Plan(st, pol, now, decide.Liveness{}, pred.ForPolicy(now))
 				if len(cmds) == 0 {
 					t.Fatalf("seq %d: the simulation decided %+v, the scheduler nothing", recs[i].Seq, recs[i].Event)
 				}

@@ -229,7 +229,7 @@ func (s *Scheduler) pass(ctx context.Context, st *domain.State) (uint64, error) 
 	if s.cfg.NodeTimeout < 0 {
 		live.Timeout = 0
 	}
-	cmds := decide.Plan(st, s.cfg.Policy, now, live, func(t *domain.Task) time.Duration { return s.pred.Total(t, 0.5) })
+	cmds := decide.Plan(st, s.cfg.Policy, now, live, s.pred.ForPolicy(now))
 	s.mu.Unlock()
 	var last uint64
 	for _, c := range cmds {
