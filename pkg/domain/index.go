@@ -224,6 +224,11 @@ func (s *State) Preempting() int { return len(s.pre) }
 // Holders returns the number of tasks holding GPUs (EachActive visits them).
 func (s *State) Holders() int { return len(s.hold) }
 
+// Holder returns the i-th task holding GPUs, 0 <= i < Holders(), in
+// EachActive's order (no order): a position stays valid until the next
+// Apply. It lets a reader keep positions instead of pointers.
+func (s *State) Holder(i int) *Task { return s.hold[i] }
+
 // Victims returns the number of running tasks holding GPUs that are
 // preemptible and not CRITICAL: the tasks a preemption could choose.
 func (s *State) Victims() int { return s.victims }

@@ -41,13 +41,17 @@ type pass struct {
 	blocked    []*domain.Task            // tasks not placed, in order (explain: first few)
 	tierAhead  []string                  // tier-1 tasks seen (explain)
 	ends       []ending                  // holding tasks by predicted end, built lazily
-	placedNow  map[string][]events.Placement
-	behind     int // tasks examined after the first blocked one
+	placedNow  []placed                  // tasks placed in this pass, in order
+	behind     int                       // tasks examined after the first blocked one
 	// failed memoizes placement failures of tasks without constraints,
 	// for one node ([0]) and for gangs ([1]); see pass.place.
 	failed [2][]failure
 	noMemo bool
-	res    Result
+	// slowEnds, topEnds (tests): walk ends as every holder's ending in a
+	// heap; keep at most topEnds earliest sorted (0: the default).
+	slowEnds bool
+	topEnds  int
+	res      Result
 }
 
 // ending is a holding task's predicted end: the pass's now plus r.
@@ -71,7 +75,7 @@ type ending struct {
 //     reservation at its earliest predicted start (backfill.go).
 func (p *Policy) Plan(in Input) Result {
 	pc := newPass(p.opts, in, p.scratch)
-	pc.noMemo = p.noMemo
+	pc.noMemo, pc.slowEnds, pc.topEnds = p.noMemo, p.slowEnds, p.topEnds
 	pos := 0
 	pc.order(func(t *domain.Task, tier int) bool {
 		pos++
@@ -140,8 +144,7 @@ func newPass(o Options, in Input, scratch bool) *pass {
 	s := in.State
 	pc := &pass{in: in, opts: o, s: s, cap: capacity{s: s, cache: map[capKey][4]int{}, scratch: scratch},
 		usage: map[string]int{}, lend: map[string]int{}, claim: map[string]int{}, guar: map[string]int{}, underSet: map[string]bool{},
-		preempting: map[string]bool{}, promised: map[string][]*domain.Task{}, owner: map[string]string{},
-		placedNow: map[string][]events.Placement{}}
+		preempting: map[string]bool{}, promised: map[string][]*domain.Task{}, owner: map[string]string{}}
 	if o.Explain {
 		pc.res.Waiting = map[string]Wait{}
 	}
@@ -239,7 +242,7 @@ func (pc *pass) dispatch(t *domain.Task, ps []events.Placement, backfill bool) {
 	pc.usage[t.Team] += t.GPUs
 	pc.lend[t.Team] += t.GPUs
 	pc.claim[t.Team] += t.GPUs
-	pc.placedNow[t.ID] = ps
+	pc.placedNow = append(pc.placedNow, placed{t, ps})
 	reason := "placed in queue order"
 	if backfill {
 		reason = "backfilled: predicted to end before the reservation, or off the reserved GPUs"

@@ -106,6 +106,11 @@ type Policy struct {
 	// scratch (tests): build the pass from every node, GPU and holding
 	// task instead of the fold's indexes (the decisions are the same).
 	scratch bool
+	// slowEnds, topEnds (tests): the reservation walks every holder's
+	// ending from a heap, or keeps only topEnds earliest sorted (the
+	// decisions are the same).
+	slowEnds bool
+	topEnds  int
 }
 
 // New returns a policy with the given options (defaults filled in).
@@ -121,7 +126,9 @@ func (p *Policy) Name() string { return p.opts.Preemption }
 func (p *Policy) With(explain bool) *Policy {
 	o := p.opts
 	o.Explain = explain
-	return &Policy{opts: o, noMemo: p.noMemo, scratch: p.scratch}
+	c := *p
+	c.opts = o
+	return &c
 }
 
 // Input is what one pass sees. Predict gives a task's predicted total run
