@@ -282,6 +282,15 @@ func gpusHeld(t *Task) int {
 // IndexMismatch compares every index Apply keeps with a computation from
 // scratch and describes the first difference ("" when none). Tests use it.
 func (s *State) IndexMismatch() string {
+	// Queue index: an entry is marked stale (generation 0) iff it is not live.
+	for p := range s.q.lists {
+		for i, e := range s.q.lists[p] {
+			if e.t != nil && (e.gen != 0) != e.live(Priority(p)) {
+				return fmt.Sprintf("queue index: class %d entry %d (task %s, gen %d of %d): marked %v, live %v",
+					p, i, e.t.ID, e.gen, e.t.qgen, e.gen == 0, e.live(Priority(p)))
+			}
+		}
+	}
 	want := buildNodeIndex(s)
 	got := s.nx
 	if got == nil {

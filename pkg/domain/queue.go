@@ -6,8 +6,10 @@ import "sort"
 // per class, each sorted by (SubmittedAt, SubmitSeq). Entries are removed
 // lazily: an entry is live while its task is queued and the entry's
 // generation is the task's current one (a requeue or a class change adds a
-// fresh entry and makes the old one stale). Lists are compacted when more
-// than half of their entries are stale.
+// fresh entry and makes the old one stale). An entry going stale is found
+// (by binary search) and marked with generation 0, so that a walk skips it
+// without reading its task. Lists are compacted when more than half of
+// their entries are stale.
 type queueIndex struct {
 	lists [Critical + 1][]qentry
 	stale [Critical + 1]int
@@ -19,7 +21,7 @@ type qentry struct {
 }
 
 func (e qentry) live(p Priority) bool {
-	return e.t.State == Queued && e.t.qgen == e.gen && e.t.Priority == p
+	return e.gen != 0 && e.t.State == Queued && e.t.qgen == e.gen && e.t.Priority == p
 }
 
 // add enqueues t at its place: by submit time within its class.
@@ -28,6 +30,9 @@ func (q *queueIndex) add(t *Task) {
 		return
 	}
 	t.qgen++
+	if t.qgen == 0 { // 0 marks a stale entry
+		t.qgen++
+	}
 	l := q.lists[t.Priority]
 	e := qentry{t, t.qgen}
 	n := len(l)
@@ -42,10 +47,18 @@ func (q *queueIndex) add(t *Task) {
 	q.lists[t.Priority] = l
 }
 
-// left marks that one entry of class p went stale.
-func (q *queueIndex) left(p Priority) {
+// left marks t's entry in class p stale: t is leaving the queue or the
+// class, and is still queued in class p with its entry's generation.
+func (q *queueIndex) left(t *Task, p Priority) {
 	if !p.Valid() {
 		return
+	}
+	l := q.lists[p]
+	for i := sort.Search(len(l), func(i int) bool { return !inLine(l[i].t, t) }); i < len(l) && !inLine(t, l[i].t); i++ {
+		if l[i].t == t && l[i].gen == t.qgen {
+			l[i].gen = 0
+			break
+		}
 	}
 	q.stale[p]++
 	if q.stale[p] > 64 && q.stale[p]*2 > len(q.lists[p]) {

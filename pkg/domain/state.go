@@ -130,7 +130,7 @@ func (s *State) Apply(r events.Record) {
 			old := t.Priority
 			t.Priority = p
 			if t.State == Queued {
-				s.q.left(old)
+				s.q.left(t, old)
 				s.q.add(t)
 			}
 		}
@@ -151,7 +151,7 @@ func (s *State) Apply(r events.Record) {
 			s.release(t)
 		}
 		if t.State == Queued {
-			s.q.left(t.Priority)
+			s.q.left(t, t.Priority)
 		}
 		t.State, t.EndedAt, t.Reason = Cancelled, at, e.Reason
 	case events.ChecklistUpdated:
@@ -164,7 +164,7 @@ func (s *State) Apply(r events.Record) {
 			s.Ignored++
 			return
 		}
-		s.q.left(t.Priority)
+		s.q.left(t, t.Priority)
 		t.State, t.DispatchedAt, t.DispatchSeq = Dispatched, at, r.Seq
 		t.Placements = clonePlacements(e.Placements)
 		t.Node = ""
