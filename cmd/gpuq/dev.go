@@ -93,7 +93,7 @@ func newDev() *cobra.Command {
 	fl.StringVar(&f.within, "within-class", policy.FIFO, "order within a class: fifo or shortest-predicted")
 	fl.StringVar(&f.teams, "teams", "", "teams file (YAML or JSON) with guaranteed GPUs or shares")
 	fl.DurationVar(&f.nodeTO, "node-timeout", 30*time.Second, "a node without heartbeat this long is lost")
-	fl.DurationVar(&f.maxWait, "max-wait", 48*time.Hour, "shortest-predicted: tasks waiting this long go first in their class")
+	fl.DurationVar(&f.maxWait, "max-wait", policy.DefaultMaxWait, "shortest-predicted: tasks waiting this long go first in their class")
 	return c
 }
 

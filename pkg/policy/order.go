@@ -20,7 +20,8 @@ const (
 //  3. every other task, by class.
 //
 // Within a class: submit time (FIFO), or under ShortestPredicted the
-// predicted run time aged by the wait, with tasks that waited MaxWait first.
+// predicted service (GPUs × run time, as Helios' QSSF) aged by the wait,
+// with tasks that waited MaxWait first.
 func (pc *pass) order(yield func(t *domain.Task, tier int) bool) {
 	s := pc.in.State
 	if pc.opts.WithinClass == ShortestPredicted {
@@ -91,7 +92,7 @@ func (pc *pass) sortedSPF() []*domain.Task {
 			wait = 0
 		}
 		ks[i] = keyed{t: t, tier: pc.tier(t), aged: wait >= pc.opts.MaxWait,
-			key: pc.in.predict(t).Seconds() / (1 + float64(wait)/float64(pc.opts.AgingTau))}
+			key: pc.in.predict(t).Seconds() * float64(max(t.GPUs, 1)) / (1 + float64(wait)/float64(pc.opts.AgingTau))}
 	}
 	sort.SliceStable(ks, func(i, j int) bool {
 		a, b := ks[i], ks[j]

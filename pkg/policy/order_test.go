@@ -12,7 +12,10 @@ import (
 // every task: a pass appends decisions as it considers tasks.
 func TestOrder(t *testing.T) {
 	minute := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
-	spf := policy.Options{WithinClass: policy.ShortestPredicted}
+	// The cases below pin the aging pace and the guard (2 h, 48 h) so that
+	// their arithmetic stays readable; the defaults have their own cases.
+	spf := policy.Options{WithinClass: policy.ShortestPredicted, AgingTau: 2 * time.Hour, MaxWait: 48 * time.Hour}
+	spfDefault := policy.Options{WithinClass: policy.ShortestPredicted}
 	cases := map[string]scenario{
 		"class by rank, not by name or submit time": {
 			setup: func(c *harness) {
@@ -120,6 +123,32 @@ func TestOrder(t *testing.T) {
 			opts: spf,
 			want: []string{"dispatch aged n1[0]", "dispatch new-short n1[1]"},
 		},
+		"shortest-predicted: the key is the service, GPUs × run time": {
+			// 4 GPUs × 1 h = 4 GPU-h goes after 1 GPU × 2 h = 2 GPU-h.
+			setup: func(c *harness) {
+				c.node("n1", 8, "H100", 81920).submit(task{id: "wide", gpus: 4, pred: time.Hour})
+				c.submit(task{id: "narrow", gpus: 1, pred: 2 * time.Hour})
+			},
+			opts: spf,
+			want: []string{"dispatch narrow n1[0]", "dispatch wide n1[1-4]"},
+		},
+		"shortest-predicted defaults: aged after DefaultMaxWait (5 days)": {
+			setup: func(c *harness) {
+				c.node("n1", 8, "H100", 81920).submit(task{id: "aged", pred: 1000 * time.Hour})
+				c.advance(policy.DefaultMaxWait).submit(task{id: "new-short", pred: time.Minute})
+			},
+			opts: spfDefault,
+			want: []string{"dispatch aged n1[0]", "dispatch new-short n1[1]"},
+		},
+		"shortest-predicted defaults: just under DefaultMaxWait, aged by DefaultAgingTau only": {
+			// 1000 h waited 119 h at tau 8 h: 1000/(1+14.9) = 63 h, behind 1 min.
+			setup: func(c *harness) {
+				c.node("n1", 8, "H100", 81920).submit(task{id: "almost", pred: 1000 * time.Hour})
+				c.advance(policy.DefaultMaxWait - time.Hour).submit(task{id: "new-short", pred: time.Minute})
+			},
+			opts: spfDefault,
+			want: []string{"dispatch new-short n1[0]", "dispatch almost n1[1]"},
+		},
 		"shortest-predicted: just under MaxWait is not aged": {
 			setup: func(c *harness) {
 				c.node("n1", 8, "H100", 81920).submit(task{id: "almost", pred: 1000 * time.Hour})
@@ -156,7 +185,7 @@ func TestOrder(t *testing.T) {
 func TestAgingGuardEndsStarvation(t *testing.T) {
 	c := cluster(t).node("n1", 1, "H100", 81920).
 		submit(task{id: "long", class: domain.Low, pred: 10 * time.Hour})
-	opts := policy.Options{WithinClass: policy.ShortestPredicted}
+	opts := policy.Options{WithinClass: policy.ShortestPredicted, AgingTau: 2 * time.Hour}
 	started := time.Time{}
 	for i := 0; i < 200 && started.IsZero(); i++ {
 		// A fresh one-hour task arrives every hour; the node runs one at a time.

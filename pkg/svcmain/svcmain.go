@@ -257,7 +257,7 @@ func (f *Flags) Policy() *PolicyFlags {
 	f.String(&p.Preemption, "policy", "GPUQ_POLICY", policy.CriticalOnly, "preemption policy: critical-only or ladder")
 	f.String(&p.WithinClass, "within-class", "GPUQ_WITHIN_CLASS", policy.FIFO, "order within a class: fifo or shortest-predicted")
 	f.String(&p.Teams, "teams", "GPUQ_TEAMS", "", "teams file (YAML or JSON) with guaranteed GPUs or shares")
-	f.Duration(&p.MaxWait, "max-wait", "GPUQ_MAX_WAIT", 48*time.Hour, "shortest-predicted: tasks waiting this long go first in their class")
+	f.Duration(&p.MaxWait, "max-wait", "GPUQ_MAX_WAIT", policy.DefaultMaxWait, "shortest-predicted: tasks waiting this long go first in their class")
 	return p
 }
 
