@@ -41,7 +41,7 @@ func Forward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Tim
 // errors; the estimator's calibration absorbs what remains. window 0 is
 // one pass per event, as the scheduler would decide.
 func ForwardWindow(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, target string, q float64, arrivals []Arrival, window float64) (time.Time, bool) {
-	starts := forward(st.CloneLive(), pol, pred, now, target, q, arrivals, 100000, window)
+	starts := forward(st, pol, pred, now, target, q, arrivals, 100000, window)
 	at, ok := starts[target]
 	return at, ok
 }
@@ -55,7 +55,7 @@ func ForwardAll(st *domain.State, pol *policy.Policy, pred *Predictor, now time.
 
 // ForwardAllWindow is ForwardAll with ForwardWindow's coarser steps.
 func ForwardAllWindow(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, q float64, arrivals []Arrival, window float64) map[string]time.Time {
-	return forward(st.CloneLive(), pol, pred, now, "", q, arrivals, 1000000, window)
+	return forward(st, pol, pred, now, "", q, arrivals, 1000000, window)
 }
 
 type fwd struct {
@@ -65,7 +65,8 @@ type fwd struct {
 	vnow  time.Time
 	total map[string]time.Duration // predicted length of each task's current run
 	ends  endHeap
-	narr  int // arrivals submitted
+	narr  int             // arrivals submitted
+	fresh map[string]bool // dispatched or requeued in the simulation
 }
 
 // nextAt is the time of the next live end or arrival (stale ends, of tasks
@@ -88,11 +89,12 @@ func (f *fwd) nextAt(arrivals []Arrival, ai int) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-func forward(sim *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, target string, q float64, arrivals []Arrival, maxSteps int, window float64) map[string]time.Time {
+// forward simulates on a copy of st; st itself is only read.
+func forward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, target string, q float64, arrivals []Arrival, maxSteps int, window float64) map[string]time.Time {
 	starts := map[string]time.Time{}
 	waiting := map[string]bool{}
 	if target != "" {
-		tt := sim.Tasks[target]
+		tt := st.Tasks[target]
 		if tt == nil {
 			return starts
 		}
@@ -104,42 +106,67 @@ func forward(sim *domain.State, pol *policy.Policy, pred *Predictor, now time.Ti
 		}
 		waiting[target] = true
 	} else {
-		for _, t := range sim.Queued() {
+		for _, t := range st.Queued() {
 			waiting[t.ID] = true
 		}
 	}
 	if len(waiting) == 0 {
 		return starts
 	}
-	f := &fwd{sim: sim, pred: pred, q: q, vnow: now, total: map[string]time.Duration{}}
-	// 1. The tasks holding GPUs end at their conditional predicted end.
-	for _, t := range sim.Active() {
-		elapsed := time.Duration(0)
-		if !t.StartedAt.IsZero() && now.After(t.StartedAt) {
-			elapsed = now.Sub(t.StartedAt)
+	f := &fwd{pred: pred, q: q, vnow: now, total: map[string]time.Duration{}, fresh: map[string]bool{}}
+	// Predicted run lengths, computed when the policy first asks: a task
+	// holding GPUs when the simulation begins runs to its conditional
+	// predicted end (given how long it has run); any other task, its
+	// predicted run less what it already ran.
+	predict := func(t *domain.Task) time.Duration {
+		if d, ok := f.total[t.ID]; ok {
+			return d
 		}
-		rem := pred.Remaining(t, elapsed, q)
-		f.total[t.ID] = elapsed + rem
+		var d time.Duration
+		if t.HoldsGPUs() && !f.fresh[t.ID] {
+			elapsed := time.Duration(0)
+			if !t.StartedAt.IsZero() && now.After(t.StartedAt) {
+				elapsed = now.Sub(t.StartedAt)
+			}
+			d = elapsed + pred.Remaining(t, elapsed, q)
+		} else {
+			d = max(pred.Total(t, q)-time.Duration(t.RunSeconds*float64(time.Second)), 5*time.Second)
+		}
+		f.total[t.ID] = d
+		return d
+	}
+	// 1. The first pass runs on st itself (a pass modifies nothing): when
+	//    it starts the target, no copy of the state is needed.
+	res := pol.Plan(policy.Input{State: st, Now: now, Predict: predict})
+	if target != "" {
+		for _, d := range res.Decisions {
+			if d.Kind == policy.Dispatch && d.TaskID == target {
+				starts[target] = now
+				return starts
+			}
+		}
+	}
+	sim := st.CloneLive()
+	f.sim = sim
+	// 2. The tasks holding GPUs end at their conditional predicted end.
+	for _, t := range sim.Active() {
+		rem := predict(t)
+		if !t.StartedAt.IsZero() && now.After(t.StartedAt) {
+			rem -= now.Sub(t.StartedAt)
+		}
 		if t.State == domain.Preempting {
 			rem = time.Minute // checkpointing; gone within its grace
 		}
 		heap.Push(&f.ends, end{at: now.Add(rem), id: t.ID, dispatch: t.DispatchSeq})
 	}
-	predict := func(t *domain.Task) time.Duration {
-		if d, ok := f.total[t.ID]; ok {
-			return d
-		}
-		d := pred.Total(t, q) - time.Duration(t.RunSeconds*float64(time.Second))
-		if d < 5*time.Second {
-			d = 5 * time.Second
-		}
-		f.total[t.ID] = d
-		return d
-	}
+	planned := true // res holds the first pass's decisions
 	ai := 0
 	for step := 0; step < maxSteps; step++ {
-		// 2. Let the policy decide at vnow.
-		res := pol.Plan(policy.Input{State: sim, Now: f.vnow, Predict: predict})
+		// 3. Let the policy decide at vnow.
+		if !planned {
+			res = pol.Plan(policy.Input{State: sim, Now: f.vnow, Predict: predict})
+		}
+		planned = false
 		replan := false
 		for _, d := range res.Decisions {
 			t := sim.Tasks[d.TaskID]
@@ -155,19 +182,21 @@ func forward(sim *domain.State, pol *policy.Policy, pred *Predictor, now time.Ti
 					}
 				}
 				delete(f.total, t.ID)
+				f.fresh[t.ID] = true
 				heap.Push(&f.ends, end{at: f.vnow.Add(predict(t)), id: t.ID, dispatch: t.DispatchSeq})
 			case policy.Preempt:
 				f.apply(events.PreemptRequested{TaskID: t.ID, For: d.For})
 				f.apply(events.Preempted{TaskID: t.ID})
 				f.apply(events.Requeued{TaskID: t.ID})
 				delete(f.total, t.ID)
+				f.fresh[t.ID] = true
 				replan = true
 			}
 		}
 		if replan {
 			continue
 		}
-		// 3. Advance to the next end or arrival, and with a window, take
+		// 4. Advance to the next end or arrival, and with a window, take
 		//    every event up to window × (time ahead) after it too.
 		first, ok := f.nextAt(arrivals, ai)
 		if !ok {

@@ -128,7 +128,7 @@ func (p *Predictor) Total(t *domain.Task, q float64) time.Duration {
 
 // ForPolicy is the run-time prediction the policy takes
 // (policy.Input.Predict) at now: for a queued task the P50 of its whole
-// run; for a running one, the run so far plus the P50 of what remains
+// run less what earlier runs did; for a running one, the run so far plus the P50 of what remains
 // given that it has run that long. Without the conditioning a task past
 // its P50 would be expected to end within the second, and the backfill
 // reservation behind it would be placed at once, barring backfill around
@@ -140,8 +140,15 @@ func (p *Predictor) ForPolicy(now time.Time) func(*domain.Task) time.Duration {
 		if el, ok := runningFor(t, now); ok {
 			return el + p.Remaining(t, el, 0.5)
 		}
-		return p.Total(t, 0.5)
+		return p.queuedRun(t)
 	}
+}
+
+// queuedRun is what a task not running is predicted to run still: its
+// whole run's P50 less what earlier runs did (a task resumed from a
+// checkpoint), at least 5 s.
+func (p *Predictor) queuedRun(t *domain.Task) time.Duration {
+	return max(p.Total(t, 0.5)-time.Duration(t.RunSeconds*float64(time.Second)), 5*time.Second)
 }
 
 // runningFor is how long a running task's current run has lasted.

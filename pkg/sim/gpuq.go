@@ -98,6 +98,9 @@ func (d *driver) predict(t *domain.Task) time.Duration {
 		el := d.now.Sub(t.StartedAt)
 		return el + d.pred.Remaining(t, el, 0.5)
 	}
+	if t.RunSeconds > 0 {
+		return d.pred.ForPolicy(d.now)(t) // resumed: what is left changes with each run
+	}
 	if v, ok := d.predicted[t.ID]; ok {
 		return v
 	}
