@@ -10,7 +10,7 @@ import (
 )
 
 // buildEnds lists the tasks holding GPUs by predicted end: running tasks
-// at start + predicted run time (at least a minute from now), tasks placed
+// at start + predicted run time (at least a second from now, Input.remaining), tasks placed
 // in this pass at now + predicted run time. Tasks already yielding to a
 // preemptor are left out: their GPUs are promised.
 func (pc *pass) buildEnds() {
