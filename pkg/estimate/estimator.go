@@ -32,10 +32,9 @@ type Estimate struct {
 type Estimator struct {
 	Pol  *policy.Policy
 	Pred *Predictor
-	// Window is how many recent residuals calibrate the P90 (default
-	// DefaultWindow), and MedianWindow the P50 (default
-	// DefaultMedianWindow).
-	Window, MedianWindow int
+	// Window is how many recent residuals calibrate the P50 and the P90
+	// (default DefaultWindow).
+	Window int
 	// Arrivals: model work that may still arrive ahead of a task from the
 	// recent arrival rate of higher classes (default on).
 	NoArrivals bool
@@ -44,8 +43,7 @@ type Estimator struct {
 	// pass (default DefaultCoarse; negative: one pass per event).
 	Coarse float64
 
-	res      ring // for the P90
-	res50    ring // for the P50
+	res      ring
 	atSubmit map[string]Estimate
 	recent   []arrival // recent submissions, for arrival rates
 	stats    Stats
@@ -75,10 +73,7 @@ type Stats struct {
 // 0.819 in the second quarter and a median P50 error of 847 s; 2,000 hold
 // 0.889 with every quarter within 0.86–0.91, and 773 s. A short window
 // for the P50 alone did worse (200: 849 s).
-const (
-	DefaultWindow       = 2000
-	DefaultMedianWindow = 2000
-)
+const DefaultWindow = 2000
 
 // calibration constant: waits are compared as log((w+c)/(raw+c)).
 const calC = 60.0
@@ -102,10 +97,7 @@ func (e *Estimator) Observe(st *domain.State, r events.Record) {
 		if e.Window <= 0 {
 			e.Window = DefaultWindow
 		}
-		if e.MedianWindow <= 0 {
-			e.MedianWindow = DefaultMedianWindow
-		}
-		e.res.max, e.res50.max = e.Window, e.MedianWindow
+		e.res.max = e.Window
 	}
 	switch ev := r.Event.(type) {
 	case events.Submitted:
@@ -131,9 +123,7 @@ func (e *Estimator) Observe(st *domain.State, r events.Record) {
 		actual := t.FirstStarted.Sub(t.SubmittedAt).Seconds()
 		raw := est.Raw.Seconds()
 		if !est.Never && (raw > 0 || actual > 1) {
-			r := math.Log((math.Max(actual, 0) + calC) / (raw + calC))
-			e.res.add(r)
-			e.res50.add(r)
+			e.res.add(math.Log((math.Max(actual, 0) + calC) / (raw + calC)))
 		}
 		if actual >= 60 {
 			e.stats.N++
@@ -230,7 +220,7 @@ func nonNeg(d time.Duration) time.Duration {
 func (e *Estimator) calibrate(raw time.Duration, now time.Time) Estimate {
 	q50, q90 := 0.0, math.Log(2)
 	if e.res.n() >= 20 {
-		q50, q90 = e.res50.quantile(0.5), e.res.quantile(0.9)
+		q50, q90 = e.res.quantile(0.5), e.res.quantile(0.9)
 	}
 	scale := func(q float64) time.Duration {
 		if raw == 0 {

@@ -130,7 +130,7 @@ func forward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Tim
 			}
 			d = elapsed + pred.Remaining(t, elapsed, q)
 		} else {
-			d = max(pred.Total(t, q)-time.Duration(t.RunSeconds*float64(time.Second)), 5*time.Second)
+			d = pred.LeftToRun(t, q)
 		}
 		f.total[t.ID] = d
 		return d

@@ -136,19 +136,22 @@ func (p *Predictor) Total(t *domain.Task, q float64) time.Duration {
 // average JCT on the standard Philly scenario drops by 16%
 // (docs/performance.md).
 func (p *Predictor) ForPolicy(now time.Time) func(*domain.Task) time.Duration {
-	return func(t *domain.Task) time.Duration {
-		if el, ok := runningFor(t, now); ok {
-			return el + p.Remaining(t, el, 0.5)
-		}
-		return p.queuedRun(t)
-	}
+	return func(t *domain.Task) time.Duration { return p.PolicyRun(t, now) }
 }
 
-// queuedRun is what a task not running is predicted to run still: its
-// whole run's P50 less what earlier runs did (a task resumed from a
+// PolicyRun is ForPolicy's prediction for one task at now.
+func (p *Predictor) PolicyRun(t *domain.Task, now time.Time) time.Duration {
+	if el, ok := runningFor(t, now); ok {
+		return el + p.Remaining(t, el, 0.5)
+	}
+	return p.LeftToRun(t, 0.5)
+}
+
+// LeftToRun is the q-quantile of what a task not running is still to run:
+// its whole run less what earlier runs did (a task resumed from a
 // checkpoint), at least 5 s.
-func (p *Predictor) queuedRun(t *domain.Task) time.Duration {
-	return max(p.Total(t, 0.5)-time.Duration(t.RunSeconds*float64(time.Second)), 5*time.Second)
+func (p *Predictor) LeftToRun(t *domain.Task, q float64) time.Duration {
+	return max(p.Total(t, q)-time.Duration(t.RunSeconds*float64(time.Second)), 5*time.Second)
 }
 
 // runningFor is how long a running task's current run has lasted.

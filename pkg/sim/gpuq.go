@@ -94,12 +94,10 @@ func newDriver(ctx context.Context, cfg Config, pol *policy.Policy, tasks []Task
 // only on the predictor and the task's submitted fields, which nothing in
 // a simulation amends).
 func (d *driver) predict(t *domain.Task) time.Duration {
-	if t.State == domain.Running && !t.StartedAt.IsZero() && d.now.After(t.StartedAt) {
-		el := d.now.Sub(t.StartedAt)
-		return el + d.pred.Remaining(t, el, 0.5)
-	}
-	if t.RunSeconds > 0 {
-		return d.pred.ForPolicy(d.now)(t) // resumed: what is left changes with each run
+	if (t.State == domain.Running && d.now.After(t.StartedAt)) || t.RunSeconds > 0 {
+		// Running: conditioned on the run so far; resumed: what is left
+		// changes with each run. Neither is memoised.
+		return d.pred.PolicyRun(t, d.now)
 	}
 	if v, ok := d.predicted[t.ID]; ok {
 		return v
