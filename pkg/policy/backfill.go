@@ -60,6 +60,10 @@ func keyBefore(a, b endKey) bool {
 	return a.seq < b.seq
 }
 
+// keyAfter is keyBefore reversed: the order of the max-heap of the
+// earliest ends a walk keeps.
+func keyAfter(a, b endKey) bool { return keyBefore(b, a) }
+
 // topEnds is how many of the earliest ends a reservation walk keeps
 // sorted as it predicts every holder's; a walk needing more heapifies all.
 // A reservation mostly needs a few tasks to end (the benchmark: 4.4).
@@ -126,21 +130,7 @@ func (pc *pass) walkEnds() *endWalk {
 			return
 		}
 		top[0] = k
-		for i := 0; ; {
-			l := 2*i + 1
-			if l >= lim {
-				break
-			}
-			j := l
-			if r := l + 1; r < lim && keyBefore(top[l], top[r]) {
-				j = r
-			}
-			if !keyBefore(top[i], top[j]) {
-				break
-			}
-			top[i], top[j] = top[j], top[i]
-			i = j
-		}
+		heapDown(top[:lim], 0, keyAfter)
 	}
 	for i, n := 0, s.Holders(); i < n; i++ {
 		t := s.Holder(i)
@@ -214,52 +204,25 @@ func (w *endWalk) release() {
 // keyHeap is a min-heap of end keys by keyBefore.
 type keyHeap []endKey
 
-func (h keyHeap) init() {
-	for i := len(h)/2 - 1; i >= 0; i-- {
-		h.down(i)
-	}
-}
-
-func (h keyHeap) down(i int) {
-	n := len(h)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			return
-		}
-		j := l
-		if r := l + 1; r < n && keyBefore(h[r], h[l]) {
-			j = r
-		}
-		if !keyBefore(h[j], h[i]) {
-			return
-		}
-		h[i], h[j] = h[j], h[i]
-		i = j
-	}
-}
-
-func (h *keyHeap) pop() endKey {
-	old := *h
-	e := old[0]
-	n := len(old) - 1
-	old[0] = old[n]
-	*h = old[:n]
-	h.down(0)
-	return e
-}
+func (h keyHeap) init()        { heapInit(h, keyBefore) }
+func (h *keyHeap) pop() endKey { return heapPop((*[]endKey)(h), keyBefore) }
 
 // endHeap yields endings by endBefore (a total order, so the input's
 // order does not matter), sorting only as far as a reservation walks.
 type endHeap []ending
 
-func (h endHeap) init() {
+func (h endHeap) init()        { heapInit(h, endBefore) }
+func (h *endHeap) pop() ending { return heapPop((*[]ending)(h), endBefore) }
+
+// heapInit makes h a min-heap by less.
+func heapInit[T any](h []T, less func(a, b T) bool) {
 	for i := len(h)/2 - 1; i >= 0; i-- {
-		h.down(i)
+		heapDown(h, i, less)
 	}
 }
 
-func (h endHeap) down(i int) {
+// heapDown moves h[i] down to its place in the min-heap h.
+func heapDown[T any](h []T, i int, less func(a, b T) bool) {
 	n := len(h)
 	for {
 		l := 2*i + 1
@@ -267,10 +230,10 @@ func (h endHeap) down(i int) {
 			return
 		}
 		j := l
-		if r := l + 1; r < n && endBefore(h[r], h[l]) {
+		if r := l + 1; r < n && less(h[r], h[l]) {
 			j = r
 		}
-		if !endBefore(h[j], h[i]) {
+		if !less(h[j], h[i]) {
 			return
 		}
 		h[i], h[j] = h[j], h[i]
@@ -278,14 +241,17 @@ func (h endHeap) down(i int) {
 	}
 }
 
-func (h *endHeap) pop() ending {
+// heapPop removes and returns the least element of the min-heap *h,
+// clearing the slot it leaves (no pointer outlives the pop).
+func heapPop[T any](h *[]T, less func(a, b T) bool) T {
 	old := *h
 	e := old[0]
 	n := len(old) - 1
 	old[0] = old[n]
-	old[n] = ending{}
+	var zero T
+	old[n] = zero
 	*h = old[:n]
-	h.down(0)
+	heapDown(*h, 0, less)
 	return e
 }
 
