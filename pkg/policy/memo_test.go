@@ -3,7 +3,6 @@ package policy_test
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -36,13 +35,7 @@ func TestPropMemoSameDecisions(t *testing.T) {
 				t.Fatalf("step %d: the memo changes the pass (-without +with):\n%s\nworld:\n%s", step, diff, dump(c.st, o, c.now))
 			}
 			c.play(r)
-			c.advance(time.Duration(rapid.IntRange(1, 120).Draw(t, "dt")) * time.Minute)
-			c.exitAll()
-			for _, tk := range c.st.Active() {
-				if rapid.IntRange(0, 3).Draw(t, "ends") == 0 && !tk.Holding {
-					c.complete(tk.ID)
-				}
-			}
+			c.playOn(t)
 		}
 		skipped++
 	})

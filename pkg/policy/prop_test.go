@@ -125,6 +125,18 @@ func genOptions(t *rapid.T) policy.Options {
 }
 
 // genWorld builds a random cluster, running set and queue, by events.
+// playOn moves a random world on after a pass was played: a random time
+// passes, the yielding tasks exit, and some running tasks complete.
+func (c *harness) playOn(t *rapid.T) {
+	c.advance(time.Duration(rapid.IntRange(1, 120).Draw(t, "dt")) * time.Minute)
+	c.exitAll()
+	for _, tk := range c.st.Active() {
+		if rapid.IntRange(0, 3).Draw(t, "ends") == 0 && !tk.Holding {
+			c.complete(tk.ID)
+		}
+	}
+}
+
 func genWorld(t *rapid.T) *harness {
 	c := cluster(t)
 	nodes := genNodes(t, c, 6, true)
