@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -100,32 +101,37 @@ func (f *freeMap) add(s *domain.State, ps []events.Placement) {
 		if n == nil || !n.Schedulable() {
 			continue
 		}
-		held := map[string]bool{}
-		for _, g := range p.GPUs {
-			held[g] = true
-		}
 		cur := f.free[p.Node]
 		had := len(cur)
-		cur = cur[:had:had] // shared: the first append copies
+		var out []domain.GPU // a copy: the lists are shared with clones
 		for _, g := range n.GPUs {
-			if held[g.UUID] && g.Healthy {
-				cur = append(cur, g)
-				f.count++
+			if g.Healthy && slices.Contains(p.GPUs, g.UUID) {
+				if out == nil {
+					out = make([]domain.GPU, had, had+len(p.GPUs))
+					copy(out, cur)
+				}
+				out = append(out, g)
 			}
 		}
-		if len(cur) == had {
+		if out == nil {
 			continue
 		}
-		f.free[p.Node] = cur
+		f.count += len(out) - had
+		if !slices.IsSortedFunc(out, byIndex) {
+			slices.SortFunc(out, byIndex)
+		}
+		f.free[p.Node] = out
 		if had == 0 {
 			i := sort.SearchStrings(f.avail, p.Node)
 			f.avail = append(f.avail, "")
 			copy(f.avail[i+1:], f.avail[i:])
 			f.avail[i] = p.Node
 		}
-		sort.Slice(f.free[p.Node], func(i, j int) bool { return f.free[p.Node][i].Index < f.free[p.Node][j].Index })
 	}
 }
+
+// byIndex orders a node's GPUs (indexes are unique on a node).
+func byIndex(a, b domain.GPU) int { return a.Index - b.Index }
 
 func (f *freeMap) take(ps []events.Placement) {
 	for _, p := range ps {
