@@ -63,10 +63,10 @@ type fwd struct {
 	pred  *Predictor
 	q     float64
 	vnow  time.Time
-	total map[string]time.Duration // predicted length of each task's current run
+	total map[*domain.Task]time.Duration // predicted length of each task's current run
 	ends  endHeap
 	narr  int             // arrivals submitted
-	fresh map[string]bool // dispatched or requeued in the simulation
+	fresh map[*domain.Task]bool // dispatched or requeued in the simulation
 }
 
 // nextAt is the time of the next live end or arrival (stale ends, of tasks
@@ -113,17 +113,17 @@ func forward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Tim
 	if len(waiting) == 0 {
 		return starts
 	}
-	f := &fwd{pred: pred, q: q, vnow: now, total: map[string]time.Duration{}, fresh: map[string]bool{}}
+	f := &fwd{pred: pred, q: q, vnow: now, total: map[*domain.Task]time.Duration{}, fresh: map[*domain.Task]bool{}}
 	// Predicted run lengths, computed when the policy first asks: a task
 	// holding GPUs when the simulation begins runs to its conditional
 	// predicted end (given how long it has run); any other task, its
 	// predicted run less what it already ran.
 	predict := func(t *domain.Task) time.Duration {
-		if d, ok := f.total[t.ID]; ok {
+		if d, ok := f.total[t]; ok {
 			return d
 		}
 		var d time.Duration
-		if t.HoldsGPUs() && !f.fresh[t.ID] {
+		if t.HoldsGPUs() && !f.fresh[t] {
 			elapsed := time.Duration(0)
 			if !t.StartedAt.IsZero() && now.After(t.StartedAt) {
 				elapsed = now.Sub(t.StartedAt)
@@ -132,7 +132,7 @@ func forward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Tim
 		} else {
 			d = pred.LeftToRun(t, q)
 		}
-		f.total[t.ID] = d
+		f.total[t] = d
 		return d
 	}
 	// 1. The first pass runs on st itself (a pass modifies nothing): when
@@ -181,15 +181,15 @@ func forward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Tim
 						return starts
 					}
 				}
-				delete(f.total, t.ID)
-				f.fresh[t.ID] = true
+				delete(f.total, t)
+				f.fresh[t] = true
 				heap.Push(&f.ends, end{at: f.vnow.Add(predict(t)), id: t.ID, dispatch: t.DispatchSeq})
 			case policy.Preempt:
 				f.apply(events.PreemptRequested{TaskID: t.ID, For: d.For})
 				f.apply(events.Preempted{TaskID: t.ID})
 				f.apply(events.Requeued{TaskID: t.ID})
-				delete(f.total, t.ID)
-				f.fresh[t.ID] = true
+				delete(f.total, t)
+				f.fresh[t] = true
 				replan = true
 			}
 		}
