@@ -65,7 +65,7 @@ type fwd struct {
 	vnow  time.Time
 	total map[*domain.Task]time.Duration // predicted length of each task's current run
 	ends  endHeap
-	narr  int             // arrivals submitted
+	narr  int                   // arrivals submitted
 	fresh map[*domain.Task]bool // dispatched or requeued in the simulation
 }
 
