@@ -43,8 +43,17 @@ type Estimator struct {
 	// pass (default DefaultCoarse; negative: one pass per event).
 	Coarse float64
 
+	// Workers > 1 runs the forward simulations of estimates at submission
+	// on that many goroutines, while Observe goes on: the results are the
+	// same (each simulation runs on a copy of the state and a snapshot of
+	// the predictor taken in Observe, and is calibrated with the residuals
+	// as they were then). AtSubmit and the judging at start wait for it.
+	// Close stops the goroutines.
+	Workers int
+
 	res      ring
-	atSubmit map[string]Estimate
+	atSubmit map[string]*pending
+	jobs     chan *pending
 	recent   []arrival // recent submissions, for arrival rates
 	stats    Stats
 }
@@ -80,7 +89,7 @@ const calC = 60.0
 
 // NewEstimator returns an estimator for the given policy.
 func NewEstimator(pol *policy.Policy) *Estimator {
-	return &Estimator{Pol: pol, Pred: NewPredictor(0), Coarse: DefaultCoarse, atSubmit: map[string]Estimate{}}
+	return &Estimator{Pol: pol, Pred: NewPredictor(0), Coarse: DefaultCoarse, atSubmit: map[string]*pending{}}
 }
 
 // DefaultCoarse is the default forward-simulation window; see
@@ -109,17 +118,18 @@ func (e *Estimator) Observe(st *domain.State, r events.Record) {
 		if len(e.recent) > 4096 {
 			e.recent = append(e.recent[:0], e.recent[2048:]...)
 		}
-		e.atSubmit[t.ID] = e.Estimate(st, t.ID, r.Envelope.Time)
+		e.atSubmit[t.ID] = e.estimateAtSubmit(st, t.ID, r.Envelope.Time)
 	case events.Started:
 		t := st.Tasks[ev.TaskID]
 		if t == nil || !t.FirstStarted.Equal(r.Envelope.Time) {
 			return
 		}
-		est, ok := e.atSubmit[t.ID]
+		p, ok := e.atSubmit[t.ID]
 		if !ok {
 			return
 		}
 		delete(e.atSubmit, t.ID)
+		est := p.get()
 		actual := t.FirstStarted.Sub(t.SubmittedAt).Seconds()
 		raw := est.Raw.Seconds()
 		if !est.Never && (raw > 0 || actual > 1) {
@@ -146,10 +156,98 @@ func (e *Estimator) Observe(st *domain.State, r events.Record) {
 	}
 }
 
-// AtSubmit returns the estimate made when the task was submitted.
+// AtSubmit returns the estimate made when the task was submitted (until
+// it starts, is cancelled or fails).
 func (e *Estimator) AtSubmit(id string) (Estimate, bool) {
-	est, ok := e.atSubmit[id]
-	return est, ok
+	p, ok := e.atSubmit[id]
+	if !ok {
+		return Estimate{}, false
+	}
+	return p.get(), true
+}
+
+// AtSubmitLater is AtSubmit without waiting: get waits for the estimate
+// (with Workers > 1 its forward simulation may still be running) and may
+// be called after the task started.
+func (e *Estimator) AtSubmitLater(id string) (get func() Estimate, ok bool) {
+	p, ok := e.atSubmit[id]
+	if !ok {
+		return nil, false
+	}
+	return p.get, true
+}
+
+// Close stops the Workers' goroutines once their simulations are done.
+func (e *Estimator) Close() {
+	if e.jobs != nil {
+		close(e.jobs)
+		e.jobs = nil
+	}
+}
+
+// pending is an estimate at submission, ready or being simulated.
+type pending struct {
+	est  Estimate
+	done chan struct{} // nil: est is ready
+	// For the simulation: the forward simulation past its first pass, and
+	// the calibration as it was at submission.
+	f        *fwd
+	target   string
+	q50, q90 float64
+}
+
+func (p *pending) get() Estimate {
+	if p.done != nil {
+		<-p.done
+	}
+	return p.est
+}
+
+// estimateAtSubmit is Estimate, with the forward simulation handed to the
+// workers when there are some and the first pass does not settle it.
+func (e *Estimator) estimateAtSubmit(st *domain.State, id string, now time.Time) *pending {
+	if e.Workers <= 1 {
+		return &pending{est: e.Estimate(st, id, now)}
+	}
+	t := st.Tasks[id]
+	if t == nil || t.State != domain.Queued {
+		return &pending{est: e.Estimate(st, id, now)}
+	}
+	var arr []Arrival
+	if !e.NoArrivals {
+		arr = e.arrivals(now, t.Priority+1)
+	}
+	q50, q90 := e.quantiles()
+	f, starts := startForward(st, e.Pol, e.Pred.Snapshot(), now, id, 0.5, arr, forwardSteps, e.coarse())
+	if f == nil {
+		at, ok := starts[id]
+		if !ok {
+			return &pending{est: Estimate{Never: true}}
+		}
+		return &pending{est: calibrated(nonNeg(at.Sub(now)), now, q50, q90)}
+	}
+	if e.jobs == nil {
+		e.jobs = make(chan *pending, 4*e.Workers)
+		for i := 0; i < e.Workers; i++ {
+			go work(e.jobs)
+		}
+	}
+	p := &pending{done: make(chan struct{}), f: f, target: id, q50: q50, q90: q90}
+	e.jobs <- p
+	return p
+}
+
+func work(jobs <-chan *pending) {
+	for p := range jobs {
+		starts := p.f.run()
+		if at, ok := starts[p.target]; ok {
+			p.est = calibrated(nonNeg(at.Sub(p.f.now)), p.f.now, p.q50, p.q90)
+		} else {
+			p.est = Estimate{Never: true}
+		}
+		p.f = nil
+		close(p.done)
+	}
 }
 
 // Stats returns the self-measurement so far.
@@ -218,10 +316,21 @@ func nonNeg(d time.Duration) time.Duration {
 }
 
 func (e *Estimator) calibrate(raw time.Duration, now time.Time) Estimate {
-	q50, q90 := 0.0, math.Log(2)
+	q50, q90 := e.quantiles()
+	return calibrated(raw, now, q50, q90)
+}
+
+// quantiles are the calibration's log-ratios for the P50 and the P90 now.
+func (e *Estimator) quantiles() (q50, q90 float64) {
 	if e.res.n() >= 20 {
-		q50, q90 = e.res.quantile(0.5), e.res.quantile(0.9)
+		return e.res.quantile(0.5), e.res.quantile(0.9)
 	}
+	return 0, math.Log(2)
+}
+
+// calibrated scales a forward simulation's wait by the calibration's
+// log-ratios.
+func calibrated(raw time.Duration, now time.Time, q50, q90 float64) Estimate {
 	scale := func(q float64) time.Duration {
 		if raw == 0 {
 			return 0 // it starts in this very pass: nothing to calibrate

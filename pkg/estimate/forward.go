@@ -41,7 +41,7 @@ func Forward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Tim
 // errors; the estimator's calibration absorbs what remains. window 0 is
 // one pass per event, as the scheduler would decide.
 func ForwardWindow(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, target string, q float64, arrivals []Arrival, window float64) (time.Time, bool) {
-	starts := forward(st, pol, pred, now, target, q, arrivals, 100000, window)
+	starts := forward(st, pol, pred, now, target, q, arrivals, forwardSteps, window)
 	at, ok := starts[target]
 	return at, ok
 }
@@ -58,6 +58,10 @@ func ForwardAllWindow(st *domain.State, pol *policy.Policy, pred *Predictor, now
 	return forward(st, pol, pred, now, "", q, arrivals, 1000000, window)
 }
 
+// forwardSteps is the horizon of a forward simulation for one task, in
+// passes.
+const forwardSteps = 100000
+
 type fwd struct {
 	sim   *domain.State
 	pred  *Predictor
@@ -67,6 +71,18 @@ type fwd struct {
 	ends  endHeap
 	narr  int                   // arrivals submitted
 	fresh map[*domain.Task]bool // dispatched or requeued in the simulation
+
+	// What the simulation needs after its first pass (startForward), so
+	// that run can continue it later, on another goroutine.
+	pol      *policy.Policy
+	now      time.Time
+	arrivals []Arrival
+	maxSteps int
+	window   float64
+	starts   map[string]time.Time
+	waiting  map[string]bool
+	predict  func(*domain.Task) time.Duration
+	res      policy.Result // the first pass's decisions
 }
 
 // nextAt is the time of the next live end or arrival (stale ends, of tasks
@@ -91,18 +107,32 @@ func (f *fwd) nextAt(arrivals []Arrival, ai int) (time.Time, bool) {
 
 // forward simulates on a copy of st; st itself is only read.
 func forward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, target string, q float64, arrivals []Arrival, maxSteps int, window float64) map[string]time.Time {
+	f, starts := startForward(st, pol, pred, now, target, q, arrivals, maxSteps, window)
+	if f == nil {
+		return starts
+	}
+	return f.run()
+}
+
+// startForward is what a forward simulation must do while st is as
+// given: find the tasks to wait for, plan the first pass on st itself
+// and, unless that settles it (f nil: starts is the answer), copy the
+// live state and queue the running tasks' ends. What is left, f.run,
+// reads only the copy, pred and pol, so it may run on another goroutine
+// while st changes — provided pred does not (see Predictor.Snapshot).
+func startForward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, target string, q float64, arrivals []Arrival, maxSteps int, window float64) (*fwd, map[string]time.Time) {
 	starts := map[string]time.Time{}
 	waiting := map[string]bool{}
 	if target != "" {
 		tt := st.Tasks[target]
 		if tt == nil {
-			return starts
+			return nil, starts
 		}
 		if tt.State != domain.Queued {
 			if !tt.FirstStarted.IsZero() {
 				starts[target] = tt.FirstStarted
 			}
-			return starts
+			return nil, starts
 		}
 		waiting[target] = true
 	} else {
@@ -111,14 +141,15 @@ func forward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Tim
 		}
 	}
 	if len(waiting) == 0 {
-		return starts
+		return nil, starts
 	}
-	f := &fwd{pred: pred, q: q, vnow: now, total: map[*domain.Task]time.Duration{}, fresh: map[*domain.Task]bool{}}
+	f := &fwd{pred: pred, q: q, vnow: now, total: map[*domain.Task]time.Duration{}, fresh: map[*domain.Task]bool{},
+		pol: pol, now: now, arrivals: arrivals, maxSteps: maxSteps, window: window, starts: starts, waiting: waiting}
 	// Predicted run lengths, computed when the policy first asks: a task
 	// holding GPUs when the simulation begins runs to its conditional
 	// predicted end (given how long it has run); any other task, its
 	// predicted run less what it already ran.
-	predict := func(t *domain.Task) time.Duration {
+	f.predict = func(t *domain.Task) time.Duration {
 		if d, ok := f.total[t]; ok {
 			return d
 		}
@@ -137,20 +168,19 @@ func forward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Tim
 	}
 	// 1. The first pass runs on st itself (a pass modifies nothing): when
 	//    it starts the target, no copy of the state is needed.
-	res := pol.Plan(policy.Input{State: st, Now: now, Predict: predict})
+	f.res = pol.Plan(policy.Input{State: st, Now: now, Predict: f.predict})
 	if target != "" {
-		for _, d := range res.Decisions {
+		for _, d := range f.res.Decisions {
 			if d.Kind == policy.Dispatch && d.TaskID == target {
 				starts[target] = now
-				return starts
+				return nil, starts
 			}
 		}
 	}
-	sim := st.CloneLive()
-	f.sim = sim
+	f.sim = st.CloneLive()
 	// 2. The tasks holding GPUs end at their conditional predicted end.
-	for _, t := range sim.Active() {
-		rem := predict(t)
+	for _, t := range f.sim.Active() {
+		rem := f.predict(t)
 		if !t.StartedAt.IsZero() && now.After(t.StartedAt) {
 			rem -= now.Sub(t.StartedAt)
 		}
@@ -159,9 +189,16 @@ func forward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Tim
 		}
 		heap.Push(&f.ends, end{at: now.Add(rem), id: t.ID, dispatch: t.DispatchSeq})
 	}
+	return f, starts
+}
+
+// run plays the simulation from its first pass's decisions on.
+func (f *fwd) run() map[string]time.Time {
+	sim, pol, now, arrivals, window := f.sim, f.pol, f.now, f.arrivals, f.window
+	starts, waiting, predict, res := f.starts, f.waiting, f.predict, f.res
 	planned := true // res holds the first pass's decisions
 	ai := 0
-	for step := 0; step < maxSteps; step++ {
+	for step := 0; step < f.maxSteps; step++ {
 		// 3. Let the policy decide at vnow.
 		if !planned {
 			res = pol.Plan(policy.Input{State: sim, Now: f.vnow, Predict: predict})

@@ -21,6 +21,7 @@ type Predictor struct {
 	global ring
 	team   map[string]*ring
 	prefix map[string]*ring
+	snap   *Predictor // Snapshot's copy, until the predictor learns again
 }
 
 // Shrink is the pseudo-count of the shrinkage toward the global ratios: a
@@ -45,9 +46,32 @@ func (p *Predictor) Observe(t *domain.Task) {
 		return
 	}
 	r := math.Log(t.RunSeconds / est)
+	p.snap = nil
 	p.global.add(r)
 	p.group(p.team, t.Team).add(r)
 	p.group(p.prefix, Prefix(t.Name)).add(r)
+}
+
+// Snapshot returns a copy that predicts as p does now and never changes
+// (nothing may Observe on it), for readers on other goroutines while p
+// goes on learning. Successive snapshots share one copy until p learns.
+func (p *Predictor) Snapshot() *Predictor {
+	if p.snap != nil {
+		return p.snap
+	}
+	c := &Predictor{Exact: p.Exact, window: p.window, global: p.global.clone(),
+		team: make(map[string]*ring, len(p.team)), prefix: make(map[string]*ring, len(p.prefix))}
+	for k, r := range p.team {
+		rc := r.clone()
+		c.team[k] = &rc
+	}
+	for k, r := range p.prefix {
+		rc := r.clone()
+		c.prefix[k] = &rc
+	}
+	c.snap = c
+	p.snap = c
+	return c
 }
 
 func (p *Predictor) group(m map[string]*ring, k string) *ring {
@@ -235,6 +259,10 @@ func (r *ring) add(v float64) {
 }
 
 func (r *ring) n() int { return len(r.vals) }
+
+func (r *ring) clone() ring {
+	return ring{max: r.max, vals: slices.Clone(r.vals), next: r.next, sorted: slices.Clone(r.sorted)}
+}
 
 func (r *ring) quantile(q float64) float64 { return quantileSorted(r.sorted, q) }
 

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"runtime"
 	"slices"
 	"time"
 
@@ -25,8 +26,7 @@ const minJudgedWait = 60 * time.Second
 type estimating struct {
 	est *estimate.Estimator
 
-	gpuq   []estimate.Estimate
-	has    []bool
+	gpuq   []func() estimate.Estimate // nil: none made
 	slurm  []time.Duration // -1: never starts
 	seed   []time.Duration
 	timing EstimateTimings
@@ -41,13 +41,17 @@ type EstimateTimings struct {
 	Seed        time.Duration
 }
 
-func newEstimating(pol *policy.Policy, n int, coarse float64) *estimating {
+func newEstimating(pol *policy.Policy, n int, coarse float64, workers int) *estimating {
 	est := estimate.NewEstimator(pol)
 	if coarse != 0 {
 		est.Coarse = coarse
 	}
+	est.Workers = workers
+	if workers <= 0 {
+		est.Workers = runtime.GOMAXPROCS(0)
+	}
 	return &estimating{est: est,
-		gpuq: make([]estimate.Estimate, n), has: make([]bool, n), slurm: make([]time.Duration, n), seed: make([]time.Duration, n)}
+		gpuq: make([]func() estimate.Estimate, n), slurm: make([]time.Duration, n), seed: make([]time.Duration, n)}
 }
 
 // observe feeds the estimator one record (the state has applied it) and,
@@ -66,7 +70,7 @@ func (e *estimating) observe(d *driver, r events.Record) {
 		return
 	}
 	e.timing.Submissions++
-	e.gpuq[i], e.has[i] = e.est.AtSubmit(t.ID)
+	e.gpuq[i], _ = e.est.AtSubmitLater(t.ID)
 
 	t1 := time.Now()
 	e.slurm[i] = slurmStart(d.st, t, d.now)
@@ -145,8 +149,11 @@ func (e *estimating) judge(tasks []Task, o *outcome) (map[string]EstimateMetrics
 			continue
 		}
 		q := quarter(t.Submit)
-		g := e.gpuq[i]
-		never := !e.has[i] || g.Never
+		var g estimate.Estimate
+		if e.gpuq[i] != nil {
+			g = e.gpuq[i]()
+		}
+		never := e.gpuq[i] == nil || g.Never
 		score(EstGPUQ, q, actual, g.P50Wait, never, g.P90Wait)
 		s := e.slurm[i]
 		score(EstSlurm, q, actual, max(s, 0), s < 0, s)

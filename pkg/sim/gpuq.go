@@ -82,7 +82,7 @@ func newDriver(ctx context.Context, cfg Config, pol *policy.Policy, tasks []Task
 		d.runs[i].started = -1
 	}
 	if withEstimates {
-		d.est = newEstimating(pol, len(tasks), cfg.EstimateWindow)
+		d.est = newEstimating(pol, len(tasks), cfg.EstimateWindow, cfg.EstimateWorkers)
 	}
 	return d
 }

@@ -42,6 +42,10 @@ type Config struct {
 	// EstimateWindow is the gpuq estimator's forward-simulation window
 	// (estimate.Estimator.Coarse): 0 the default, negative one pass per event.
 	EstimateWindow float64
+	// EstimateWorkers runs the gpuq estimator's forward simulations on up
+	// to this many goroutines (estimate.Estimator.Workers; default
+	// GOMAXPROCS); the result does not depend on it.
+	EstimateWorkers int
 	// Progress, when set, is called from the policies' goroutines at every
 	// hundredth of the submissions (and at the end), for long runs.
 	Progress func(policy string, submitted, total int)
@@ -235,6 +239,9 @@ func runPolicy(ctx context.Context, cfg Config, name string, tasks []Task) (*out
 		opts.WithinClass = policy.ShortestPredicted
 	}
 	d := newDriver(ctx, cfg, policy.New(opts), tasks, name == GPUQ && cfg.Estimates)
+	if d.est != nil {
+		defer d.est.est.Close()
+	}
 	if cfg.Progress != nil {
 		d.progress = func(n int) { cfg.Progress(name, n, len(tasks)) }
 	}

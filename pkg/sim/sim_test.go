@@ -122,7 +122,7 @@ func TestDeterministic(t *testing.T) {
 	cfg, sc, tasks := syntheticScenario(t)
 	em, _ := ParseEstimateModel(DefaultEstimateModel)
 	philly, _ := Prepare(phillySlice(t, 2000), 72*8, em, ClassMix{}, false)
-	pcfg := Config{Nodes: 72, GPUsPerNode: 8, Policies: Policies(), Epoch: epoch}
+	pcfg := Config{Nodes: 72, GPUsPerNode: 8, Policies: Policies(), Epoch: epoch, Estimates: true}
 	tests := map[string]struct {
 		cfg   Config
 		sc    Scenario
@@ -136,6 +136,7 @@ func TestDeterministic(t *testing.T) {
 			run := func(par int) []byte {
 				c := tt.cfg
 				c.Parallel = par
+				c.EstimateWorkers = par // 1: every forward simulation in Observe
 				rep, err := Run(context.Background(), c, tt.sc, tt.tasks)
 				if err != nil {
 					t.Fatal(err)
