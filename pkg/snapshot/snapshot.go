@@ -32,6 +32,12 @@ import (
 // Format is the frame format this build writes and reads.
 const Format = 1
 
+// DefaultEvery is how many applied events separate a service's snapshots
+// by default (the scheduler's GPUQ_SNAPSHOT_EVERY): a restart after a
+// crash folds at most this many events after its snapshot, one after a
+// clean stop none.
+const DefaultEvery = 10_000
+
 const (
 	frameHeader = 24 // magic, format, seq, crc
 	metaSeq     = "gpuq-seq"

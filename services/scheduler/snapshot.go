@@ -24,7 +24,7 @@ import (
 // DefaultSnapshotEvery is how many applied events separate two snapshots
 // unless Config.SnapshotEvery says otherwise: a restart folds at most
 // this many events after the snapshot.
-const DefaultSnapshotEvery = 10_000
+const DefaultSnapshotEvery = snapshot.DefaultEvery
 
 // snapshotName is the scheduler's object in the snapshot bucket.
 const snapshotName = "scheduler"
