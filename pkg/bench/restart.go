@@ -50,9 +50,11 @@ func restartTail(total int) int { return min(snapshot.DefaultEvery-1, total/5) }
 func takeSnapshot(ctx context.Context, nd *node, at uint64) (SnapshotResult, error) {
 	res := SnapshotResult{Seq: at}
 	st, pred := domain.NewState(), estimate.NewPredictor(0)
+	var mark snapshot.Mark
 	if _, err := events.ReadAll(ctx, nd.log, 1, "", func(r events.Record) error {
 		if r.Seq <= at {
 			foldRecord(st, pred, r)
+			mark = snapshot.MarkOf(r)
 		}
 		return nil
 	}); err != nil {
@@ -73,7 +75,7 @@ func takeSnapshot(ctx context.Context, nd *node, at uint64) (SnapshotResult, err
 		return res, err
 	}
 	start = time.Now()
-	if res.StoredBytes, err = store.Save(ctx, snapshotName, at, state, p); err != nil {
+	if res.StoredBytes, err = store.Save(ctx, snapshotName, mark, state, p); err != nil {
 		return res, err
 	}
 	res.Store = time.Since(start)
@@ -93,19 +95,15 @@ func foldRecord(st *domain.State, pred *estimate.Predictor, r events.Record) {
 }
 
 // restartFromSnapshot is what a restarted scheduler does once its server
-// is up: the log's last sequence, the snapshot, the fold of the tail. It
+// is up: the snapshot (checked against the log), the fold of the tail. It
 // returns the state and how many events the tail held.
 func restartFromSnapshot(ctx context.Context, l *jetstream.Log, res *SnapshotResult) (*domain.State, int, error) {
 	start := time.Now()
-	last, err := l.LastSeq(ctx)
-	if err != nil {
-		return nil, 0, err
-	}
 	store, err := snapshot.Open(ctx, l.JetStream())
 	if err != nil {
 		return nil, 0, err
 	}
-	seq, parts, err := store.Load(ctx, snapshotName, last)
+	at, parts, err := store.Load(ctx, snapshotName, l)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -125,7 +123,7 @@ func restartFromSnapshot(ctx context.Context, l *jetstream.Log, res *SnapshotRes
 	res.Decode = time.Since(start)
 	start = time.Now()
 	n := 0
-	if _, err := events.ReadAll(ctx, l, seq+1, "", func(r events.Record) error {
+	if _, err := events.ReadAll(ctx, l, at.Seq+1, "", func(r events.Record) error {
 		foldRecord(st, pred, r)
 		n++
 		return nil

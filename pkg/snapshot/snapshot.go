@@ -9,9 +9,11 @@
 // An object is a frame — the magic "gpuqsnap", the frame format, the
 // sequence covered, the CRC-32C of the parts and the parts themselves,
 // each a service-defined blob such as domain.EncodeSnapshot's — compressed
-// with S2. The sequence is also in the object's metadata, so that Load
-// can refuse a snapshot beyond the log's last sequence (a log truncated or
-// restored from an older backup) without fetching it.
+// with S2. The object's metadata says where it stands in the log (Mark:
+// the sequence, and the subject and envelope id of the record there), so
+// that Load refuses, before fetching it, a snapshot beyond the log's last
+// sequence (a log truncated or restored from an older backup) or of
+// another log.
 package snapshot
 
 import (
@@ -41,6 +43,8 @@ const DefaultEvery = 10_000
 const (
 	frameHeader = 24 // magic, format, seq, crc
 	metaSeq     = "gpuq-seq"
+	metaSubject = "gpuq-subject"
+	metaID      = "gpuq-id"
 	metaFormat  = "gpuq-format"
 )
 
@@ -48,6 +52,19 @@ var (
 	magic      = [8]byte{'g', 'p', 'u', 'q', 's', 'n', 'a', 'p'}
 	castagnoli = crc32.MakeTable(crc32.Castagnoli)
 )
+
+// Mark is where a snapshot stands in the log: the sequence it covers, and
+// the subject and envelope id of the record there. Load checks them
+// against the log, so that a snapshot of another log (a stream deleted
+// and created again, or restored from a backup and appended to since) is
+// refused even where its sequence exists.
+type Mark struct {
+	Seq         uint64
+	Subject, ID string
+}
+
+// MarkOf is the mark of a snapshot taken right after r was applied.
+func MarkOf(r events.Record) Mark { return Mark{Seq: r.Seq, Subject: r.Subject, ID: r.Envelope.ID} }
 
 // ErrNone is Load's answer when there is no snapshot to use; Load's other
 // errors say why a snapshot was refused (the caller logs them and folds
@@ -69,56 +86,90 @@ func Open(ctx context.Context, j js.JetStream) (*Store, error) {
 }
 
 // Save stores parts as the snapshot called name, covering the log up to
-// seq, in place of the previous one. It returns the bytes stored. A
+// at, in place of the previous one. It returns the bytes stored. A
 // reader sees the previous snapshot or this one, never a mix.
-func (s *Store) Save(ctx context.Context, name string, seq uint64, parts ...[]byte) (int, error) {
-	data := s2.Encode(nil, Frame(seq, parts...))
+func (s *Store) Save(ctx context.Context, name string, at Mark, parts ...[]byte) (int, error) {
+	data := s2.Encode(nil, Frame(at.Seq, parts...))
 	meta := js.ObjectMeta{Name: name, Description: "gpuq state snapshot",
-		Metadata: map[string]string{metaSeq: strconv.FormatUint(seq, 10), metaFormat: strconv.Itoa(Format)}}
+		Metadata: map[string]string{metaSeq: strconv.FormatUint(at.Seq, 10), metaSubject: at.Subject, metaID: at.ID,
+			metaFormat: strconv.Itoa(Format)}}
 	if _, err := s.obj.Put(ctx, meta, bytes.NewReader(data)); err != nil {
 		return 0, fmt.Errorf("snapshot: put %s: %w", name, err)
 	}
 	return len(data), nil
 }
 
-// Load returns the snapshot called name and the sequence it covers, if it
-// covers at most last (the log's last sequence). ErrNone: there is none;
-// any other error: there is one, and it was refused (unknown format, a
-// sequence beyond last, damage) — the caller folds from the start.
-func (s *Store) Load(ctx context.Context, name string, last uint64) (uint64, [][]byte, error) {
+// Load returns the snapshot called name and where it stands, if it
+// belongs to l: it covers at most l's last sequence, and l's record there
+// is the one it was taken after (Mark). ErrNone: there is none; any other
+// error: there is one, and it was refused (unknown format, another log,
+// damage) — the caller folds from the start.
+func (s *Store) Load(ctx context.Context, name string, l events.Log) (Mark, [][]byte, error) {
 	info, err := s.obj.GetInfo(ctx, name)
 	if errors.Is(err, js.ErrObjectNotFound) {
-		return 0, nil, ErrNone
+		return Mark{}, nil, ErrNone
 	}
 	if err != nil {
-		return 0, nil, fmt.Errorf("snapshot: %s: %w", name, err)
+		return Mark{}, nil, fmt.Errorf("snapshot: %s: %w", name, err)
 	}
 	if f := info.Metadata[metaFormat]; f != strconv.Itoa(Format) {
-		return 0, nil, fmt.Errorf("snapshot: %s: format %q, this build reads %d", name, f, Format)
+		return Mark{}, nil, fmt.Errorf("snapshot: %s: format %q, this build reads %d", name, f, Format)
 	}
 	seq, err := strconv.ParseUint(info.Metadata[metaSeq], 10, 64)
 	if err != nil {
-		return 0, nil, fmt.Errorf("snapshot: %s: sequence %q", name, info.Metadata[metaSeq])
+		return Mark{}, nil, fmt.Errorf("snapshot: %s: sequence %q", name, info.Metadata[metaSeq])
 	}
-	if seq > last {
-		return 0, nil, fmt.Errorf("snapshot: %s covers sequence %d, beyond the log's last %d (truncated or restored log)", name, seq, last)
+	at := Mark{Seq: seq, Subject: info.Metadata[metaSubject], ID: info.Metadata[metaID]}
+	if err := check(ctx, l, at); err != nil {
+		return Mark{}, nil, fmt.Errorf("snapshot: %s: %w", name, err)
 	}
 	data, err := s.obj.GetBytes(ctx, name) // checks the object's SHA-256
 	if err != nil {
-		return 0, nil, fmt.Errorf("snapshot: get %s: %w", name, err)
+		return Mark{}, nil, fmt.Errorf("snapshot: get %s: %w", name, err)
 	}
 	raw, err := s2.Decode(nil, data)
 	if err != nil {
-		return 0, nil, fmt.Errorf("snapshot: %s: %w", name, err)
+		return Mark{}, nil, fmt.Errorf("snapshot: %s: %w", name, err)
 	}
 	fseq, parts, err := Unframe(raw)
 	if err != nil {
-		return 0, nil, fmt.Errorf("snapshot: %s: %w", name, err)
+		return Mark{}, nil, fmt.Errorf("snapshot: %s: %w", name, err)
 	}
 	if fseq != seq {
-		return 0, nil, fmt.Errorf("snapshot: %s: frame covers %d, metadata says %d", name, fseq, seq)
+		return Mark{}, nil, fmt.Errorf("snapshot: %s: frame covers %d, metadata says %d", name, fseq, seq)
 	}
-	return seq, parts, nil
+	return at, parts, nil
+}
+
+var errFound = errors.New("found")
+
+// check reports whether at is a place in l: l reaches at.Seq and holds
+// the record at.ID there.
+func check(ctx context.Context, l events.Log, at Mark) error {
+	last, err := l.LastSeq(ctx)
+	if err != nil {
+		return err
+	}
+	if at.Seq > last {
+		return fmt.Errorf("covers sequence %d, beyond the log's last %d (a truncated or restored log)", at.Seq, last)
+	}
+	if at.Seq == 0 {
+		return nil
+	}
+	var got Mark
+	if _, err := l.Read(ctx, at.Seq, at.Subject, func(m events.Stored) error {
+		r, err := events.Decode(m)
+		if err == nil {
+			got = MarkOf(r)
+		}
+		return errFound
+	}); err != nil && !errors.Is(err, errFound) {
+		return err
+	}
+	if got != at {
+		return fmt.Errorf("was taken after record %d %s (id %s), the log has %d %s (id %s) there: another log", at.Seq, at.Subject, at.ID, got.Seq, got.Subject, got.ID)
+	}
+	return nil
 }
 
 // Frame writes parts with the sequence they cover: the 24-byte header

@@ -127,11 +127,7 @@ func (s *Scheduler) Leading() bool {
 func (s *Scheduler) lead_(ctx context.Context) error {
 	log := s.cfg.Log
 	// 1. Fold the whole log, or the snapshot and the log after it.
-	last, err := log.LastSeq(ctx)
-	if err != nil {
-		return err
-	}
-	st, pred, from := s.snaps.restore(ctx, last)
+	st, pred, from := s.snaps.restore(ctx, log)
 	s.pred = pred
 	if _, err := events.ReadAll(ctx, log, from, "", func(r events.Record) error { s.fold(st, r); return nil }); err != nil {
 		return err
@@ -229,6 +225,7 @@ func (s *Scheduler) apply(st *domain.State, m events.Stored) error {
 // fold applies a record and learns run times from completions.
 func (s *Scheduler) fold(st *domain.State, r events.Record) {
 	st.Apply(r)
+	s.snaps.saw(r)
 	if c, ok := r.Event.(events.Completed); ok {
 		if t := st.Tasks[c.TaskID]; t != nil {
 			s.pred.Observe(t)

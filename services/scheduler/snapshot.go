@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/estimate"
+	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/snapshot"
 )
 
@@ -18,8 +19,9 @@ import (
 // snapshot every SnapshotEvery applied events and once more when it
 // stops. A snapshot holds the fold (domain.EncodeSnapshot) and the
 // run-time predictor (estimate.Predictor.MarshalBinary) at one sequence.
-// It is a cache: one that is missing, damaged, of another format or
-// beyond the log's end is logged and the leader folds the whole log.
+// It is a cache: one that is missing, damaged, of another format, beyond
+// the log's end or of another log is logged and the leader folds the
+// whole log.
 
 // DefaultSnapshotEvery is how many applied events separate two snapshots
 // unless Config.SnapshotEvery says otherwise: a restart folds at most
@@ -37,6 +39,7 @@ type snapshots struct {
 	every  uint64
 	logger zerolog.Logger
 	seq    uint64        // the sequence of the last snapshot loaded or taken
+	at     snapshot.Mark // the last record folded
 	busy   chan struct{} // holds a token while a snapshot is being stored
 	next   time.Time     // no snapshot before (see take)
 }
@@ -57,12 +60,12 @@ func (s *Scheduler) openSnapshots(ctx context.Context) *snapshots {
 
 // restore returns the state and predictor to fold the log onto, and the
 // sequence to fold from: the snapshot's, or empty ones from 1.
-func (sn *snapshots) restore(ctx context.Context, last uint64) (*domain.State, *estimate.Predictor, uint64) {
+func (sn *snapshots) restore(ctx context.Context, l events.Log) (*domain.State, *estimate.Predictor, uint64) {
 	if sn == nil {
 		return domain.NewState(), estimate.NewPredictor(0), 1
 	}
 	start := time.Now()
-	st, pred, err := sn.load(ctx, last)
+	st, pred, err := sn.load(ctx, l)
 	switch {
 	case errors.Is(err, snapshot.ErrNone):
 		sn.logger.Info().Msg("scheduler: no snapshot; folding the whole log")
@@ -76,8 +79,8 @@ func (sn *snapshots) restore(ctx context.Context, last uint64) (*domain.State, *
 	return domain.NewState(), estimate.NewPredictor(0), 1
 }
 
-func (sn *snapshots) load(ctx context.Context, last uint64) (*domain.State, *estimate.Predictor, error) {
-	seq, parts, err := sn.store.Load(ctx, snapshotName, last)
+func (sn *snapshots) load(ctx context.Context, l events.Log) (*domain.State, *estimate.Predictor, error) {
+	at, parts, err := sn.store.Load(ctx, snapshotName, l)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -88,14 +91,22 @@ func (sn *snapshots) load(ctx context.Context, last uint64) (*domain.State, *est
 	if err != nil {
 		return nil, nil, err
 	}
-	if st.Seq != seq {
+	if st.Seq != at.Seq {
 		return nil, nil, errors.New("scheduler: snapshot's state is not at the snapshot's sequence")
 	}
 	pred := estimate.NewPredictor(0)
 	if err := pred.UnmarshalBinary(parts[1]); err != nil {
 		return nil, nil, err
 	}
+	sn.at = at
 	return st, pred, nil
+}
+
+// saw notes the record just folded: a snapshot taken now stands there.
+func (sn *snapshots) saw(r events.Record) {
+	if sn != nil {
+		sn.at = snapshot.MarkOf(r)
+	}
 }
 
 // take writes a snapshot when SnapshotEvery events were applied since the
@@ -106,8 +117,8 @@ func (sn *snapshots) load(ctx context.Context, last uint64) (*domain.State, *est
 // one the next waits 9 times as long: snapshots take at most a tenth of
 // the loop's time.
 func (sn *snapshots) take(ctx context.Context, st *domain.State, pred *estimate.Predictor) {
-	if sn == nil || st.Seq < sn.seq+sn.every || time.Now().Before(sn.next) {
-		return
+	if sn == nil || st.Seq < sn.seq+sn.every || time.Now().Before(sn.next) || sn.at.Seq != st.Seq {
+		return // (the last record did not decode: no mark for a snapshot)
 	}
 	select {
 	case sn.busy <- struct{}{}:
@@ -119,11 +130,11 @@ func (sn *snapshots) take(ctx context.Context, st *domain.State, pred *estimate.
 	p, _ := pred.MarshalBinary()
 	took := time.Since(start)
 	sn.next = time.Now().Add(9 * took)
-	seq := st.Seq
-	sn.seq = seq
+	at := sn.at
+	sn.seq = at.Seq
 	go func() {
 		defer func() { <-sn.busy }()
-		sn.save(ctx, seq, took, state, p)
+		sn.save(ctx, at, took, state, p)
 	}()
 }
 
@@ -135,7 +146,7 @@ func (sn *snapshots) final(st *domain.State, pred *estimate.Predictor) {
 	}
 	sn.busy <- struct{}{}
 	defer func() { <-sn.busy }()
-	if st.Seq <= sn.seq {
+	if st.Seq <= sn.seq || sn.at.Seq != st.Seq {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), saveTimeout)
@@ -144,15 +155,15 @@ func (sn *snapshots) final(st *domain.State, pred *estimate.Predictor) {
 	state := domain.EncodeSnapshot(st)
 	p, _ := pred.MarshalBinary()
 	sn.seq = st.Seq
-	sn.save(ctx, st.Seq, time.Since(start), state, p)
+	sn.save(ctx, sn.at, time.Since(start), state, p)
 }
 
-func (sn *snapshots) save(ctx context.Context, seq uint64, encode time.Duration, state, pred []byte) {
+func (sn *snapshots) save(ctx context.Context, at snapshot.Mark, encode time.Duration, state, pred []byte) {
 	start := time.Now()
-	n, err := sn.store.Save(ctx, snapshotName, seq, state, pred)
+	n, err := sn.store.Save(ctx, snapshotName, at, state, pred)
 	if err != nil {
-		sn.logger.Warn().Err(err).Uint64("seq", seq).Msg("scheduler: snapshot not stored")
+		sn.logger.Warn().Err(err).Uint64("seq", at.Seq).Msg("scheduler: snapshot not stored")
 		return
 	}
-	sn.logger.Info().Uint64("seq", seq).Int("bytes", n).Dur("encode", encode).Dur("store", time.Since(start)).Msg("scheduler: snapshot stored")
+	sn.logger.Info().Uint64("seq", at.Seq).Int("bytes", n).Dur("encode", encode).Dur("store", time.Since(start)).Msg("scheduler: snapshot stored")
 }

@@ -217,9 +217,9 @@ func TestRestartFromSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seq, _, err := store.Load(context.Background(), snapshotName, end)
-	if err != nil || seq != covered {
-		t.Fatalf("the stopped leader's snapshot: seq %d, %v; want %d", seq, err, covered)
+	at, _, err := store.Load(context.Background(), snapshotName, a.log)
+	if err != nil || at.Seq != covered {
+		t.Fatalf("the stopped leader's snapshot: %v, %v; want at %d", at, err, covered)
 	}
 
 	// 3. The same log without a snapshot.
@@ -269,8 +269,17 @@ func TestRestartIgnoresBadSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// One part that is not a state, at a sequence inside the log.
-	if _, err := store.Save(context.Background(), snapshotName, 1, []byte("not a state"), nil); err != nil {
+	// One part that is not a state, after the first record.
+	var first snapshot.Mark
+	if _, err := events.ReadAll(context.Background(), s.log, 1, "", func(r events.Record) error {
+		if r.Seq == 1 {
+			first = snapshot.MarkOf(r)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Save(context.Background(), snapshotName, first, []byte("not a state"), nil); err != nil {
 		t.Fatal(err)
 	}
 	r := start(t, s, dt.Epoch, 5)
