@@ -71,13 +71,18 @@ type Result struct {
 	PlacementP99Ms            float64 `json:"placement_p99_ms"`
 	BytesPerQueuedTask        float64 `json:"bytes_per_queued_task"`
 	// Restart1MS is the time from starting a server on an existing store
-	// to a folded state, for a log of RestartTarget events: measured on
-	// RestartEvents events, scaled linearly when fewer (Extrapolated).
+	// to a folded state, for a log of RestartTarget events, restarting
+	// from a snapshot and folding the RestartTailEvents after it: measured
+	// on RestartEvents events; when fewer, extrapolated (Extrapolated) by
+	// scaling the server's start and the snapshot's load and decode
+	// linearly with the events the snapshot covers, and the fold of the
+	// tail with the tail a 1M log would have (restartTail).
 	Restart1MS          float64 `json:"restart_1m_s"`
 	RestartEvents       int     `json:"restart_events"`
+	RestartTailEvents   int     `json:"restart_tail_events"`
 	RestartMeasuredS    float64 `json:"restart_measured_s"`
 	RestartExtrapolated bool    `json:"restart_extrapolated"`
-	Snapshots           bool    `json:"snapshots"` // restarts fold from a snapshot (not yet: always false)
+	Snapshots           bool    `json:"snapshots"` // restarts load a snapshot and fold the tail: always true
 
 	IngestVsRaw float64 `json:"ingest_vs_raw"` // submit_ingest_per_s / raw_publish_dedup_per_s
 	FoldVsRaw   float64 `json:"fold_vs_raw"`   // fold_per_s / raw_replay_per_s
@@ -211,11 +216,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.BytesPerQueuedTask = d.Placement.BytesPerQueuedTask
 	res.RestartEvents = d.Log.Events
 	res.RestartMeasuredS = d.Log.Restart.Seconds()
-	res.Restart1MS = res.RestartMeasuredS
-	if d.Log.Events > 0 && d.Log.Events != RestartTarget {
-		res.Restart1MS = res.RestartMeasuredS * RestartTarget / float64(d.Log.Events)
-		res.RestartExtrapolated = true
-	}
+	res.Restart1MS, res.RestartExtrapolated = restart1M(d.Log)
+	res.RestartTailEvents, res.Snapshots = d.Log.Snapshot.TailEvents, true
 	res.IngestVsRaw = ratio(res.SubmitIngestPerS, res.RawPublishDedupPerS)
 	res.FoldVsRaw = ratio(res.FoldPerS, res.RawReplayPerS)
 	res.IngestVsRawCPU = ratio(float64(d.RawPublish.CPUPerOp()), float64(d.Ingest.CPUPerOp()))
@@ -224,6 +226,21 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.Machine.LoadEnd = loadavg()
 	res.TookS = time.Since(start).Seconds()
 	return res, nil
+}
+
+// restart1M is the restart of a RestartTarget-event log from l's
+// measurement of a shorter one (see Result.Restart1MS): the server's start,
+// the snapshot's load and decode grow with the log before the snapshot,
+// the fold after it with the tail.
+func restart1M(l LogResult) (float64, bool) {
+	if l.Events == RestartTarget || l.Events == 0 {
+		return l.Restart.Seconds(), false
+	}
+	tail := l.Snapshot.TailEvents
+	before := float64(l.Events - tail)
+	tail1M := restartTail(RestartTarget)
+	head := (l.Restart - l.Snapshot.TailFold).Seconds() * float64(RestartTarget-tail1M) / max(before, 1)
+	return head + l.Snapshot.TailFold.Seconds()*float64(tail1M)/float64(max(tail, 1)), true
 }
 
 // faster returns the rate that took less time (a zero Rate loses).
@@ -301,11 +318,15 @@ func (r *Result) WriteTable(w io.Writer) error {
 		note += fmt.Sprintf(" (%.0f B without)", d.Placement.BytesPerQueuedTaskNoEnv)
 	}
 	row("bytes_per_queued_task", fmt.Sprintf("%.0f", r.BytesPerQueuedTask), note)
-	note = fmt.Sprintf("measured on %d events: %.2f s (server start %.2f s); snapshots: %v", r.RestartEvents, r.RestartMeasuredS, d.Log.ServerStart.Seconds(), r.Snapshots)
+	sn := d.Log.Snapshot
+	note = fmt.Sprintf("measured on %d events: %.2f s (server start %.2f s, snapshot load %.2f s, decode %.2f s, tail of %d events %.2f s); snapshots: %v",
+		r.RestartEvents, r.RestartMeasuredS, d.Log.ServerStart.Seconds(), sn.Load.Seconds(), sn.Decode.Seconds(), sn.TailEvents, sn.TailFold.Seconds(), r.Snapshots)
 	if r.RestartExtrapolated {
-		note = "EXTRAPOLATED linearly, " + note
+		note = "EXTRAPOLATED, " + note
 	}
 	row("restart_1m_s", fmt.Sprintf("%.2f", r.Restart1MS), note)
+	row("snapshot_bytes", fmt.Sprintf("%d", sn.StoredBytes), fmt.Sprintf("%d tasks at seq %d: state %d B before S2; encode %.2f s, store %.2f s",
+		sn.Tasks, sn.Seq, sn.StateBytes, sn.Encode.Seconds(), sn.Store.Seconds()))
 	fmt.Fprintf(bw, "\ngoals (information; a miss is not an error):\n")
 	for _, g := range r.Goals {
 		mark := "met   "

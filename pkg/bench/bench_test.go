@@ -48,12 +48,18 @@ func TestRun(t *testing.T) {
 			t.Errorf("%s = %v, want > 0", name, v)
 		}
 	}
-	if !r.RestartExtrapolated || r.RestartEvents != 5000 || r.Snapshots {
-		t.Errorf("restart: extrapolated %v from %d events, snapshots %v; want extrapolated from 5000, no snapshots",
-			r.RestartExtrapolated, r.RestartEvents, r.Snapshots)
+	if !r.RestartExtrapolated || r.RestartEvents != 5000 || !r.Snapshots || r.RestartTailEvents != 1000 {
+		t.Errorf("restart: extrapolated %v from %d events, snapshots %v, tail %d; want extrapolated from 5000, snapshots, tail 1000",
+			r.RestartExtrapolated, r.RestartEvents, r.Snapshots, r.RestartTailEvents)
 	}
-	if got, want := r.Restart1MS, r.RestartMeasuredS*200; got < want*0.999 || got > want*1.001 {
-		t.Errorf("restart_1m_s = %v, want %v (measured × 200)", got, want)
+	// The part before the tail × 996,001 / 4,000, the tail's fold × 9,999 / 1,000.
+	sn := r.Detail.Log.Snapshot
+	if sn.Seq != 4000 || sn.Tasks == 0 || sn.StateBytes == 0 || sn.StoredBytes == 0 || sn.TailFold <= 0 {
+		t.Errorf("snapshot %+v: want one at 4000 with tasks, bytes and a tail fold", sn)
+	}
+	want := (r.Detail.Log.Restart-sn.TailFold).Seconds()*(1_000_000-9_999)/4000 + sn.TailFold.Seconds()*9_999/1000
+	if got := r.Restart1MS; got < want*0.999 || got > want*1.001 {
+		t.Errorf("restart_1m_s = %v, want %v", got, want)
 	}
 	if len(r.Goals) != 7 {
 		t.Errorf("%d goals, want 7", len(r.Goals))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/google/uuid"
@@ -177,7 +178,7 @@ type LogResult struct {
 	RawReplay   Rate          `json:"raw_replay"`
 	Fold        Rate          `json:"fold"`
 	Rounds      int           `json:"rounds"`
-	Restart     time.Duration `json:"restart_ns"` // server start + stream open + fold
+	Restart     time.Duration `json:"restart_ns"` // server start + stream open + snapshot + fold of the tail
 	RestartCPU  time.Duration `json:"restart_cpu_ns"`
 	ServerStart time.Duration `json:"server_start_ns"` // of Restart: server recovery and stream open
 	Tasks       int           `json:"tasks"`           // in the folded state
@@ -187,6 +188,8 @@ type LogResult struct {
 	// alone on the decoded records.
 	Decode Rate `json:"decode_in_memory"`
 	Apply  Rate `json:"apply_in_memory"`
+	// Snapshot is the snapshot the restart starts from.
+	Snapshot SnapshotResult `json:"snapshot"`
 }
 
 // sampleEvents is how many events History keeps for the in-memory split.
@@ -200,10 +203,13 @@ const sampleEvents = 20_000
 //     the stream, touching each message's data) and the fold
 //     (events.ReadAll through the JetStream adapter, decoding every
 //     envelope, and domain.State.Apply). The best round of each counts.
-//  3. A cold restart: stop the server, start a new one on the same store,
-//     open the stream as a service does and fold the whole log. The data
-//     is in the OS page cache; snapshots do not exist yet, so a restart is
-//     a full fold.
+//  3. A snapshot as the scheduler takes it (the state and the run-time
+//     predictor, stored in the snapshot bucket), covering all but the last
+//     restartTail(total) events: the most a scheduler folds after its
+//     snapshot when it crashed (after a clean stop, none).
+//  4. A cold restart: stop the server, start a new one on the same store,
+//     open the stream as a service does, load the snapshot and fold the
+//     events after it. The data is in the OS page cache.
 func History(ctx context.Context, dir string, nodes, total, rounds int) (LogResult, error) {
 	res := LogResult{Events: total, Rounds: rounds}
 	nd, err := startNode(ctx, dir)
@@ -246,20 +252,29 @@ func History(ctx context.Context, dir string, nodes, total, rounds int) (LogResu
 	}
 	sample = nil
 
-	// 3. Restart.
+	// 3. The snapshot.
+	tail := restartTail(total)
+	if res.Snapshot, err = takeSnapshot(ctx, nd, uint64(total-tail)); err != nil {
+		return res, fmt.Errorf("snapshot: %w", err)
+	}
+	res.Snapshot.TailEvents = tail
+
+	// 4. Restart.
 	nd.stop()
+	runtime.GC()
 	start, cpu := time.Now(), cpuTime()
 	if err := nd.start(ctx); err != nil {
 		return res, err
 	}
 	res.ServerStart = time.Since(start)
-	fold, _, err := foldLog(ctx, nd.log)
+	st, n, err := restartFromSnapshot(ctx, nd.log, &res.Snapshot)
 	if err != nil {
 		return res, err
 	}
 	res.Restart, res.RestartCPU = time.Since(start), cpuTime()-cpu
-	if fold.N != total {
-		return res, fmt.Errorf("bench: the restart fold read %d events, want %d", fold.N, total)
+	if n != tail || st.Seq != uint64(total) || len(st.Tasks) != res.Tasks {
+		return res, fmt.Errorf("bench: the restart folded %d events after the snapshot (want %d), up to %d (want %d), %d tasks (want %d)",
+			n, tail, st.Seq, total, len(st.Tasks), res.Tasks)
 	}
 	return res, nil
 }

@@ -12,6 +12,7 @@ const (
 	AdviceStreamName = "GPUQ_ADVICE"
 	HeartbeatBucket  = "gpuq_heartbeats"
 	LeaderBucket     = "gpuq_leader"
+	SnapshotBucket   = "gpuq_snapshots"
 )
 
 // DefaultDedupeWindow is how long a message id (a CI idempotency key)
@@ -73,4 +74,15 @@ func HeartbeatKV(replicas int) js.KeyValueConfig {
 	}
 	return js.KeyValueConfig{Bucket: HeartbeatBucket, TTL: 10 * time.Minute, History: 1, Replicas: replicas,
 		Description: "gpuq agent heartbeats"}
+}
+
+// SnapshotStore defines the object store of state snapshots (see
+// pkg/snapshot): one object per service, replaced by each new snapshot. It
+// is a cache of folds of the audit log, never the truth.
+func SnapshotStore(replicas int) js.ObjectStoreConfig {
+	if replicas <= 0 {
+		replicas = 1
+	}
+	return js.ObjectStoreConfig{Bucket: SnapshotBucket, Storage: js.FileStorage, Replicas: replicas,
+		Description: "gpuq state snapshots: a cache of folds of GPUQ_EVENTS"}
 }

@@ -34,6 +34,10 @@ type Config struct {
 	// NodeTimeout: a node without a heartbeat this long is lost (default
 	// 30 s; negative: never).
 	NodeTimeout time.Duration
+	// SnapshotEvery: applied events between two state snapshots (default
+	// DefaultSnapshotEvery; negative: no snapshots written or loaded). See
+	// snapshot.go.
+	SnapshotEvery int
 }
 
 // Scheduler is one instance.
@@ -44,6 +48,7 @@ type Scheduler struct {
 	lead  bool
 	seen  map[string]time.Time // node heartbeats
 	pred  *estimate.Predictor  // run times learned from the log, for backfill
+	snaps *snapshots           // nil: no snapshots
 }
 
 // New returns an instance; Run starts it.
@@ -53,6 +58,9 @@ func New(cfg Config) *Scheduler {
 	}
 	if cfg.NodeTimeout == 0 {
 		cfg.NodeTimeout = 30 * time.Second
+	}
+	if cfg.SnapshotEvery == 0 {
+		cfg.SnapshotEvery = DefaultSnapshotEvery
 	}
 	if cfg.Tick == 0 {
 		cfg.Tick = time.Second
@@ -79,6 +87,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.snaps = s.openSnapshots(ctx)
 	for ctx.Err() == nil {
 		lctx, err := lease.acquire(ctx)
 		if err != nil {
@@ -117,12 +126,14 @@ func (s *Scheduler) Leading() bool {
 
 func (s *Scheduler) lead_(ctx context.Context) error {
 	log := s.cfg.Log
-	// 1. Fold the whole log.
-	st := domain.NewState()
-	s.pred = estimate.NewPredictor(0)
-	if _, err := events.ReadAll(ctx, log, 1, "", func(r events.Record) error { s.fold(st, r); return nil }); err != nil {
+	// 1. Fold the whole log, or the snapshot and the log after it.
+	st, pred, from := s.snaps.restore(ctx, log)
+	s.pred = pred
+	if _, err := events.ReadAll(ctx, log, from, "", func(r events.Record) error { s.fold(st, r); return nil }); err != nil {
 		return err
 	}
+	defer s.snaps.final(st, s.pred)
+	s.snaps.take(ctx, st, s.pred) // a long fold is worth a snapshot at once
 	// Every known node gets a full timeout to show its heartbeat.
 	seen := map[string]time.Time{}
 	for name := range st.Nodes {
@@ -193,6 +204,7 @@ func (s *Scheduler) lead_(ctx context.Context) error {
 					break drain
 				}
 			}
+			s.snaps.take(ctx, st, s.pred)
 		}
 	}
 }
@@ -213,6 +225,7 @@ func (s *Scheduler) apply(st *domain.State, m events.Stored) error {
 // fold applies a record and learns run times from completions.
 func (s *Scheduler) fold(st *domain.State, r events.Record) {
 	st.Apply(r)
+	s.snaps.saw(r)
 	if c, ok := r.Event.(events.Completed); ok {
 		if t := st.Tasks[c.TaskID]; t != nil {
 			s.pred.Observe(t)

@@ -28,17 +28,26 @@ func main() {
 	f.Duration(&nodeTimeout, "node-timeout", "GPUQ_NODE_TIMEOUT", 30*time.Second, "a node without heartbeat this long is lost")
 	f.Duration(&leaseTTL, "lease-ttl", "GPUQ_LEASE_TTL", 10*time.Second, "leader lease TTL: how soon a standby takes over from a dead leader")
 	f.String(&instance, "instance", "GPUQ_INSTANCE", "", "this instance's name in the lease (default hostname-pid)")
+	var snapEvery int
+	f.Int(&snapEvery, "snapshot-every", "GPUQ_SNAPSHOT_EVERY", scheduler.DefaultSnapshotEvery,
+		"write a state snapshot every this many applied events; a restart folds only the log after it (0: no snapshots)")
 	f.Parse(c)
 	opts := f.PolicyOptions(pf)
 	if leaseTTL < time.Second {
 		f.Invalid("lease-ttl", "must be ≥ 1s")
+	}
+	switch {
+	case snapEvery < 0:
+		f.Invalid("snapshot-every", "must not be negative")
+	case snapEvery == 0:
+		snapEvery = -1 // scheduler.Config: negative is none
 	}
 
 	lvl, _ := zerolog.ParseLevel(c.LogLevel)
 	logger := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("svc", "scheduler").Logger()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, c, leaseTTL, instance, nodeTimeout, opts, logger); err != nil && ctx.Err() == nil {
+	if err := run(ctx, c, leaseTTL, instance, nodeTimeout, snapEvery, opts, logger); err != nil && ctx.Err() == nil {
 		logger.Error().Err(err).Msg("stopped")
 		stop()
 		os.Exit(1)
@@ -46,14 +55,15 @@ func main() {
 	logger.Info().Msg("stopped")
 }
 
-func run(ctx context.Context, c *svcmain.Common, leaseTTL time.Duration, instance string, nodeTimeout time.Duration, opts policy.Options, logger zerolog.Logger) error {
+func run(ctx context.Context, c *svcmain.Common, leaseTTL time.Duration, instance string, nodeTimeout time.Duration, snapEvery int,
+	opts policy.Options, logger zerolog.Logger) error {
 	nc, log, err := svcmain.Connect(ctx, name, c, notify(logger))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	return scheduler.Run(ctx, scheduler.Config{Log: log, JS: log.JetStream(), Policy: policy.New(opts),
-		Logger: logger, Instance: instance, LeaseTTL: leaseTTL, NodeTimeout: nodeTimeout,
+		Logger: logger, Instance: instance, LeaseTTL: leaseTTL, NodeTimeout: nodeTimeout, SnapshotEvery: snapEvery,
 		Ready: func() { logger.Info().Msg("ready: leading") }})
 }
 
