@@ -75,12 +75,13 @@ func (r LifecycleResult) EventsPerS() float64 {
 //   - the submit path of Ingest (validate, encode, async publish with the
 //     idempotency message id);
 //   - a scheduler: it folds the log as it follows it and, whenever its own
-//     appends are folded, runs decide.Plan with the default policy and
-//     appends the dispatches with the same message ids and expected
-//     sequences as services/scheduler — published asynchronously, all of a
-//     pass at once, then waiting for their acks (the service appends them
-//     one by one). Without a lease or heartbeats. With o.Scheduler set,
-//     that scheduler instead;
+//     appends are acknowledged and folded, runs decide.Plan with the
+//     default policy and appends the dispatches with the same message ids
+//     and expected sequences as services/scheduler, as the service does
+//     (events.AppendAll: all of a pass published, then the acks awaited),
+//     but folding on while the acks are awaited (the service waits for
+//     them). Without a lease or heartbeats. With o.Scheduler set, that
+//     scheduler instead;
 //   - mock agents (one connection and one follower of dispatched events
 //     for all nodes): for each dispatch they append started (guarded by
 //     the dispatch's sequence, as the agent does) and completed at once,
@@ -255,7 +256,7 @@ func agents(ctx context.Context, f events.Follower, j js.JetStream) error {
 
 // shell is the scheduler of Lifecycle: services/scheduler's loop (fold,
 // learning run times from completions; follow; decide when the own appends
-// are folded) with the appends of a pass pipelined.
+// are folded), folding while a pass's acks are awaited.
 type shell struct {
 	pol  *policy.Policy
 	pred *estimate.Predictor
@@ -294,7 +295,6 @@ func (s *shell) run(ctx context.Context, log *jetstream.Log, ready func()) error
 	ready()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	var waitFor uint64
 	apply := func(m events.Stored) {
 		r, err := events.Decode(m)
 		if err != nil {
@@ -303,22 +303,41 @@ func (s *shell) run(ctx context.Context, log *jetstream.Log, ready func()) error
 		}
 		s.fold(st, r)
 	}
+	// waitFor is the highest sequence of the own appends; acked delivers
+	// the outcome of the pass whose acks are awaited (nil: none is). The
+	// next pass runs once both are done: its appends acknowledged and
+	// folded. The log is folded while the acks are awaited.
+	var (
+		waitFor uint64
+		acked   chan passAcks
+	)
 	for {
 		// 3. Decide and append, once the own appends are folded.
-		if st.Seq >= waitFor {
-			last, err := s.pass(ctx, st, log.JetStream())
+		if acked == nil && st.Seq >= waitFor {
+			msgs, err := s.pass(st)
 			if err != nil {
 				return err
 			}
-			waitFor = max(waitFor, last)
+			if len(msgs) > 0 {
+				acked = make(chan passAcks, 1)
+				go func(c chan<- passAcks) { c <- appendPass(ctx, log, msgs) }(acked)
+			}
 		}
-		// 4. Wait for events (or a tick) and apply all that are there.
+		// 4. Wait for events, acks (or a tick) and apply all events that
+		//    are there.
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case err := <-ferr:
 			return err
 		case <-tick.C:
+		case a := <-acked:
+			acked = nil
+			if a.err != nil {
+				return a.err
+			}
+			s.conflicts += a.conflicts
+			waitFor = max(waitFor, a.last)
 		case m := <-recs:
 			apply(m)
 		drain:
@@ -345,52 +364,46 @@ func (s *shell) fold(st *domain.State, r events.Record) {
 	}
 }
 
-// pass runs decide.Plan and appends its commands, all published before any
-// ack is awaited; it returns the highest sequence appended.
-func (s *shell) pass(ctx context.Context, st *domain.State, j js.JetStream) (uint64, error) {
+// pass runs decide.Plan and returns its commands as appends, with the
+// same message ids and expected sequences as services/scheduler's.
+func (s *shell) pass(st *domain.State) ([]events.Msg, error) {
 	now := time.Now()
 	cmds := decide.Plan(st, s.pol, now, decide.Liveness{}, s.pred.ForPolicy(now))
 	s.planTime += time.Since(now)
 	s.passes++
 	s.maxBatch = max(s.maxBatch, len(cmds))
-	futures := make([]js.PubAckFuture, 0, len(cmds))
+	msgs := make([]events.Msg, 0, len(cmds))
 	for _, c := range cmds {
 		subj, data, _, err := events.Encode(c.Event, events.Meta{Time: now})
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		msg := nats.NewMsg(subj)
-		msg.Data = data
-		if c.MsgID != "" {
-			msg.Header.Set(js.MsgIDHeader, c.MsgID)
-		}
-		if c.Expect != nil {
-			msg.Header.Set(js.ExpectedLastSubjSeqHeader, strconv.FormatUint(c.Expect.LastSeq, 10))
-			msg.Header.Set("Nats-Expected-Last-Subject-Sequence-Subject", c.Expect.Filter)
-		}
-		f, err := j.PublishMsgAsync(msg, stall)
-		if err != nil {
-			return 0, err
-		}
-		futures = append(futures, f)
+		msgs = append(msgs, events.Msg{Subject: subj, Data: data, MsgID: c.MsgID, Expect: c.Expect})
 	}
-	var last uint64
-	for _, f := range futures {
-		select {
-		case ack := <-f.Ok():
-			if !ack.Duplicate {
-				last = max(last, ack.Sequence)
-			}
-		case err := <-f.Err():
-			var apiErr *js.APIError
-			if errors.As(err, &apiErr) && apiErr.ErrorCode == js.JSErrCodeStreamWrongLastSequence {
-				s.conflicts++
-				continue
-			}
-			return last, err
-		case <-ctx.Done():
-			return last, ctx.Err()
+	return msgs, nil
+}
+
+// passAcks is what the log answered to one pass's appends.
+type passAcks struct {
+	last      uint64 // highest sequence appended (not a duplicate)
+	conflicts int    // appends refused by their expected sequence
+	err       error  // any other failure
+}
+
+// appendPass appends msgs as services/scheduler does (events.AppendAll:
+// all published, then the acks awaited) and sums up the answers.
+func appendPass(ctx context.Context, log events.Log, msgs []events.Msg) passAcks {
+	var a passAcks
+	for _, r := range events.AppendAll(ctx, log, msgs) {
+		switch {
+		case errors.Is(r.Err, events.ErrConflict):
+			a.conflicts++
+		case r.Err != nil:
+			a.err = r.Err
+			return a
+		case !r.Ack.Duplicate:
+			a.last = max(a.last, r.Ack.Seq)
 		}
 	}
-	return last, nil
+	return a
 }

@@ -81,6 +81,35 @@ func Append(ctx context.Context, l Log, e Event, m Meta, msgID string, expect *E
 	return l.Append(ctx, Msg{Subject: subj, Data: data, MsgID: msgID, Expect: expect})
 }
 
+// Batcher is a Log that can append several messages with one wait:
+// AppendBatch publishes them all, in order, before it awaits any answer.
+// Each message has the outcome it would have had appended alone, one after
+// the other in the same order (a de-duplicated id, an expected sequence
+// that does not hold: ErrConflict); results[i] is ms[i]'s.
+type Batcher interface {
+	AppendBatch(ctx context.Context, ms []Msg) []Result
+}
+
+// Result is the outcome of one message of a batch.
+type Result struct {
+	Ack Ack
+	Err error
+}
+
+// AppendAll appends ms in order: with one AppendBatch when l is a Batcher,
+// else with Append one at a time. Either way, every message is tried and
+// results[i] is ms[i]'s outcome.
+func AppendAll(ctx context.Context, l Log, ms []Msg) []Result {
+	if b, ok := l.(Batcher); ok {
+		return b.AppendBatch(ctx, ms)
+	}
+	out := make([]Result, len(ms))
+	for i, m := range ms {
+		out[i].Ack, out[i].Err = l.Append(ctx, m)
+	}
+	return out
+}
+
 // ReadAll decodes every record from seq from on and calls fn, in log
 // order; it returns the first error of the read, a decode or fn, and the
 // log's last sequence as Read does.

@@ -4,7 +4,9 @@
 // log into a domain.State, follows it, and after each batch of new events
 // asks the policy package for decisions and appends them as events:
 // dispatched (with the log sequence it was based on), preempt_requested,
-// requeued, lost.
+// requeued, lost. A pass's events are published together and then their
+// acks awaited (events.AppendAll); each is stored or refused as if appended
+// alone, in order.
 //
 // Every decision is appended with an expected-sequence check on the task's
 // subjects, so a decision made on stale task state is refused by the stream

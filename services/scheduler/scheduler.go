@@ -234,7 +234,9 @@ func (s *Scheduler) fold(st *domain.State, r events.Record) {
 }
 
 // pass runs the pure policy and the protocol reactions and appends their
-// events; it returns the highest sequence appended.
+// events, all published before any ack is awaited when the log can batch
+// (events.AppendAll: each is stored or refused as if appended alone, in
+// order); it returns the highest sequence appended.
 func (s *Scheduler) pass(ctx context.Context, st *domain.State) (uint64, error) {
 	now := s.cfg.Now()
 	s.mu.Lock()
@@ -244,24 +246,38 @@ func (s *Scheduler) pass(ctx context.Context, st *domain.State) (uint64, error) 
 	}
 	cmds := decide.Plan(st, s.cfg.Policy, now, live, s.pred.ForPolicy(now))
 	s.mu.Unlock()
-	var last uint64
-	for _, c := range cmds {
-		ack, err := events.Append(ctx, s.cfg.Log, c.Event, events.Meta{Time: now}, c.MsgID, c.Expect)
-		switch {
-		case errors.Is(err, events.ErrConflict):
-			s.cfg.Logger.Debug().Str("task", c.Event.Key()).Msg("scheduler: stale decision refused; will re-decide")
-			continue
-		case err != nil:
-			if ctx.Err() != nil {
-				return last, ctx.Err()
-			}
+	if len(cmds) == 0 {
+		return 0, nil
+	}
+	msgs := make([]events.Msg, 0, len(cmds))
+	sent := make([]int, 0, len(cmds)) // msgs[j] is cmds[sent[j]]
+	for i, c := range cmds {
+		subj, data, _, err := events.Encode(c.Event, events.Meta{Time: now})
+		if err != nil {
 			s.cfg.Logger.Error().Err(err).Str("event", string(c.Event.EventType())).Msg("scheduler: append failed")
 			continue
 		}
-		if !ack.Duplicate && ack.Seq > last {
-			last = ack.Seq
+		msgs = append(msgs, events.Msg{Subject: subj, Data: data, MsgID: c.MsgID, Expect: c.Expect})
+		sent = append(sent, i)
+	}
+	var last uint64
+	for j, r := range events.AppendAll(ctx, s.cfg.Log, msgs) {
+		c := cmds[sent[j]]
+		switch {
+		case errors.Is(r.Err, events.ErrConflict):
+			s.cfg.Logger.Debug().Str("task", c.Event.Key()).Msg("scheduler: stale decision refused; will re-decide")
+			continue
+		case r.Err != nil:
+			if ctx.Err() != nil {
+				return last, ctx.Err()
+			}
+			s.cfg.Logger.Error().Err(r.Err).Str("event", string(c.Event.EventType())).Msg("scheduler: append failed")
+			continue
 		}
-		s.cfg.Logger.Info().Str("event", string(c.Event.EventType())).Str("task", c.Event.Key()).Uint64("seq", ack.Seq).Msg("scheduler: decided")
+		if !r.Ack.Duplicate && r.Ack.Seq > last {
+			last = r.Ack.Seq
+		}
+		s.cfg.Logger.Info().Str("event", string(c.Event.EventType())).Str("task", c.Event.Key()).Uint64("seq", r.Ack.Seq).Msg("scheduler: decided")
 	}
 	return last, nil
 }

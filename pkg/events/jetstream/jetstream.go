@@ -34,7 +34,10 @@ type Log struct {
 	stream string
 }
 
-var _ events.Log = (*Log)(nil)
+var (
+	_ events.Log     = (*Log)(nil)
+	_ events.Batcher = (*Log)(nil)
+)
 
 // Open creates or updates the audit stream and returns a Log on it.
 func Open(ctx context.Context, nc *nats.Conn, cfg StreamConfig) (*Log, error) {
@@ -58,6 +61,15 @@ func (l *Log) JetStream() js.JetStream { return l.js }
 
 // Append implements events.Log.
 func (l *Log) Append(ctx context.Context, m events.Msg) (events.Ack, error) {
+	ack, err := l.js.PublishMsg(ctx, natsMsg(m))
+	if err != nil {
+		return events.Ack{}, appendErr(err)
+	}
+	return events.Ack{Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+}
+
+// natsMsg is m with its message id and expectation as JetStream headers.
+func natsMsg(m events.Msg) *nats.Msg {
 	msg := nats.NewMsg(m.Subject)
 	msg.Data = m.Data
 	if m.MsgID != "" {
@@ -67,15 +79,73 @@ func (l *Log) Append(ctx context.Context, m events.Msg) (events.Ack, error) {
 		msg.Header.Set(js.ExpectedLastSubjSeqHeader, strconv.FormatUint(m.Expect.LastSeq, 10))
 		msg.Header.Set("Nats-Expected-Last-Subject-Sequence-Subject", m.Expect.Filter)
 	}
-	ack, err := l.js.PublishMsg(ctx, msg)
-	if err != nil {
-		var apiErr *js.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == js.JSErrCodeStreamWrongLastSequence {
-			return events.Ack{}, events.ErrConflict
-		}
-		return events.Ack{}, err
+	return msg
+}
+
+// appendErr maps a refused expectation to events.ErrConflict.
+func appendErr(err error) error {
+	var apiErr *js.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == js.JSErrCodeStreamWrongLastSequence {
+		return events.ErrConflict
 	}
-	return events.Ack{Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+	return err
+}
+
+// batchChunk bounds the publishes of AppendBatch in flight, well under
+// nats.go's 4,000 outstanding async publishes per context.
+const batchChunk = 512
+
+// ackTimeout bounds the wait for a chunk's acks when ctx has no deadline,
+// as nats.go bounds a synchronous publish.
+const ackTimeout = 5 * time.Second
+
+// AppendBatch implements events.Batcher: the messages are published
+// asynchronously on the Log's connection, up to batchChunk at a time, and
+// then their acks awaited. One connection keeps their order, so each
+// message is stored (or refused) as if appended alone after the previous.
+func (l *Log) AppendBatch(ctx context.Context, ms []events.Msg) []events.Result {
+	out := make([]events.Result, len(ms))
+	futures := make([]js.PubAckFuture, 0, min(len(ms), batchChunk))
+	for from := 0; from < len(ms); from += batchChunk {
+		chunk := ms[from:min(from+batchChunk, len(ms))]
+		futures = futures[:0]
+		for i, m := range chunk {
+			f, err := l.js.PublishMsgAsync(natsMsg(m))
+			if err != nil {
+				out[from+i].Err = err
+			}
+			futures = append(futures, f) // nil when the publish failed
+		}
+		l.awaitAcks(ctx, futures, out[from:])
+	}
+	return out
+}
+
+// awaitAcks fills out[i] from futures[i] (nil: the publish failed, out[i]
+// holds why).
+func (l *Log) awaitAcks(ctx context.Context, futures []js.PubAckFuture, out []events.Result) {
+	wait := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		wait, cancel = context.WithTimeout(ctx, ackTimeout)
+		defer cancel()
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case ack := <-f.Ok():
+			out[i].Ack = events.Ack{Seq: ack.Sequence, Duplicate: ack.Duplicate}
+		case err := <-f.Err():
+			out[i].Err = appendErr(err)
+		case <-wait.Done():
+			out[i].Err = ctx.Err()
+			if out[i].Err == nil {
+				out[i].Err = fmt.Errorf("events/jetstream: %w", js.ErrAsyncPublishTimeout)
+			}
+		}
+	}
 }
 
 // LastSeq implements events.Log.

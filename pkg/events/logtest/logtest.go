@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/gpuq/gpuq/pkg/events"
 )
@@ -223,6 +224,88 @@ func Run(t *testing.T, newLog Factory) {
 		}
 		if diff := cmp.Diff(events.Event(in), got[0].Event); diff != "" {
 			t.Errorf("round trip (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("append all", func(t *testing.T) {
+		exp := func(task string, seq uint64) *events.Expect {
+			return &events.Expect{Filter: "gpuq.task." + task + ".>", LastSeq: seq}
+		}
+		type want struct {
+			Seq       uint64
+			Duplicate bool
+			Conflict  bool
+		}
+		for _, tc := range []struct {
+			name   string
+			before []events.Msg // appended one by one first
+			batch  []events.Msg
+			want   []want
+			stored []string // subjects in the log afterwards
+		}{
+			{name: "empty batch"},
+			{
+				name:   "in order",
+				batch:  []events.Msg{msg("gpuq.task.a.submitted", "1"), msg("gpuq.task.b.submitted", "2"), msg("gpuq.task.a.dispatched", "3")},
+				want:   []want{{Seq: 1}, {Seq: 2}, {Seq: 3}},
+				stored: []string{"gpuq.task.a.submitted", "gpuq.task.b.submitted", "gpuq.task.a.dispatched"},
+			},
+			{
+				name:   "duplicate id in the batch and before it",
+				before: []events.Msg{{Subject: "gpuq.task.a.submitted", Data: []byte("0"), MsgID: "x"}},
+				batch: []events.Msg{{Subject: "gpuq.task.b.submitted", Data: []byte("1"), MsgID: "y"},
+					{Subject: "gpuq.task.b.submitted", Data: []byte("2"), MsgID: "y"},
+					{Subject: "gpuq.task.a.submitted", Data: []byte("3"), MsgID: "x"}},
+				want:   []want{{Seq: 2}, {Seq: 2, Duplicate: true}, {Seq: 1, Duplicate: true}},
+				stored: []string{"gpuq.task.a.submitted", "gpuq.task.b.submitted"},
+			},
+			{
+				name:   "expectation on an earlier message of the batch",
+				batch:  []events.Msg{{Subject: "gpuq.task.a.dispatched", Expect: exp("a", 0)}, {Subject: "gpuq.task.a.started", Expect: exp("a", 1)}},
+				want:   []want{{Seq: 1}, {Seq: 2}},
+				stored: []string{"gpuq.task.a.dispatched", "gpuq.task.a.started"},
+			},
+			{
+				name:   "the second guard of one task conflicts, the rest is stored",
+				before: []events.Msg{msg("gpuq.task.a.submitted", "0")},
+				batch: []events.Msg{{Subject: "gpuq.task.a.dispatched", Expect: exp("a", 1)}, {Subject: "gpuq.task.a.cancelled", Expect: exp("a", 1)},
+					{Subject: "gpuq.task.b.dispatched", Expect: exp("b", 7)}, msg("gpuq.task.c.submitted", "3")},
+				want:   []want{{Seq: 2}, {Conflict: true}, {Conflict: true}, {Seq: 3}},
+				stored: []string{"gpuq.task.a.submitted", "gpuq.task.a.dispatched", "gpuq.task.c.submitted"},
+			},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				l := newLog(t)
+				for _, m := range tc.before {
+					mustAppend(t, l, m)
+				}
+				for i := range tc.batch {
+					if tc.batch[i].Data == nil {
+						tc.batch[i].Data = []byte(tc.batch[i].Subject)
+					}
+				}
+				res := events.AppendAll(context.Background(), l, tc.batch)
+				got := make([]want, len(res))
+				for i, r := range res {
+					switch {
+					case errors.Is(r.Err, events.ErrConflict):
+						got[i].Conflict = true
+					case r.Err != nil:
+						t.Fatalf("message %d: %v", i, r.Err)
+					default:
+						got[i] = want{Seq: r.Ack.Seq, Duplicate: r.Ack.Duplicate}
+					}
+				}
+				if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
+					t.Errorf("results (-want +got):\n%s", diff)
+				}
+				var subjects []string
+				for _, e := range readAll(t, l, 1, "") {
+					subjects = append(subjects, e.Subject)
+				}
+				if diff := cmp.Diff(tc.stored, subjects, cmpopts.EquateEmpty()); diff != "" {
+					t.Errorf("log (-want +got):\n%s", diff)
+				}
+			})
 		}
 	})
 }
