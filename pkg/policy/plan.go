@@ -51,7 +51,10 @@ type pass struct {
 	// heap; keep at most topEnds earliest sorted (0: the default).
 	slowEnds bool
 	topEnds  int
-	res      Result
+	// noEndIndex (tests): the walk predicts every holder rather than
+	// reading the fold's end index (ends.go).
+	noEndIndex bool
+	res        Result
 }
 
 // ending is a holding task's predicted end: the pass's now plus r.
@@ -75,7 +78,7 @@ type ending struct {
 //     reservation at its earliest predicted start (backfill.go).
 func (p *Policy) Plan(in Input) Result {
 	pc := newPass(p.opts, in, p.scratch)
-	pc.noMemo, pc.slowEnds, pc.topEnds = p.noMemo, p.slowEnds, p.topEnds
+	pc.noMemo, pc.slowEnds, pc.topEnds, pc.noEndIndex = p.noMemo, p.slowEnds, p.topEnds, p.noEndIndex
 	pos := 0
 	pc.order(func(t *domain.Task, tier int) bool {
 		pos++
