@@ -365,7 +365,7 @@ func (pc *pass) reserve(t *domain.Task) {
 // fitsOn reports whether t fits on one of the placements' nodes.
 func fitsOn(t *domain.Task, f *freeMap, pls []events.Placement) bool {
 	for _, p := range pls {
-		if len(f.free[p.Node]) >= t.GPUs && len(f.usable(t, p.Node, time.Time{})) >= t.GPUs {
+		if len(f.on(p.Node)) >= t.GPUs && len(f.usable(t, p.Node, time.Time{})) >= t.GPUs {
 			return true
 		}
 	}
@@ -373,10 +373,10 @@ func fitsOn(t *domain.Task, f *freeMap, pls []events.Placement) bool {
 }
 
 func nodeOf(f *freeMap, gpu string) string {
-	for n, gs := range f.free {
+	for i, gs := range f.gpus {
 		for _, g := range gs {
 			if g.UUID == gpu {
-				return n
+				return f.avail[i]
 			}
 		}
 	}
