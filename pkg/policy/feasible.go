@@ -183,16 +183,25 @@ func (f *freeMap) usable(t *domain.Task, node string, end time.Time) []domain.GP
 }
 
 // usableOf is usable on a node's free GPUs gs.
+// The result shares gs when every GPU is usable (callers only read it).
 func (f *freeMap) usableOf(t *domain.Task, gs []domain.GPU, end time.Time) []domain.GPU {
 	var out []domain.GPU
-	for _, g := range gs {
-		if !gpuFits(t, g) {
-			continue
+	for i, g := range gs {
+		ok := gpuFits(t, g)
+		if ok && len(f.reserved) > 0 {
+			if r, held := f.reserved[g.UUID]; held && (end.IsZero() || r.IsZero() || end.After(r)) {
+				ok = false
+			}
 		}
-		if r, ok := f.reserved[g.UUID]; ok && (end.IsZero() || r.IsZero() || end.After(r)) {
-			continue
+		switch {
+		case ok && out != nil:
+			out = append(out, g)
+		case !ok && out == nil:
+			out = append(make([]domain.GPU, 0, len(gs)-1), gs[:i]...)
 		}
-		out = append(out, g)
+	}
+	if out == nil {
+		return gs
 	}
 	return out
 }
