@@ -364,7 +364,7 @@ func (s *State) IndexMismatch() string {
 	case victims != s.victims:
 		return sprint("victims", victims, s.victims)
 	}
-	return ""
+	return s.ends.mismatch(s)
 }
 
 func sprint(what string, want, got any) string {

@@ -76,10 +76,13 @@ func (q *queueIndex) left(t *Task, p Priority) {
 }
 
 // walk calls fn for each queued task in queue order until fn returns false.
+// An entry is live iff its generation is not 0 (left marks every entry
+// going stale; IndexMismatch checks it), so the walk reads no task it
+// skips.
 func (q *queueIndex) walk(fn func(*Task) bool) {
 	for p := Critical; p >= Low; p-- {
 		for _, e := range q.lists[p] {
-			if e.live(p) && !fn(e.t) {
+			if e.gen != 0 && !fn(e.t) {
 				return
 			}
 		}

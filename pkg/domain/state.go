@@ -32,6 +32,7 @@ type State struct {
 	team    map[string]int   // GPUs held per team
 	pre     map[string]*Task // tasks holding GPUs in state Preempting
 	victims int              // running preemptible non-CRITICAL tasks holding GPUs
+	ends    endIndex         // tasks holding GPUs by estimated end (ends.go)
 }
 
 // NewState returns an empty state.
@@ -52,6 +53,7 @@ func (s *State) Apply(r events.Record) {
 	if at.After(s.LastTime) {
 		s.LastTime = at
 	}
+	s.ends.advance(at)
 	switch e := r.Event.(type) {
 	case events.Submitted:
 		s.submitted(r.Seq, e)
@@ -407,6 +409,7 @@ func (s *State) track(t *Task) {
 		t.inHold = hold
 	}
 	s.trackHolders(t)
+	s.trackEnd(t)
 }
 
 // Live returns the number of tasks not finished or still holding GPUs.
@@ -497,6 +500,7 @@ func (s *State) cloneIndexes(c *State) {
 	for i, t := range s.hold {
 		c.hold[i] = c.Tasks[t.ID] // same position: holdAt holds
 	}
+	c.ends = s.ends.clone(c)
 	for p := range s.q.lists {
 		if len(s.q.lists[p]) == 0 {
 			continue

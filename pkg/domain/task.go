@@ -102,6 +102,10 @@ type Task struct {
 	// State.trackHolders).
 	held            int
 	inPre, inVictim bool
+	// endIn, endAt: the task's set in the end index and its position
+	// there (see endIndex).
+	endIn uint8
+	endAt int32
 }
 
 // GPUUUIDs lists every GPU of the current placement.

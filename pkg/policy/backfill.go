@@ -86,6 +86,11 @@ type endWalk struct {
 	nTop int  // kept in top
 	done int  // yielded from top
 	heap bool // past top: keys is a heap of the rest
+	// est: the walk reads the fold's end index (see startEstimated).
+	est   bool
+	cand  endHeap // ends predicted, not yet yielded
+	ahead domain.EndCursor
+	due   domain.EndCursor
 }
 
 // walkEnds starts a walk of the holding tasks by predicted end: the same
@@ -99,6 +104,10 @@ func (pc *pass) walkEnds() *endWalk {
 			w.old = pc.endings()
 		}
 		w.old.init()
+		return w
+	}
+	if pc.estimatedEnds() {
+		w.startEstimated()
 		return w
 	}
 	w.buf = keyBufs.Get().(*[]endKey)
@@ -156,6 +165,9 @@ func (pc *pass) walkEnds() *endWalk {
 // next yields the next holding task's end (from the pass's now) and
 // placements; false when every one was yielded.
 func (w *endWalk) next() (time.Duration, []events.Placement, bool) {
+	if w.est {
+		return w.nextEstimated()
+	}
 	if w.buf == nil {
 		if len(w.old) == 0 {
 			return 0, nil, false
@@ -194,6 +206,13 @@ func (w *endWalk) next() (time.Duration, []events.Placement, bool) {
 
 // release returns the walk's buffer to the pool.
 func (w *endWalk) release() {
+	if w.est {
+		b := estBufs{w.cand[:0], w.ahead.Buf(), w.due.Buf()}
+		clear(b.cand[:cap(b.cand)])
+		estPool.Put(&b)
+		w.est, w.cand = false, nil
+		return
+	}
 	if w.buf != nil {
 		*w.buf = w.keys[:0]
 		keyBufs.Put(w.buf)
@@ -211,8 +230,9 @@ func (h *keyHeap) pop() endKey { return heapPop((*[]endKey)(h), keyBefore) }
 // order does not matter), sorting only as far as a reservation walks.
 type endHeap []ending
 
-func (h endHeap) init()        { heapInit(h, endBefore) }
-func (h *endHeap) pop() ending { return heapPop((*[]ending)(h), endBefore) }
+func (h endHeap) init()          { heapInit(h, endBefore) }
+func (h *endHeap) pop() ending   { return heapPop((*[]ending)(h), endBefore) }
+func (h *endHeap) push(e ending) { heapPush((*[]ending)(h), e, endBefore) }
 
 // heapInit makes h a min-heap by less.
 func heapInit[T any](h []T, less func(a, b T) bool) {
@@ -238,6 +258,20 @@ func heapDown[T any](h []T, i int, less func(a, b T) bool) {
 		}
 		h[i], h[j] = h[j], h[i]
 		i = j
+	}
+}
+
+// heapPush adds e to the min-heap *h.
+func heapPush[T any](h *[]T, e T, less func(a, b T) bool) {
+	*h = append(*h, e)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !less(s[i], s[p]) {
+			return
+		}
+		s[i], s[p] = s[p], s[i]
+		i = p
 	}
 }
 
@@ -337,7 +371,7 @@ func (pc *pass) reserve(t *domain.Task) {
 // fitsOn reports whether t fits on one of the placements' nodes.
 func fitsOn(t *domain.Task, f *freeMap, pls []events.Placement) bool {
 	for _, p := range pls {
-		if len(f.free[p.Node]) >= t.GPUs && len(f.usable(t, p.Node, time.Time{})) >= t.GPUs {
+		if len(f.on(p.Node)) >= t.GPUs && len(f.usable(t, p.Node, time.Time{})) >= t.GPUs {
 			return true
 		}
 	}
@@ -361,8 +395,8 @@ func gangFits(g int, f *freeMap, s *domain.State) bool {
 		whole = make([]int, f.maxNode+1)
 	}
 	partial := 0 // most free GPUs on a node that is not whole
-	for _, n := range f.avail {
-		c := len(f.free[n])
+	for i, n := range f.avail {
+		c := len(f.gpus[i])
 		if c <= f.maxNode && isWholeNode(s, n, c) {
 			whole[c]++
 		} else if c > partial {
@@ -385,10 +419,10 @@ func gangFits(g int, f *freeMap, s *domain.State) bool {
 }
 
 func nodeOf(f *freeMap, gpu string) string {
-	for n, gs := range f.free {
+	for i, gs := range f.gpus {
 		for _, g := range gs {
 			if g.UUID == gpu {
-				return n
+				return f.avail[i]
 			}
 		}
 	}

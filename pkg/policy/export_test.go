@@ -26,3 +26,36 @@ func (p *Policy) SlowEnds(slow bool, top int) *Policy {
 	c.slowEnds, c.topEnds = slow, top
 	return &c
 }
+
+// WithoutEndIndex returns a copy of the policy whose reservation walk
+// predicts every holder rather than reading the fold's end index: tests
+// compare its decisions with the policy's.
+func (p *Policy) WithoutEndIndex() *Policy {
+	c := *p
+	c.noEndIndex = true
+	return &c
+}
+
+// WalkEnds returns every end the reservation walk of a pass at in yields,
+// in order, as "first GPU@remaining": tests compare the walks.
+func (p *Policy) WalkEnds(in Input) []string {
+	pc := newPass(p.opts, in, p.scratch)
+	pc.noMemo, pc.slowEnds, pc.topEnds, pc.noEndIndex = p.noMemo, p.slowEnds, p.topEnds, p.noEndIndex
+	w := pc.walkEnds()
+	defer w.release()
+	var out []string
+	for {
+		r, pls, ok := w.next()
+		if !ok {
+			return out
+		}
+		out = append(out, pls[0].GPUs[0]+"@"+r.String())
+	}
+}
+
+// UsesEndIndex reports whether a pass at in walks the fold's end index.
+func (p *Policy) UsesEndIndex(in Input) bool {
+	pc := newPass(p.opts, in, p.scratch)
+	pc.noEndIndex, pc.topEnds = p.noEndIndex, p.topEnds
+	return pc.estimatedEnds()
+}

@@ -16,9 +16,12 @@ import (
 // never modified in place, only replaced (take and add build new ones), so
 // clones share the lists too.
 type freeMap struct {
-	nodes []string                // sorted names of schedulable nodes with GPUs (the state's, read-only)
-	free  map[string][]domain.GPU // nodes with free GPUs, in index order
-	avail []string                // sorted names of the nodes in free
+	nodes []string // sorted names of schedulable nodes with GPUs (the state's, read-only)
+	// avail is the sorted names of the nodes with free GPUs, and gpus
+	// their free GPUs in index order (gpus[i] is avail[i]'s): slices, not
+	// a map, so that a placement's scan of the nodes reads them in order.
+	avail []string
+	gpus  [][]domain.GPU
 	count int
 	// maxNode is the most healthy GPUs of any schedulable node: a task
 	// asking for no more fits one node and never spans nodes.
@@ -28,15 +31,47 @@ type freeMap struct {
 	reserved map[string]time.Time
 }
 
+// at returns the position of node in avail, and whether it is there.
+func (f *freeMap) at(node string) (int, bool) {
+	i := sort.SearchStrings(f.avail, node)
+	return i, i < len(f.avail) && f.avail[i] == node
+}
+
+// on returns the free GPUs of a node (nil: none).
+func (f *freeMap) on(node string) []domain.GPU {
+	if i, ok := f.at(node); ok {
+		return f.gpus[i]
+	}
+	return nil
+}
+
+// set replaces the free GPUs of a node (none: it leaves avail).
+func (f *freeMap) set(node string, gs []domain.GPU) {
+	i, ok := f.at(node)
+	switch {
+	case ok && len(gs) > 0:
+		f.gpus[i] = gs
+	case ok:
+		f.avail = append(f.avail[:i], f.avail[i+1:]...)
+		f.gpus = append(f.gpus[:i], f.gpus[i+1:]...)
+	case len(gs) > 0:
+		f.avail = append(f.avail, "")
+		copy(f.avail[i+1:], f.avail[i:])
+		f.avail[i] = node
+		f.gpus = append(f.gpus, nil)
+		copy(f.gpus[i+1:], f.gpus[i:])
+		f.gpus[i] = gs
+	}
+}
+
 // newFreeMap reads the fold's free-GPU index: it costs the nodes with free
 // GPUs, not every node and GPU.
 func newFreeMap(s *domain.State) *freeMap {
 	names := s.FreeNodes()
-	f := &freeMap{nodes: s.SchedulableNodes(), free: make(map[string][]domain.GPU, len(names)),
-		avail: append([]string(nil), names...), count: s.FreeCount(), maxNode: s.Totals().MaxHealthy,
-		reserved: map[string]time.Time{}}
-	for _, n := range names {
-		f.free[n] = s.FreeOn(n)
+	f := &freeMap{nodes: s.SchedulableNodes(), avail: append([]string(nil), names...), gpus: make([][]domain.GPU, len(names)),
+		count: s.FreeCount(), maxNode: s.Totals().MaxHealthy, reserved: map[string]time.Time{}}
+	for i, n := range names {
+		f.gpus[i] = s.FreeOn(n)
 	}
 	return f
 }
@@ -44,7 +79,7 @@ func newFreeMap(s *domain.State) *freeMap {
 // scratchFreeMap builds the free map from every node and GPU owner, as
 // newFreeMap did before the fold kept the index (tests: Policy.scratch).
 func scratchFreeMap(s *domain.State) *freeMap {
-	f := &freeMap{free: map[string][]domain.GPU{}, reserved: map[string]time.Time{}}
+	f := &freeMap{reserved: map[string]time.Time{}}
 	names := s.NodeNames()
 	for _, name := range names {
 		n := s.Nodes[name]
@@ -66,8 +101,8 @@ func scratchFreeMap(s *domain.State) *freeMap {
 			if !sort.SliceIsSorted(g, func(i, j int) bool { return g[i].Index < g[j].Index }) {
 				sort.Slice(g, func(i, j int) bool { return g[i].Index < g[j].Index })
 			}
-			f.free[name] = g[:len(g):len(g)]
 			f.avail = append(f.avail, name)
+			f.gpus = append(f.gpus, g[:len(g):len(g)])
 			f.count += len(g)
 		}
 		f.maxNode = max(f.maxNode, healthy)
@@ -77,12 +112,8 @@ func scratchFreeMap(s *domain.State) *freeMap {
 
 // clone copies the free GPUs (not the reservations); the lists are shared.
 func (f *freeMap) clone() *freeMap {
-	c := &freeMap{nodes: f.nodes, free: make(map[string][]domain.GPU, len(f.free)),
-		avail: append([]string(nil), f.avail...), count: f.count, maxNode: f.maxNode, reserved: map[string]time.Time{}}
-	for n, g := range f.free {
-		c.free[n] = g
-	}
-	return c
+	return &freeMap{nodes: f.nodes, avail: append([]string(nil), f.avail...), gpus: append([][]domain.GPU(nil), f.gpus...),
+		count: f.count, maxNode: f.maxNode, reserved: map[string]time.Time{}}
 }
 
 // cloneReserved copies the free GPUs and the reservations.
@@ -101,32 +132,22 @@ func (f *freeMap) add(s *domain.State, ps []events.Placement) {
 		if n == nil || !n.Schedulable() {
 			continue
 		}
-		cur := f.free[p.Node]
+		cur := f.on(p.Node)
 		had := len(cur)
-		var out []domain.GPU // a copy: the lists are shared with clones
+		cur = cur[:had:had] // shared: the first append copies
 		for _, g := range n.GPUs {
 			if g.Healthy && slices.Contains(p.GPUs, g.UUID) {
-				if out == nil {
-					out = make([]domain.GPU, had, had+len(p.GPUs))
-					copy(out, cur)
-				}
-				out = append(out, g)
+				cur = append(cur, g)
+				f.count++
 			}
 		}
-		if out == nil {
+		if len(cur) == had {
 			continue
 		}
-		f.count += len(out) - had
-		if !slices.IsSortedFunc(out, byIndex) {
-			slices.SortFunc(out, byIndex)
+		if !slices.IsSortedFunc(cur, byIndex) {
+			slices.SortFunc(cur, byIndex)
 		}
-		f.free[p.Node] = out
-		if had == 0 {
-			i := sort.SearchStrings(f.avail, p.Node)
-			f.avail = append(f.avail, "")
-			copy(f.avail[i+1:], f.avail[i:])
-			f.avail[i] = p.Node
-		}
+		f.set(p.Node, cur)
 	}
 }
 
@@ -135,27 +156,19 @@ func byIndex(a, b domain.GPU) int { return a.Index - b.Index }
 
 func (f *freeMap) take(ps []events.Placement) {
 	for _, p := range ps {
-		used := map[string]bool{}
-		for _, g := range p.GPUs {
-			used[g] = true
+		i, ok := f.at(p.Node)
+		if !ok {
+			continue
 		}
-		rest := f.free[p.Node][:0:0]
-		for _, g := range f.free[p.Node] {
-			if !used[g.UUID] {
+		cur := f.gpus[i]
+		rest := cur[:0:0]
+		for _, g := range cur {
+			if !slices.Contains(p.GPUs, g.UUID) {
 				rest = append(rest, g)
 			}
 		}
-		f.count -= len(f.free[p.Node]) - len(rest)
-		if len(rest) > 0 {
-			f.free[p.Node] = rest
-			continue
-		}
-		if _, ok := f.free[p.Node]; ok {
-			delete(f.free, p.Node)
-			if i := sort.SearchStrings(f.avail, p.Node); i < len(f.avail) && f.avail[i] == p.Node {
-				f.avail = append(f.avail[:i], f.avail[i+1:]...)
-			}
-		}
+		f.count -= len(cur) - len(rest)
+		f.set(p.Node, rest)
 	}
 }
 
@@ -171,15 +184,29 @@ func gpuFits(t *domain.Task, g domain.GPU) bool {
 // constraints, and either unreserved or reserved from a time after end
 // (end zero: no reserved GPU at all).
 func (f *freeMap) usable(t *domain.Task, node string, end time.Time) []domain.GPU {
+	return f.usableOf(t, f.on(node), end)
+}
+
+// usableOf is usable on a node's free GPUs gs.
+// The result shares gs when every GPU is usable (callers only read it).
+func (f *freeMap) usableOf(t *domain.Task, gs []domain.GPU, end time.Time) []domain.GPU {
 	var out []domain.GPU
-	for _, g := range f.free[node] {
-		if !gpuFits(t, g) {
-			continue
+	for i, g := range gs {
+		ok := gpuFits(t, g)
+		if ok && len(f.reserved) > 0 {
+			if r, held := f.reserved[g.UUID]; held && (end.IsZero() || r.IsZero() || end.After(r)) {
+				ok = false
+			}
 		}
-		if r, ok := f.reserved[g.UUID]; ok && (end.IsZero() || r.IsZero() || end.After(r)) {
-			continue
+		switch {
+		case ok && out != nil:
+			out = append(out, g)
+		case !ok && out == nil:
+			out = append(make([]domain.GPU, 0, len(gs)-1), gs[:i]...)
 		}
-		out = append(out, g)
+	}
+	if out == nil {
+		return gs
 	}
 	return out
 }
@@ -205,13 +232,13 @@ func (f *freeMap) nodeSize(t *domain.Task, s *domain.State) int {
 	return best
 }
 
-// usableFast is usable without a copy when nothing filters: no
+// usableFast is usableOf without a copy when nothing filters: no
 // constraints and no reservations (the common case).
-func (f *freeMap) usableFast(t *domain.Task, node string, end time.Time) []domain.GPU {
+func (f *freeMap) usableFast(t *domain.Task, gs []domain.GPU, end time.Time) []domain.GPU {
 	if t.GPUModel == "" && t.MinGPUMemMiB == 0 && len(f.reserved) == 0 {
-		return f.free[node]
+		return gs
 	}
-	return f.usable(t, node, end)
+	return f.usableOf(t, gs, end)
 }
 
 // capacity answers "could this task ever run here": on all nodes that exist

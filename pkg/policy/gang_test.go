@@ -18,7 +18,7 @@ func TestPropGangFits(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		s := domain.NewState()
 		nodes := rapid.IntRange(1, 12).Draw(t, "nodes")
-		f := &freeMap{free: map[string][]domain.GPU{}, reserved: map[string]time.Time{}}
+		f := &freeMap{reserved: map[string]time.Time{}}
 		for i := 0; i < nodes; i++ {
 			name := fmt.Sprintf("n%02d", i)
 			gpus := rapid.IntRange(1, 8).Draw(t, "gpus")
@@ -44,8 +44,8 @@ func TestPropGangFits(t *testing.T) {
 				}
 			}
 			if len(free) > 0 {
-				f.free[name] = free
 				f.avail = append(f.avail, name)
+				f.gpus = append(f.gpus, free)
 				f.count += len(free)
 			}
 		}
@@ -63,8 +63,8 @@ func TestPropGangFits(t *testing.T) {
 
 func counts(f *freeMap) map[string]int {
 	out := map[string]int{}
-	for n, gs := range f.free {
-		out[n] = len(gs)
+	for i, n := range f.avail {
+		out[n] = len(f.gpus[i])
 	}
 	return out
 }

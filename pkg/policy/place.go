@@ -75,11 +75,12 @@ func place(t *domain.Task, f *freeMap, s *domain.State, end time.Time) ([]events
 	//    (A node with fewer free GPUs than asked is skipped without a look.)
 	best, bestN := "", 0
 	var bestGPUs []domain.GPU
-	for _, n := range f.avail {
-		if len(f.free[n]) < t.GPUs || (best != "" && len(f.free[n]) >= bestN && bestN == t.GPUs) {
+	for i, n := range f.avail {
+		gs := f.gpus[i]
+		if len(gs) < t.GPUs || (best != "" && len(gs) >= bestN && bestN == t.GPUs) {
 			continue
 		}
-		u := f.usableFast(t, n, end)
+		u := f.usableFast(t, gs, end)
 		if len(u) >= t.GPUs && (best == "" || len(u) < bestN) {
 			best, bestN, bestGPUs = n, len(u), u
 		}
@@ -96,8 +97,8 @@ func place(t *domain.Task, f *freeMap, s *domain.State, end time.Time) ([]events
 		gpus []domain.GPU
 	}
 	var cands []cand
-	for _, n := range f.avail {
-		if u := f.usableFast(t, n, end); len(u) > 0 {
+	for i, n := range f.avail {
+		if u := f.usableFast(t, f.gpus[i], end); len(u) > 0 {
 			cands = append(cands, cand{n, u})
 		}
 	}

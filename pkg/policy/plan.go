@@ -38,7 +38,8 @@ type pass struct {
 	promised   map[string][]*domain.Task // preemptor → its victims still holding GPUs
 	owner      map[string]string         // reserved GPU → the task it is reserved for
 	hasRes     bool                      // the EASY reservation exists
-	blocked    []*domain.Task            // tasks not placed, in order (explain: first few)
+	nBlocked   int                       // tasks not placed
+	blocked    []*domain.Task            // with Explain: the tasks not placed, in order
 	tierAhead  []string                  // tier-1 tasks seen (explain)
 	ends       []ending                  // holding tasks by predicted end, built lazily
 	placedNow  []placed                  // tasks placed in this pass, in order
@@ -51,7 +52,10 @@ type pass struct {
 	// heap; keep at most topEnds earliest sorted (0: the default).
 	slowEnds bool
 	topEnds  int
-	res      Result
+	// noEndIndex (tests): the walk predicts every holder rather than
+	// reading the fold's end index (ends.go).
+	noEndIndex bool
+	res        Result
 }
 
 // ending is a holding task's predicted end: the pass's now plus r.
@@ -75,7 +79,7 @@ type ending struct {
 //     reservation at its earliest predicted start (backfill.go).
 func (p *Policy) Plan(in Input) Result {
 	pc := newPass(p.opts, in, p.scratch)
-	pc.noMemo, pc.slowEnds, pc.topEnds = p.noMemo, p.slowEnds, p.topEnds
+	pc.noMemo, pc.slowEnds, pc.topEnds, pc.noEndIndex = p.noMemo, p.slowEnds, p.topEnds, p.noEndIndex
 	pos := 0
 	pc.order(func(t *domain.Task, tier int) bool {
 		pos++
@@ -97,7 +101,7 @@ func (p *Policy) Plan(in Input) Result {
 		}
 		// 3. Placement, with EASY backfill around reservations, down to
 		//    BackfillDepth tasks behind the first blocked one.
-		if len(pc.blocked) > 0 {
+		if pc.nBlocked > 0 {
 			pc.behind++
 		}
 		deep := pc.behind > pc.opts.BackfillDepth
@@ -108,7 +112,7 @@ func (p *Policy) Plan(in Input) Result {
 			pc.explain(t, pos, tier) // reasons only: the same decisions as without Explain
 			return true
 		}
-		if !(pc.opts.NoBackfill && len(pc.blocked) > 0) {
+		if !(pc.opts.NoBackfill && pc.nBlocked > 0) {
 			if ps, ok := pc.place(t, time.Time{}); ok {
 				pc.dispatch(t, ps, pc.hasRes)
 				return true
@@ -123,7 +127,7 @@ func (p *Policy) Plan(in Input) Result {
 		// 4. Blocked.
 		if pc.holdForPromised(t) || pc.preempt(t, tier) {
 			pc.wait(t, pos, ReasonPreempting, victimIDs(pc.promisedTo(t)))
-			pc.blocked = append(pc.blocked, t)
+			pc.block(t)
 			return true
 		}
 		pc.stalled = true
@@ -131,7 +135,7 @@ func (p *Policy) Plan(in Input) Result {
 			pc.reserve(t)
 		}
 		pc.explain(t, pos, tier)
-		pc.blocked = append(pc.blocked, t)
+		pc.block(t)
 		if pc.opts.NoBackfill && !pc.opts.Explain && !pc.mayPreempt(t, tier) {
 			return false
 		}
@@ -250,6 +254,15 @@ func (pc *pass) dispatch(t *domain.Task, ps []events.Placement, backfill bool) {
 	pc.res.Decisions = append(pc.res.Decisions, Decision{Kind: Dispatch, TaskID: t.ID, Placements: ps, Reason: reason, Backfill: backfill})
 	if pc.ends != nil {
 		pc.addEnd(t, ps)
+	}
+}
+
+// block counts t among the tasks not placed; with Explain it also lists
+// it (explain names blocked tasks of a higher class).
+func (pc *pass) block(t *domain.Task) {
+	pc.nBlocked++
+	if pc.opts.Explain {
+		pc.blocked = append(pc.blocked, t)
 	}
 }
 

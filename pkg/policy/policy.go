@@ -123,6 +123,9 @@ type Policy struct {
 	// decisions are the same).
 	slowEnds bool
 	topEnds  int
+	// noEndIndex (tests): no reading of the fold's end index (the
+	// decisions are the same).
+	noEndIndex bool
 }
 
 // New returns a policy with the given options (defaults filled in).
@@ -157,7 +160,7 @@ func (in Input) predict(t *domain.Task) time.Duration {
 			return d
 		}
 	}
-	return time.Duration(t.Hours * float64(time.Hour))
+	return t.EstimatedRun()
 }
 
 // remaining is the predicted time until a holding task ends, at least a

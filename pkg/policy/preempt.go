@@ -378,7 +378,7 @@ func (pc *pass) onNode(t *domain.Task, node string, vs []*victim) []events.Place
 		}
 	}
 	var gs []domain.GPU
-	for _, g := range pc.free.free[node] {
+	for _, g := range pc.free.on(node) {
 		gs = append(gs, g)
 	}
 	for _, g := range pc.s.Nodes[node].GPUs {

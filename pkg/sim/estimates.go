@@ -27,7 +27,7 @@ type estimating struct {
 	est *estimate.Estimator
 
 	gpuq   []func() estimate.Estimate // nil: none made
-	slurm  []time.Duration // -1: never starts
+	slurm  []time.Duration            // -1: never starts
 	seed   []time.Duration
 	timing EstimateTimings
 }
