@@ -40,6 +40,7 @@ type devFlags struct {
 	verbose   bool
 	policy    string
 	within    string
+	backfill  string
 	teams     string
 	nodeTO    time.Duration
 	maxWait   time.Duration
@@ -60,7 +61,7 @@ func newDev() *cobra.Command {
 			case f.port < 0 || f.port > 65535:
 				return invalid("nats-port", "must be between 0 and 65535")
 			}
-			opts := policy.Options{Preemption: f.policy, WithinClass: f.within, MaxWait: f.maxWait}
+			opts := policy.Options{Preemption: f.policy, WithinClass: f.within, Backfill: f.backfill, MaxWait: f.maxWait}
 			if f.teams != "" {
 				ts, err := policy.LoadTeams(f.teams)
 				if err != nil {
@@ -91,6 +92,7 @@ func newDev() *cobra.Command {
 	fl.BoolVar(&f.verbose, "verbose", false, "debug logging")
 	fl.StringVar(&f.policy, "policy", policy.CriticalOnly, "preemption policy: critical-only (only CRITICAL preempts) or ladder")
 	fl.StringVar(&f.within, "within-class", policy.FIFO, "order within a class: fifo or shortest-predicted")
+	fl.StringVar(&f.backfill, "backfill", policy.BackfillShortest, "order of the backfill candidates behind the first blocked task (fifo within class): shortest (predicted service) or queue")
 	fl.StringVar(&f.teams, "teams", "", "teams file (YAML or JSON) with guaranteed GPUs or shares")
 	fl.DurationVar(&f.nodeTO, "node-timeout", 30*time.Second, "a node without heartbeat this long is lost")
 	fl.DurationVar(&f.maxWait, "max-wait", policy.DefaultMaxWait, "shortest-predicted: tasks waiting this long go first in their class")

@@ -23,7 +23,7 @@ type simFlags struct {
 	trace, format, vcs     string
 	nodes, perNode, limit  int
 	teams, compare         string
-	pol, within            string
+	pol, within, backfill  string
 	maxWait, agingTau      time.Duration
 	estModel, classMix     string
 	estimates, json, times bool
@@ -60,6 +60,7 @@ checkpoints at once (no work lost). Same input, same output, byte for byte.`,
 	fl.StringVar(&f.compare, "compare", sim.GPUQ, "policies to run, comma-separated: "+strings.Join(sim.Policies(), ", "))
 	fl.StringVar(&f.pol, "policy", policy.CriticalOnly, "gpuq preemption policy: critical-only or ladder")
 	fl.StringVar(&f.within, "within-class", policy.FIFO, "gpuq order within a class: fifo or shortest-predicted (gpuq-spf always uses shortest-predicted)")
+	fl.StringVar(&f.backfill, "backfill", policy.BackfillShortest, "gpuq order of the backfill candidates behind the first blocked task: shortest (predicted service) or queue")
 	fl.DurationVar(&f.maxWait, "max-wait", policy.DefaultMaxWait, "shortest-predicted: a task waiting this long goes first in its class")
 	fl.DurationVar(&f.agingTau, "aging-tau", policy.DefaultAgingTau, "shortest-predicted: a task's predicted service (GPUs × run time) is divided by 1 + wait/aging-tau")
 	fl.StringVar(&f.estModel, "estimate-model", sim.DefaultEstimateModel, `users' run-time estimates: "exact" or lognormal:mu=M,sigma=S,seed=N`)
@@ -109,11 +110,14 @@ func runSim(c *cobra.Command, f simFlags) error {
 	if err != nil {
 		return invalid("class-mix", err.Error())
 	}
-	opts := policy.Options{Preemption: f.pol, WithinClass: f.within, MaxWait: f.maxWait, AgingTau: f.agingTau}
+	opts := policy.Options{Preemption: f.pol, WithinClass: f.within, Backfill: f.backfill, MaxWait: f.maxWait, AgingTau: f.agingTau}
 	if err := opts.Validate(); err != nil {
 		field := "policy"
-		if strings.HasPrefix(err.Error(), "within-class") {
+		switch {
+		case strings.HasPrefix(err.Error(), "within-class"):
 			field = "within-class"
+		case strings.HasPrefix(err.Error(), "backfill"):
+			field = "backfill"
 		}
 		return invalid(field, err.Error())
 	}

@@ -83,6 +83,51 @@ func TestBackfill(t *testing.T) {
 			},
 			want: []string{"dispatch 1h n1[6 7] backfill"},
 		},
+		"shortest-job backfill: of two candidates for the same GPUs, the shorter goes first": {
+			setup: func(c *harness) {
+				easy(c)
+				c.running(task{id: "r3", pred: 10 * time.Hour, noPreempt: true}, on("n2", 4, 5, 6, 7)).
+					submit(
+						task{id: "90m", class: domain.Low, gpus: 2, pred: 90 * time.Minute},
+						task{id: "30m", class: domain.Low, gpus: 2, pred: 30 * time.Minute},
+					)
+			},
+			want: []string{"dispatch 30m n1[6 7] backfill"},
+		},
+		"BackfillQueue: the candidates in queue order (classic EASY)": {
+			setup: func(c *harness) {
+				easy(c)
+				c.running(task{id: "r3", pred: 10 * time.Hour, noPreempt: true}, on("n2", 4, 5, 6, 7)).
+					submit(
+						task{id: "90m", class: domain.Low, gpus: 2, pred: 90 * time.Minute},
+						task{id: "30m", class: domain.Low, gpus: 2, pred: 30 * time.Minute},
+					)
+			},
+			opts: policy.Options{Backfill: policy.BackfillQueue},
+			want: []string{"dispatch 90m n1[6 7] backfill"},
+		},
+		"shortest-job backfill: shortest by service, GPUs × run time": {
+			setup: func(c *harness) {
+				easy(c)
+				c.running(task{id: "r3", pred: 10 * time.Hour, noPreempt: true}, on("n2", 4, 5, 6, 7)).
+					submit(
+						task{id: "2x40m", class: domain.Low, gpus: 2, pred: 40 * time.Minute},
+						task{id: "1x60m", class: domain.Low, gpus: 1, pred: 60 * time.Minute},
+					)
+			},
+			want: []string{"dispatch 1x60m n1[6] backfill"},
+		},
+		"shortest-job backfill: a higher class is still tried first": {
+			setup: func(c *harness) {
+				easy(c)
+				c.running(task{id: "r3", pred: 10 * time.Hour, noPreempt: true}, on("n2", 4, 5, 6, 7)).
+					submit(
+						task{id: "low-30m", class: domain.Low, gpus: 2, pred: 30 * time.Minute},
+						task{id: "med-90m", class: domain.Medium, gpus: 2, pred: 90 * time.Minute},
+					)
+			},
+			want: []string{"dispatch med-90m n1[6 7] backfill"},
+		},
 		"tasks ahead of the blocked one start normally": {
 			setup: func(c *harness) {
 				easy(c)

@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -80,9 +82,8 @@ type ending struct {
 func (p *Policy) Plan(in Input) Result {
 	pc := newPass(p.opts, in, p.scratch)
 	pc.noMemo, pc.slowEnds, pc.topEnds, pc.noEndIndex = p.noMemo, p.slowEnds, p.topEnds, p.noEndIndex
-	pos := 0
-	pc.order(func(t *domain.Task, tier int) bool {
-		pos++
+	// step considers one task; pos is its place in the queue's order.
+	step := func(t *domain.Task, tier, pos int) bool {
 		if tier == tierUnder && pc.opts.Explain {
 			pc.tierAhead = append(pc.tierAhead, t.ID)
 		}
@@ -140,8 +141,64 @@ func (p *Policy) Plan(in Input) Result {
 			return false
 		}
 		return true
+	}
+	pos := 0
+	if p.opts.WithinClass != FIFO || p.opts.Backfill != BackfillShortest || p.opts.NoBackfill {
+		pc.order(func(t *domain.Task, tier int) bool {
+			pos++
+			return step(t, tier, pos)
+		})
+		return pc.res
+	}
+	// Shortest-job backfill: in queue order up to the first blocked task,
+	// then the candidates behind it (as many as BackfillDepth) by tier,
+	// class and predicted service, shortest first; ties in queue order.
+	// With Explain every task is walked, but only the first BackfillDepth
+	// candidates (in queue order, as without Explain) are sorted and
+	// examined; the rest are explained after them.
+	var cands []candidate
+	pc.order(func(t *domain.Task, tier int) bool {
+		pos++
+		if pc.nBlocked == 0 {
+			return step(t, tier, pos)
+		}
+		if ever, now := pc.cap.feasible(t); !ever || !now {
+			return step(t, tier, pos) // never a candidate: it only gets its reason
+		}
+		if len(cands) == pc.opts.BackfillDepth && !pc.opts.Explain {
+			return false
+		}
+		c := candidate{t: t, tier: tier, pos: pos}
+		if len(cands) < pc.opts.BackfillDepth {
+			c.key = in.predict(t).Seconds() * float64(max(t.GPUs, 1))
+		}
+		cands = append(cands, c)
+		return true
 	})
+	sorted := cands[:min(len(cands), pc.opts.BackfillDepth)]
+	slices.SortStableFunc(sorted, func(a, b candidate) int {
+		switch {
+		case a.tier != b.tier:
+			return a.tier - b.tier
+		case a.t.Priority != b.t.Priority:
+			return int(b.t.Priority) - int(a.t.Priority)
+		}
+		return cmp.Compare(a.key, b.key)
+	})
+	for _, c := range cands {
+		if !step(c.t, c.tier, c.pos) {
+			break
+		}
+	}
 	return pc.res
+}
+
+// candidate is a backfill candidate of shortest-job backfill.
+type candidate struct {
+	t    *domain.Task
+	tier int
+	pos  int     // in the queue's order
+	key  float64 // predicted service: GPUs × run time, in GPU-seconds
 }
 
 func newPass(o Options, in Input, scratch bool) *pass {

@@ -39,6 +39,20 @@ const (
 	ShortestPredicted = "shortest-predicted"
 )
 
+// Orders of the backfill candidates (under FIFO within class).
+const (
+	// BackfillShortest (the default): the tasks behind the first blocked
+	// one are tried shortest predicted service (GPUs × run time) first,
+	// within their tier and class — EASY with shortest-job backfill
+	// (Tsafrir, Etsion and Feitelson, 2007). The reservation still goes to
+	// the first blocked task in FIFO order, so nobody is overtaken for
+	// good: a long task waits at most until it heads the queue.
+	BackfillShortest = "shortest"
+	// BackfillQueue: the tasks behind the first blocked one are tried in
+	// queue order (classic EASY).
+	BackfillQueue = "queue"
+)
+
 // Options configure the policy. The zero value is the default policy:
 // critical-only preemption, FIFO within class, EASY backfill, no teams.
 type Options struct {
@@ -59,6 +73,10 @@ type Options struct {
 	// one a pass examines for backfill (Slurm's bf_max_job_test; default
 	// 500). Tasks deeper in the queue wait for a later pass.
 	BackfillDepth int
+	// Backfill is the order of the backfill candidates under FIFO:
+	// BackfillShortest (default) or BackfillQueue. Under ShortestPredicted
+	// the candidates keep the queue's order (already shortest first).
+	Backfill string
 	// NoBackfill turns EASY backfill off (strict order: the first task that
 	// does not fit blocks all behind it).
 	NoBackfill bool
@@ -89,6 +107,11 @@ func (o Options) Validate() error {
 	default:
 		return fmt.Errorf("within-class %q: must be %s or %s", o.WithinClass, FIFO, ShortestPredicted)
 	}
+	switch o.Backfill {
+	case "", BackfillShortest, BackfillQueue:
+	default:
+		return fmt.Errorf("backfill %q: must be %s or %s", o.Backfill, BackfillShortest, BackfillQueue)
+	}
 	return o.Teams.Validate()
 }
 
@@ -98,6 +121,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.WithinClass == "" {
 		o.WithinClass = FIFO
+	}
+	if o.Backfill == "" {
+		o.Backfill = BackfillShortest
 	}
 	if o.AgingTau <= 0 {
 		o.AgingTau = DefaultAgingTau
@@ -190,7 +216,7 @@ const (
 
 // Wait explains one queued task.
 type Wait struct {
-	Position int // 1-based, in the order of this pass
+	Position int // 1-based, in the queue order of this pass (order.go)
 	Reason   string
 	Blockers []string
 	// ReservedAt is the reservation time when this task holds the

@@ -93,10 +93,11 @@ type Scenario struct {
 	GPUsPerNode int    `json:"gpus_per_node"`
 	TotalGPUs   int    `json:"total_gpus"`
 	Teams       string `json:"teams"`
-	// Policy, WithinClass, AgingTauS and MaxWaitS are the gpuq policy's
+	// Policy, WithinClass, Backfill, AgingTauS and MaxWaitS are the gpuq policy's
 	// options (gpuq-spf: shortest-predicted within class); Run fills them.
 	Policy        string  `json:"policy"`
 	WithinClass   string  `json:"within_class"`
+	Backfill      string  `json:"backfill"`
 	AgingTauS     float64 `json:"aging_tau_s"`
 	MaxWaitS      float64 `json:"max_wait_s"`
 	EstimateModel string  `json:"estimate_model"`
@@ -148,7 +149,7 @@ func Run(ctx context.Context, cfg Config, sc Scenario, tasks []Task) (*Report, e
 	total := cfg.Nodes * cfg.GPUsPerNode
 	sc.Nodes, sc.GPUsPerNode, sc.TotalGPUs = cfg.Nodes, cfg.GPUsPerNode, total
 	o := policy.New(cfg.Options).Options()
-	sc.Policy, sc.WithinClass, sc.AgingTauS, sc.MaxWaitS = o.Preemption, o.WithinClass, o.AgingTau.Seconds(), o.MaxWait.Seconds()
+	sc.Policy, sc.WithinClass, sc.Backfill, sc.AgingTauS, sc.MaxWaitS = o.Preemption, o.WithinClass, o.Backfill, o.AgingTau.Seconds(), o.MaxWait.Seconds()
 	sc.Preemptible, sc.Checkpoint = "all", "at once on preemption request, no work lost"
 	sc.SpanS = (tasks[len(tasks)-1].Submit - tasks[0].Submit).Seconds()
 	if sc.SpanS > 0 {

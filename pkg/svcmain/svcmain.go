@@ -247,8 +247,8 @@ func Connect(ctx context.Context, name string, c *Common, notify Notify) (*nats.
 // PolicyFlags are the scheduling policy's flags, shared by the scheduler
 // and the advisor (the advisor must run the scheduler's very policy).
 type PolicyFlags struct {
-	Preemption, WithinClass, Teams string
-	MaxWait                        time.Duration
+	Preemption, WithinClass, Backfill, Teams string
+	MaxWait                                  time.Duration
 }
 
 // Policy registers the policy flags.
@@ -256,6 +256,7 @@ func (f *Flags) Policy() *PolicyFlags {
 	p := &PolicyFlags{}
 	f.String(&p.Preemption, "policy", "GPUQ_POLICY", policy.CriticalOnly, "preemption policy: critical-only or ladder")
 	f.String(&p.WithinClass, "within-class", "GPUQ_WITHIN_CLASS", policy.FIFO, "order within a class: fifo or shortest-predicted")
+	f.String(&p.Backfill, "backfill", "GPUQ_BACKFILL", policy.BackfillShortest, "order of the backfill candidates behind the first blocked task (fifo within class): shortest (predicted service) or queue")
 	f.String(&p.Teams, "teams", "GPUQ_TEAMS", "", "teams file (YAML or JSON) with guaranteed GPUs or shares")
 	f.Duration(&p.MaxWait, "max-wait", "GPUQ_MAX_WAIT", policy.DefaultMaxWait, "shortest-predicted: tasks waiting this long go first in their class")
 	return p
@@ -264,7 +265,7 @@ func (f *Flags) Policy() *PolicyFlags {
 // Options builds the policy options, exiting 2 with the field named when
 // they are invalid.
 func (f *Flags) PolicyOptions(p *PolicyFlags) policy.Options {
-	o := policy.Options{Preemption: p.Preemption, WithinClass: p.WithinClass, MaxWait: p.MaxWait}
+	o := policy.Options{Preemption: p.Preemption, WithinClass: p.WithinClass, Backfill: p.Backfill, MaxWait: p.MaxWait}
 	if p.Teams != "" {
 		ts, err := policy.LoadTeams(p.Teams)
 		if err != nil {
