@@ -92,7 +92,7 @@ func newDev() *cobra.Command {
 	fl.BoolVar(&f.verbose, "verbose", false, "debug logging")
 	fl.StringVar(&f.policy, "policy", policy.CriticalOnly, "preemption policy: critical-only (only CRITICAL preempts) or ladder")
 	fl.StringVar(&f.within, "within-class", policy.FIFO, "order within a class: fifo or shortest-predicted")
-	fl.StringVar(&f.backfill, "backfill", policy.BackfillShortest, "order of the backfill candidates behind the first blocked task (fifo within class): shortest (predicted service) or queue")
+	fl.StringVar(&f.backfill, "backfill", policy.BackfillQueue, "order of the backfill candidates behind the first blocked task (fifo within class): queue or shortest (predicted service first)")
 	fl.StringVar(&f.teams, "teams", "", "teams file (YAML or JSON) with guaranteed GPUs or shares")
 	fl.DurationVar(&f.nodeTO, "node-timeout", 30*time.Second, "a node without heartbeat this long is lost")
 	fl.DurationVar(&f.maxWait, "max-wait", policy.DefaultMaxWait, "shortest-predicted: tasks waiting this long go first in their class")

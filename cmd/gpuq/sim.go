@@ -60,7 +60,7 @@ checkpoints at once (no work lost). Same input, same output, byte for byte.`,
 	fl.StringVar(&f.compare, "compare", sim.GPUQ, "policies to run, comma-separated: "+strings.Join(sim.Policies(), ", "))
 	fl.StringVar(&f.pol, "policy", policy.CriticalOnly, "gpuq preemption policy: critical-only or ladder")
 	fl.StringVar(&f.within, "within-class", policy.FIFO, "gpuq order within a class: fifo or shortest-predicted (gpuq-spf always uses shortest-predicted)")
-	fl.StringVar(&f.backfill, "backfill", policy.BackfillShortest, "gpuq order of the backfill candidates behind the first blocked task: shortest (predicted service) or queue")
+	fl.StringVar(&f.backfill, "backfill", policy.BackfillQueue, "gpuq order of the backfill candidates behind the first blocked task: queue or shortest (predicted service first)")
 	fl.DurationVar(&f.maxWait, "max-wait", policy.DefaultMaxWait, "shortest-predicted: a task waiting this long goes first in its class")
 	fl.DurationVar(&f.agingTau, "aging-tau", policy.DefaultAgingTau, "shortest-predicted: a task's predicted service (GPUs × run time) is divided by 1 + wait/aging-tau")
 	fl.StringVar(&f.estModel, "estimate-model", sim.DefaultEstimateModel, `users' run-time estimates: "exact" or lognormal:mu=M,sigma=S,seed=N`)

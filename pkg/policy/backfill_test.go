@@ -92,9 +92,10 @@ func TestBackfill(t *testing.T) {
 						task{id: "30m", class: domain.Low, gpus: 2, pred: 30 * time.Minute},
 					)
 			},
+			opts: policy.Options{Backfill: policy.BackfillShortest},
 			want: []string{"dispatch 30m n1[6 7] backfill"},
 		},
-		"BackfillQueue: the candidates in queue order (classic EASY)": {
+		"by default the candidates in queue order (classic EASY)": {
 			setup: func(c *harness) {
 				easy(c)
 				c.running(task{id: "r3", pred: 10 * time.Hour, noPreempt: true}, on("n2", 4, 5, 6, 7)).
@@ -103,7 +104,6 @@ func TestBackfill(t *testing.T) {
 						task{id: "30m", class: domain.Low, gpus: 2, pred: 30 * time.Minute},
 					)
 			},
-			opts: policy.Options{Backfill: policy.BackfillQueue},
 			want: []string{"dispatch 90m n1[6 7] backfill"},
 		},
 		"shortest-job backfill: shortest by service, GPUs × run time": {
@@ -115,6 +115,7 @@ func TestBackfill(t *testing.T) {
 						task{id: "1x60m", class: domain.Low, gpus: 1, pred: 60 * time.Minute},
 					)
 			},
+			opts: policy.Options{Backfill: policy.BackfillShortest},
 			want: []string{"dispatch 1x60m n1[6] backfill"},
 		},
 		"shortest-job backfill: a higher class is still tried first": {
@@ -126,6 +127,7 @@ func TestBackfill(t *testing.T) {
 						task{id: "med-90m", class: domain.Medium, gpus: 2, pred: 90 * time.Minute},
 					)
 			},
+			opts: policy.Options{Backfill: policy.BackfillShortest},
 			want: []string{"dispatch med-90m n1[6 7] backfill"},
 		},
 		"tasks ahead of the blocked one start normally": {

@@ -256,7 +256,7 @@ func (f *Flags) Policy() *PolicyFlags {
 	p := &PolicyFlags{}
 	f.String(&p.Preemption, "policy", "GPUQ_POLICY", policy.CriticalOnly, "preemption policy: critical-only or ladder")
 	f.String(&p.WithinClass, "within-class", "GPUQ_WITHIN_CLASS", policy.FIFO, "order within a class: fifo or shortest-predicted")
-	f.String(&p.Backfill, "backfill", "GPUQ_BACKFILL", policy.BackfillShortest, "order of the backfill candidates behind the first blocked task (fifo within class): shortest (predicted service) or queue")
+	f.String(&p.Backfill, "backfill", "GPUQ_BACKFILL", policy.BackfillQueue, "order of the backfill candidates behind the first blocked task (fifo within class): queue or shortest (predicted service first)")
 	f.String(&p.Teams, "teams", "GPUQ_TEAMS", "", "teams file (YAML or JSON) with guaranteed GPUs or shares")
 	f.Duration(&p.MaxWait, "max-wait", "GPUQ_MAX_WAIT", policy.DefaultMaxWait, "shortest-predicted: tasks waiting this long go first in their class")
 	return p
