@@ -61,6 +61,10 @@ func TestRun(t *testing.T) {
 	if got := r.Restart1MS; got < want*0.999 || got > want*1.001 {
 		t.Errorf("restart_1m_s = %v, want %v", got, want)
 	}
+	up := (r.Detail.Log.Restart-r.Detail.Log.ServerStart-sn.TailFold).Seconds()*(1_000_000-9_999)/4000 + sn.TailFold.Seconds()*9_999/1000
+	if got := r.RestartService1MS; got < up*0.999 || got > up*1.001 || got >= r.Restart1MS {
+		t.Errorf("restart_service_1m_s = %v, want %v (below restart_1m_s %v)", got, up, r.Restart1MS)
+	}
 	if len(r.Goals) != 7 {
 		t.Errorf("%d goals, want 7", len(r.Goals))
 	}
