@@ -1,7 +1,8 @@
 package policy
 
 import (
-	"sort"
+	"cmp"
+	"slices"
 
 	"github.com/gpuq/gpuq/pkg/domain"
 )
@@ -94,21 +95,25 @@ func (pc *pass) sortedSPF() []*domain.Task {
 		ks[i] = keyed{t: t, tier: pc.tier(t), aged: wait >= pc.opts.MaxWait,
 			key: pc.in.predict(t).Seconds() * float64(max(t.GPUs, 1)) / (1 + float64(wait)/float64(pc.opts.AgingTau))}
 	}
-	sort.SliceStable(ks, func(i, j int) bool {
-		a, b := ks[i], ks[j]
-		if a.tier != b.tier {
-			return a.tier < b.tier
+	slices.SortStableFunc(ks, func(a, b keyed) int {
+		switch {
+		case a.tier != b.tier:
+			return a.tier - b.tier
+		case a.t.Priority != b.t.Priority:
+			return int(b.t.Priority) - int(a.t.Priority)
+		case a.aged != b.aged:
+			if a.aged {
+				return -1
+			}
+			return 1
+		case !a.aged && a.key != b.key:
+			return cmp.Compare(a.key, b.key)
+		case a.t.Before(b.t): // q is in queue order; stable
+			return -1
+		case b.t.Before(a.t):
+			return 1
 		}
-		if a.t.Priority != b.t.Priority {
-			return a.t.Priority > b.t.Priority
-		}
-		if a.aged != b.aged {
-			return a.aged
-		}
-		if !a.aged && a.key != b.key {
-			return a.key < b.key
-		}
-		return a.t.Before(b.t) // q is in queue order; stable
+		return 0
 	})
 	out := make([]*domain.Task, len(ks))
 	for i, k := range ks {

@@ -49,8 +49,12 @@ type driver struct {
 	st   *domain.State
 	pol  *policy.Policy
 	pred *estimate.Predictor // the scheduler's run-time predictor
-	// predicted memoises pred.Total until pred learns again.
+	// predicted memoises pred.Total until pred learns again; running
+	// memoises the running and resumed tasks' predictions at one instant
+	// (runningAt), which the passes of a settle ask again and again.
 	predicted map[string]time.Duration
+	running   map[*domain.Task]runPrediction
+	runningAt time.Time
 	read      uint64 // last sequence folded
 
 	runs    []run
@@ -74,7 +78,7 @@ type run struct {
 func newDriver(ctx context.Context, cfg Config, pol *policy.Policy, tasks []Task, withEstimates bool) *driver {
 	d := &driver{ctx: ctx, tasks: tasks, byID: make(map[string]int, len(tasks)), epoch: cfg.Epoch,
 		log: memlog.New(), st: domain.NewState(), pol: pol, pred: estimate.NewPredictor(0),
-		predicted: map[string]time.Duration{}, runs: make([]run, len(tasks)), out: newOutcome(len(tasks))}
+		predicted: map[string]time.Duration{}, running: map[*domain.Task]runPrediction{}, runs: make([]run, len(tasks)), out: newOutcome(len(tasks))}
 	d.now = d.epoch
 	d.log.Now = func() time.Time { return d.now }
 	for i, t := range tasks {
@@ -96,8 +100,18 @@ func newDriver(ctx context.Context, cfg Config, pol *policy.Policy, tasks []Task
 func (d *driver) predict(t *domain.Task) time.Duration {
 	if (t.State == domain.Running && d.now.After(t.StartedAt)) || t.RunSeconds > 0 {
 		// Running: conditioned on the run so far; resumed: what is left
-		// changes with each run. Neither is memoised.
-		return d.pred.PolicyRun(t, d.now)
+		// changes with each run. Memoised for this instant only.
+		if !d.runningAt.Equal(d.now) {
+			clear(d.running)
+			d.runningAt = d.now
+		}
+		key := runPrediction{state: t.State, started: t.StartedAt, ran: t.RunSeconds}
+		if m, ok := d.running[t]; ok && m.state == key.state && m.started.Equal(key.started) && m.ran == key.ran {
+			return m.v
+		}
+		key.v = d.pred.PolicyRun(t, d.now)
+		d.running[t] = key
+		return key.v
 	}
 	if v, ok := d.predicted[t.ID]; ok {
 		return v
@@ -105,6 +119,14 @@ func (d *driver) predict(t *domain.Task) time.Duration {
 	v := d.pred.Total(t, 0.5)
 	d.predicted[t.ID] = v
 	return v
+}
+
+// runPrediction is a memoised prediction and what it was made from.
+type runPrediction struct {
+	v       time.Duration
+	state   domain.TaskState
+	started time.Time
+	ran     float64
 }
 
 func (d *driver) at(vt time.Duration) {
@@ -315,6 +337,7 @@ func (d *driver) fold() error {
 			if t != nil {
 				d.pred.Observe(t)
 				clear(d.predicted)
+				clear(d.running)
 				if known && t.State == domain.Completed {
 					d.out.end[i] = d.vt
 				}
