@@ -21,8 +21,8 @@ import (
 // all) on SIM_NODES 8-GPU nodes under SIM_POLICY (comma-separated), with
 // estimates when SIM_EST is set, the estimate model SIM_MODEL (default the
 // standard one), teams by VC (labels only, no guarantees) when SIM_TEAMS
-// is set, the gpuq-spf knobs SIM_TAU and SIM_MAXWAIT, and the estimator's
-// forward window SIM_WINDOW; it prints the
+// is set, the gpuq-spf knobs SIM_TAU and SIM_MAXWAIT, the backfill order
+// SIM_BACKFILL, and the estimator's forward window SIM_WINDOW; it prints the
 // metrics, timings and the average wait by real-duration bucket. E.g.
 //
 //	SIM_PROFILE=10000 SIM_NODES=72 SIM_POLICY=gpuq SIM_EST=1 \
@@ -58,6 +58,7 @@ func TestProfileScenario(t *testing.T) {
 	if s := os.Getenv("SIM_TAU"); s != "" {
 		opts.AgingTau, _ = time.ParseDuration(s)
 	}
+	opts.Backfill = os.Getenv("SIM_BACKFILL")
 	window, _ := strconv.ParseFloat(os.Getenv("SIM_WINDOW"), 64)
 	pols := strings.Split(os.Getenv("SIM_POLICY"), ",")
 	cfg := Config{Nodes: nodes, GPUsPerNode: 8, Policies: pols, Estimates: os.Getenv("SIM_EST") != "", Epoch: time.Unix(0, 0).UTC(), Options: opts, EstimateWindow: window}
