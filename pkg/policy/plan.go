@@ -14,11 +14,12 @@ import (
 // pass is the working state of one Plan call. Nothing in it outlives the
 // call and nothing in the input state is modified.
 type pass struct {
-	in   Input
-	opts Options
-	s    *domain.State
-	free *freeMap
-	cap  capacity
+	active []*domain.Task // holders(), once listed
+	in     Input
+	opts   Options
+	s      *domain.State
+	free   *freeMap
+	cap    capacity
 
 	usage map[string]int // GPUs held per team, updated as the pass places
 	// lend is what a team holds that it keeps: usage less its tasks

@@ -119,6 +119,16 @@ type victim struct {
 	lost float64
 }
 
+// holders is the state's tasks holding GPUs in submit order, listed once
+// per pass (a pass changes nothing in the state, and every blocked task
+// that may preempt looks at them all).
+func (pc *pass) holders() []*domain.Task {
+	if pc.active == nil {
+		pc.active = pc.s.Active()
+	}
+	return pc.active
+}
+
 // preempt chooses victims for t — the fewest tasks, then the lowest
 // classes, then the least work lost since their last checkpoint — and
 // records the preemptions. It reports whether it preempted (or, with no
@@ -129,7 +139,7 @@ func (pc *pass) preempt(t *domain.Task, tier int) bool {
 	}
 	var cands []*victim
 	avail := pc.free.count
-	for _, v := range pc.s.Active() {
+	for _, v := range pc.holders() {
 		if pc.mayVictimize(t, v) {
 			n := gpuCount(v)
 			cands = append(cands, &victim{t: v, n: n, lost: pc.lostWork(v)})
