@@ -20,31 +20,29 @@ func easy(c *harness) {
 		submit(task{id: "head", class: domain.High, gpus: 8, pred: time.Hour})
 }
 
+// onlyReserved is the EASY cluster with n2's last 4 GPUs busy for 10 h:
+// the only free GPUs, n1[6 7], are reserved for the head from +2 h, and
+// the given tasks are submitted behind it.
+func onlyReserved(ts ...task) func(c *harness) {
+	return func(c *harness) {
+		easy(c)
+		c.running(task{id: "r3", pred: 10 * time.Hour, noPreempt: true}, on("n2", 4, 5, 6, 7)).submit(ts...)
+	}
+}
+
 func TestBackfill(t *testing.T) {
 	cases := map[string]scenario{
 		"a short task ending before the reservation takes reserved GPUs": {
-			setup: func(c *harness) {
-				easy(c)
-				c.running(task{id: "r3", pred: 10 * time.Hour, noPreempt: true}, on("n2", 4, 5, 6, 7)).
-					submit(task{id: "short", class: domain.Low, gpus: 2, pred: time.Hour})
-			},
-			want: []string{"dispatch short n1[6 7] backfill"},
+			setup: onlyReserved(task{id: "short", class: domain.Low, gpus: 2, pred: time.Hour}),
+			want:  []string{"dispatch short n1[6 7] backfill"},
 		},
 		"a task ending exactly at the reservation backfills": {
-			setup: func(c *harness) {
-				easy(c)
-				c.running(task{id: "r3", pred: 10 * time.Hour, noPreempt: true}, on("n2", 4, 5, 6, 7)).
-					submit(task{id: "exact", class: domain.Low, gpus: 2, pred: 2 * time.Hour})
-			},
-			want: []string{"dispatch exact n1[6 7] backfill"},
+			setup: onlyReserved(task{id: "exact", class: domain.Low, gpus: 2, pred: 2 * time.Hour}),
+			want:  []string{"dispatch exact n1[6 7] backfill"},
 		},
 		"a long task that would use the reserved GPUs does not start": {
-			setup: func(c *harness) {
-				easy(c)
-				c.running(task{id: "r3", pred: 10 * time.Hour, noPreempt: true}, on("n2", 4, 5, 6, 7)).
-					submit(task{id: "long", class: domain.Low, gpus: 2, pred: 3 * time.Hour})
-			},
-			want: []string{},
+			setup: onlyReserved(task{id: "long", class: domain.Low, gpus: 2, pred: 3 * time.Hour}),
+			want:  []string{},
 		},
 		"a long task that leaves the reserved GPUs free starts": {
 			setup: func(c *harness) {
@@ -84,49 +82,29 @@ func TestBackfill(t *testing.T) {
 			want: []string{"dispatch 1h n1[6 7] backfill"},
 		},
 		"shortest-job backfill: of two candidates for the same GPUs, the shorter goes first": {
-			setup: func(c *harness) {
-				easy(c)
-				c.running(task{id: "r3", pred: 10 * time.Hour, noPreempt: true}, on("n2", 4, 5, 6, 7)).
-					submit(
-						task{id: "90m", class: domain.Low, gpus: 2, pred: 90 * time.Minute},
-						task{id: "30m", class: domain.Low, gpus: 2, pred: 30 * time.Minute},
-					)
-			},
+			setup: onlyReserved(
+				task{id: "90m", class: domain.Low, gpus: 2, pred: 90 * time.Minute},
+				task{id: "30m", class: domain.Low, gpus: 2, pred: 30 * time.Minute}),
 			opts: policy.Options{Backfill: policy.BackfillShortest},
 			want: []string{"dispatch 30m n1[6 7] backfill"},
 		},
 		"by default the candidates in queue order (classic EASY)": {
-			setup: func(c *harness) {
-				easy(c)
-				c.running(task{id: "r3", pred: 10 * time.Hour, noPreempt: true}, on("n2", 4, 5, 6, 7)).
-					submit(
-						task{id: "90m", class: domain.Low, gpus: 2, pred: 90 * time.Minute},
-						task{id: "30m", class: domain.Low, gpus: 2, pred: 30 * time.Minute},
-					)
-			},
+			setup: onlyReserved(
+				task{id: "90m", class: domain.Low, gpus: 2, pred: 90 * time.Minute},
+				task{id: "30m", class: domain.Low, gpus: 2, pred: 30 * time.Minute}),
 			want: []string{"dispatch 90m n1[6 7] backfill"},
 		},
 		"shortest-job backfill: shortest by service, GPUs × run time": {
-			setup: func(c *harness) {
-				easy(c)
-				c.running(task{id: "r3", pred: 10 * time.Hour, noPreempt: true}, on("n2", 4, 5, 6, 7)).
-					submit(
-						task{id: "2x40m", class: domain.Low, gpus: 2, pred: 40 * time.Minute},
-						task{id: "1x60m", class: domain.Low, gpus: 1, pred: 60 * time.Minute},
-					)
-			},
+			setup: onlyReserved(
+				task{id: "2x40m", class: domain.Low, gpus: 2, pred: 40 * time.Minute},
+				task{id: "1x60m", class: domain.Low, gpus: 1, pred: 60 * time.Minute}),
 			opts: policy.Options{Backfill: policy.BackfillShortest},
 			want: []string{"dispatch 1x60m n1[6] backfill"},
 		},
 		"shortest-job backfill: a higher class is still tried first": {
-			setup: func(c *harness) {
-				easy(c)
-				c.running(task{id: "r3", pred: 10 * time.Hour, noPreempt: true}, on("n2", 4, 5, 6, 7)).
-					submit(
-						task{id: "low-30m", class: domain.Low, gpus: 2, pred: 30 * time.Minute},
-						task{id: "med-90m", class: domain.Medium, gpus: 2, pred: 90 * time.Minute},
-					)
-			},
+			setup: onlyReserved(
+				task{id: "low-30m", class: domain.Low, gpus: 2, pred: 30 * time.Minute},
+				task{id: "med-90m", class: domain.Medium, gpus: 2, pred: 90 * time.Minute}),
 			opts: policy.Options{Backfill: policy.BackfillShortest},
 			want: []string{"dispatch med-90m n1[6 7] backfill"},
 		},
@@ -138,13 +116,9 @@ func TestBackfill(t *testing.T) {
 			want: []string{"dispatch crit n1[6 7]"},
 		},
 		"NoBackfill: strict order, nothing passes the blocked task": {
-			setup: func(c *harness) {
-				easy(c)
-				c.running(task{id: "r3", pred: 10 * time.Hour, noPreempt: true}, on("n2", 4, 5, 6, 7)).
-					submit(task{id: "short", class: domain.Low, gpus: 2, pred: time.Hour})
-			},
-			opts: policy.Options{NoBackfill: true},
-			want: []string{},
+			setup: onlyReserved(task{id: "short", class: domain.Low, gpus: 2, pred: time.Hour}),
+			opts:  policy.Options{NoBackfill: true},
+			want:  []string{},
 		},
 		"NoBackfill: not even off the reserved GPUs": {
 			setup: func(c *harness) {
