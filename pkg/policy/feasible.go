@@ -126,28 +126,46 @@ func (f *freeMap) cloneReserved() *freeMap {
 }
 
 // add returns GPUs to the map (a what-if: a task ends or is preempted).
+// A node's list is replaced by a new one (clones share the old): the
+// returned GPUs, in the node's order, merged by index into its free ones.
 func (f *freeMap) add(s *domain.State, ps []events.Placement) {
 	for _, p := range ps {
 		n := s.Nodes[p.Node]
 		if n == nil || !n.Schedulable() {
 			continue
 		}
-		cur := f.on(p.Node)
-		had := len(cur)
-		cur = cur[:had:had] // shared: the first append copies
+		var back []domain.GPU
 		for _, g := range n.GPUs {
 			if g.Healthy && slices.Contains(p.GPUs, g.UUID) {
-				cur = append(cur, g)
-				f.count++
+				back = append(back, g)
 			}
 		}
-		if len(cur) == had {
+		if len(back) == 0 {
 			continue
 		}
-		if !slices.IsSortedFunc(cur, byIndex) {
-			slices.SortFunc(cur, byIndex)
+		if !slices.IsSortedFunc(back, byIndex) {
+			slices.SortFunc(back, byIndex)
 		}
-		f.set(p.Node, cur)
+		f.count += len(back)
+		i, ok := f.at(p.Node)
+		if !ok {
+			f.set(p.Node, back)
+			continue
+		}
+		cur := f.gpus[i]
+		out := make([]domain.GPU, 0, len(cur)+len(back))
+		a, b := 0, 0
+		for a < len(cur) && b < len(back) {
+			if cur[a].Index <= back[b].Index {
+				out = append(out, cur[a])
+				a++
+			} else {
+				out = append(out, back[b])
+				b++
+			}
+		}
+		out = append(append(out, cur[a:]...), back[b:]...)
+		f.gpus[i] = out
 	}
 }
 
