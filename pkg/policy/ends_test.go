@@ -23,9 +23,7 @@ import (
 func TestPropEndWalkSameDecisions(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		c := genWorld(t)
-		for i, n := 0, rapid.IntRange(0, 40).Draw(t, "more"); i < n; i++ {
-			c.submit(genTask(t, c, fmt.Sprintf("m%d", i)))
-		}
+		c.submitMore(t, 40)
 		o := genOptions(t)
 		p := policy.New(o)
 		top := rapid.IntRange(1, 3).Draw(t, "top")
@@ -52,9 +50,7 @@ func TestPropEndWalkSameDecisions(t *testing.T) {
 func TestPropEndIndexSameDecisions(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		c := genWorld(t)
-		for i, n := 0, rapid.IntRange(0, 40).Draw(t, "more"); i < n; i++ {
-			c.submit(genTask(t, c, fmt.Sprintf("m%d", i)))
-		}
+		c.submitMore(t, 40)
 		o := genOptions(t)
 		p := policy.New(o)
 		for step := 0; step < 5; step++ {

@@ -1,7 +1,6 @@
 package policy_test
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -28,9 +27,7 @@ func TestPropIndexedSameDecisions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rapid.Check(t, func(t *rapid.T) {
 				c := genWorld(t)
-				for i, n := 0, rapid.IntRange(0, 30).Draw(t, "more"); i < n; i++ {
-					c.submit(genTask(t, c, fmt.Sprintf("m%d", i)))
-				}
+				c.submitMore(t, 30)
 				o := genOptions(t)
 				p := policy.New(o)
 				for step := 0; step < 4; step++ {

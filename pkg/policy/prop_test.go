@@ -91,6 +91,13 @@ func genTask(t *rapid.T, c *harness, id string) task {
 	return tk
 }
 
+// submitMore submits 0–max more random queued tasks, m0, m1, …
+func (c *harness) submitMore(t *rapid.T, max int) {
+	for i, n := 0, rapid.IntRange(0, max).Draw(t, "more"); i < n; i++ {
+		c.submit(genTask(t, c, fmt.Sprintf("m%d", i)))
+	}
+}
+
 func genOptions(t *rapid.T) policy.Options {
 	o := policy.Options{
 		Preemption:  rapid.SampledFrom([]string{"", policy.CriticalOnly, policy.Ladder}).Draw(t, "preemption"),
