@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	dt "github.com/gpuq/gpuq/pkg/domain/domaintest"
-	"github.com/gpuq/gpuq/pkg/embedded"
+	"github.com/gpuq/gpuq/pkg/embedded/embeddedtest"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/events/memlog"
 	"github.com/gpuq/gpuq/pkg/snapshot"
@@ -18,16 +18,8 @@ import (
 
 func store(t *testing.T) (*snapshot.Store, jetstream.JetStream) {
 	t.Helper()
-	srv, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	srv := embeddedtest.Server(t)
+	nc := embeddedtest.Connect(t, srv, "test")
 	j, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

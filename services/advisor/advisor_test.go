@@ -16,7 +16,7 @@ import (
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/domain"
 	dt "github.com/gpuq/gpuq/pkg/domain/domaintest"
-	"github.com/gpuq/gpuq/pkg/embedded"
+	"github.com/gpuq/gpuq/pkg/embedded/embeddedtest"
 	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
 	evjs "github.com/gpuq/gpuq/pkg/events/jetstream"
@@ -56,21 +56,9 @@ type env struct {
 
 func start(t *testing.T, before ...events.Event) *env {
 	t.Helper()
-	srv, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	svcNC, err := srv.Connect("advisor")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(svcNC.Close)
-	cliNC, err := srv.Connect("cli")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cliNC.Close)
+	srv := embeddedtest.Server(t)
+	svcNC := embeddedtest.Connect(t, srv, "advisor")
+	cliNC := embeddedtest.Connect(t, srv, "cli")
 	ctx, cancel := context.WithCancel(context.Background())
 	log, err := evjs.Open(ctx, svcNC, evjs.StreamConfig{MemoryStorage: true})
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/gpuq/gpuq/pkg/domain"
 	dt "github.com/gpuq/gpuq/pkg/domain/domaintest"
-	"github.com/gpuq/gpuq/pkg/embedded"
+	"github.com/gpuq/gpuq/pkg/embedded/embeddedtest"
 	"github.com/gpuq/gpuq/pkg/events"
 	evjs "github.com/gpuq/gpuq/pkg/events/jetstream"
 	"github.com/gpuq/gpuq/pkg/policy"
@@ -28,16 +28,8 @@ type server struct {
 
 func newServer(t *testing.T) *server {
 	t.Helper()
-	srv, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	srv := embeddedtest.Server(t)
+	nc := embeddedtest.Connect(t, srv, "test")
 	log, err := evjs.Open(context.Background(), nc, evjs.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)

@@ -17,7 +17,7 @@ import (
 
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/domain"
-	"github.com/gpuq/gpuq/pkg/embedded"
+	"github.com/gpuq/gpuq/pkg/embedded/embeddedtest"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/events/jetstream"
 	"github.com/gpuq/gpuq/pkg/events/memlog"
@@ -38,16 +38,8 @@ func freeAddr(t *testing.T) string {
 // TestRunJetStream runs the service on an embedded JetStream server and
 // talks to it as the CLI (api.Client over NATS) and as CI (HTTP) would.
 func TestRunJetStream(t *testing.T) {
-	srv, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	svcNC, err := srv.Connect("submitter")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(svcNC.Close)
+	srv := embeddedtest.Server(t)
+	svcNC := embeddedtest.Connect(t, srv, "submitter")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	log, err := jetstream.Open(ctx, svcNC, jetstream.StreamConfig{})

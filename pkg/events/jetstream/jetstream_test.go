@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/gpuq/gpuq/pkg/embedded"
+	"github.com/gpuq/gpuq/pkg/embedded/embeddedtest"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/events/jetstream"
 	"github.com/gpuq/gpuq/pkg/events/logtest"
@@ -12,16 +12,8 @@ import (
 
 // newLog starts an embedded server of its own for each case.
 func newLog(t *testing.T) events.Log {
-	srv, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect("conformance")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	srv := embeddedtest.Server(t)
+	nc := embeddedtest.Connect(t, srv, "conformance")
 	l, err := jetstream.Open(context.Background(), nc, jetstream.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)
