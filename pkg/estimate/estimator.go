@@ -193,6 +193,7 @@ type pending struct {
 	// the calibration as it was at submission.
 	f        *fwd
 	target   string
+	now      time.Time
 	q50, q90 float64
 }
 
@@ -206,45 +207,66 @@ func (p *pending) get() Estimate {
 // estimateAtSubmit is Estimate, with the forward simulation handed to the
 // workers when there are some and the first pass does not settle it.
 func (e *Estimator) estimateAtSubmit(st *domain.State, id string, now time.Time) *pending {
-	if e.Workers <= 1 {
-		return &pending{est: e.Estimate(st, id, now)}
-	}
+	return e.estimate(st, id, now, e.Workers > 1)
+}
+
+// estimate is Estimate's work. With async, the forward simulation runs on
+// a copy of the state with a snapshot of the predictor, on the workers,
+// unless its first pass settles it; either way it is calibrated with the
+// residuals as they are now.
+func (e *Estimator) estimate(st *domain.State, id string, now time.Time, async bool) *pending {
 	t := st.Tasks[id]
-	if t == nil || t.State != domain.Queued {
-		return &pending{est: e.Estimate(st, id, now)}
+	if t == nil {
+		return &pending{est: Estimate{Never: true}}
+	}
+	if t.State != domain.Queued {
+		start := t.FirstStarted
+		if start.IsZero() {
+			start = now
+		}
+		return &pending{est: Estimate{P50Start: start, P90Start: start}}
 	}
 	var arr []Arrival
 	if !e.NoArrivals {
 		arr = e.arrivals(now, t.Priority+1)
 	}
-	q50, q90 := e.quantiles()
-	f, starts := startForward(st, e.Pol, e.Pred.Snapshot(), now, id, 0.5, arr, forwardSteps, e.coarse())
-	if f == nil {
-		at, ok := starts[id]
-		if !ok {
-			return &pending{est: Estimate{Never: true}}
-		}
-		return &pending{est: calibrated(nonNeg(at.Sub(now)), now, q50, q90)}
+	pred := e.Pred
+	if async {
+		pred = pred.Snapshot()
 	}
-	if e.jobs == nil {
-		e.jobs = make(chan *pending, 4*e.Workers)
-		for i := 0; i < e.Workers; i++ {
-			go work(e.jobs)
+	p := &pending{target: id, now: now}
+	p.q50, p.q90 = e.quantiles()
+	f, starts := startForward(st, e.Pol, pred, now, id, 0.5, arr, forwardSteps, e.coarse())
+	switch {
+	case f == nil:
+		p.settle(starts)
+	case !async:
+		p.settle(f.run())
+	default:
+		if e.jobs == nil {
+			e.jobs = make(chan *pending, 4*e.Workers)
+			for i := 0; i < e.Workers; i++ {
+				go work(e.jobs)
+			}
 		}
+		p.f, p.done = f, make(chan struct{})
+		e.jobs <- p
 	}
-	p := &pending{done: make(chan struct{}), f: f, target: id, q50: q50, q90: q90}
-	e.jobs <- p
 	return p
+}
+
+// settle calibrates the forward simulation's start of the target.
+func (p *pending) settle(starts map[string]time.Time) {
+	if at, ok := starts[p.target]; ok {
+		p.est = calibrated(nonNeg(at.Sub(p.now)), p.now, p.q50, p.q90)
+	} else {
+		p.est = Estimate{Never: true}
+	}
 }
 
 func work(jobs <-chan *pending) {
 	for p := range jobs {
-		starts := p.f.run()
-		if at, ok := starts[p.target]; ok {
-			p.est = calibrated(nonNeg(at.Sub(p.f.now)), p.f.now, p.q50, p.q90)
-		} else {
-			p.est = Estimate{Never: true}
-		}
+		p.settle(p.f.run())
 		p.f = nil
 		close(p.done)
 	}
@@ -265,26 +287,7 @@ func (e *Estimator) Stats() Stats {
 
 // Estimate predicts when a queued task starts, at now.
 func (e *Estimator) Estimate(st *domain.State, id string, now time.Time) Estimate {
-	t := st.Tasks[id]
-	if t == nil {
-		return Estimate{Never: true}
-	}
-	if t.State != domain.Queued {
-		start := t.FirstStarted
-		if start.IsZero() {
-			start = now
-		}
-		return Estimate{P50Start: start, P90Start: start}
-	}
-	var arr []Arrival
-	if !e.NoArrivals {
-		arr = e.arrivals(now, t.Priority+1)
-	}
-	at, ok := ForwardWindow(st, e.Pol, e.Pred, now, id, 0.5, arr, e.coarse())
-	if !ok {
-		return Estimate{Never: true}
-	}
-	return e.calibrate(nonNeg(at.Sub(now)), now)
+	return e.estimate(st, id, now, false).est
 }
 
 // EstimateAll estimates every queued task with one forward simulation
