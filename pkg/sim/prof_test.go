@@ -22,7 +22,7 @@ import (
 // estimates when SIM_EST is set, the estimate model SIM_MODEL (default the
 // standard one), teams by VC (labels only, no guarantees) when SIM_TEAMS
 // is set, the gpuq-spf knobs SIM_TAU and SIM_MAXWAIT, the backfill order
-// SIM_BACKFILL, and the estimator's forward window SIM_WINDOW; it prints the
+// SIM_BACKFILL and depth SIM_DEPTH, and the estimator's forward window SIM_WINDOW; it prints the
 // metrics, timings and the average wait by real-duration bucket. E.g.
 //
 //	SIM_PROFILE=10000 SIM_NODES=72 SIM_POLICY=gpuq SIM_EST=1 \
@@ -59,6 +59,7 @@ func TestProfileScenario(t *testing.T) {
 		opts.AgingTau, _ = time.ParseDuration(s)
 	}
 	opts.Backfill = os.Getenv("SIM_BACKFILL")
+	opts.BackfillDepth, _ = strconv.Atoi(os.Getenv("SIM_DEPTH"))
 	window, _ := strconv.ParseFloat(os.Getenv("SIM_WINDOW"), 64)
 	pols := strings.Split(os.Getenv("SIM_POLICY"), ",")
 	cfg := Config{Nodes: nodes, GPUsPerNode: 8, Policies: pols, Estimates: os.Getenv("SIM_EST") != "", Epoch: time.Unix(0, 0).UTC(), Options: opts, EstimateWindow: window}
