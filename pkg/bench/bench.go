@@ -88,7 +88,13 @@ type Result struct {
 	// in a scheduler's failover. Information only; the goal is on
 	// Restart1MS.
 	RestartService1MS float64 `json:"restart_service_1m_s"`
-	Snapshots         bool    `json:"snapshots"` // restarts load a snapshot and fold the tail: always true
+	// RestartAged1MS is Restart1MS for the same log once its events are
+	// older than the stream's de-duplication window (24 h): a log that
+	// took more than a day to reach its size. Restart1MS is the worst
+	// case, every event within the window, where the server's recovery
+	// reloads each one to rebuild its table of message ids (see History).
+	RestartAged1MS float64 `json:"restart_aged_1m_s"`
+	Snapshots      bool    `json:"snapshots"` // restarts load a snapshot and fold the tail: always true
 
 	IngestVsRaw float64 `json:"ingest_vs_raw"` // submit_ingest_per_s / raw_publish_dedup_per_s
 	FoldVsRaw   float64 `json:"fold_vs_raw"`   // fold_per_s / raw_replay_per_s
@@ -226,6 +232,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	up := d.Log
 	up.Restart -= up.ServerStart
 	res.RestartService1MS, _ = restart1M(up)
+	aged := d.Log
+	aged.Restart, aged.ServerStart, aged.Snapshot = d.Log.Aged.Restart, d.Log.Aged.ServerStart, d.Log.Aged.Snapshot
+	res.RestartAged1MS, _ = restart1M(aged)
 	res.RestartTailEvents, res.Snapshots = d.Log.Snapshot.TailEvents, true
 	res.IngestVsRaw = ratio(res.SubmitIngestPerS, res.RawPublishDedupPerS)
 	res.FoldVsRaw = ratio(res.FoldPerS, res.RawReplayPerS)
@@ -276,7 +285,8 @@ func Goals(r *Result) []Goal {
 		{Metric: "placements_per_s", Op: ">=", Target: 20_000, Value: r.PlacementsPerS, Why: "100,000 queued on 1,000 × 8 GPUs"},
 		{Metric: "placement_p99_ms", Op: "<=", Target: 5, Value: r.PlacementP99Ms, Why: "one pass after an event"},
 		{Metric: "bytes_per_queued_task", Op: "<=", Target: 2048, Value: r.BytesPerQueuedTask, Why: "≤ 2 KiB of heap per queued task"},
-		{Metric: "restart_1m_s", Op: "<=", Target: 2, Value: r.Restart1MS, Why: "restart with 1M events in the log (the issue assumes snapshots)"},
+		{Metric: "restart_1m_s", Op: "<=", Target: 2, Value: r.Restart1MS, Why: "restart with 1M events in the log, all of them within the last 24 h (the worst case)"},
+		{Metric: "restart_aged_1m_s", Op: "<=", Target: 2, Value: r.RestartAged1MS, Why: "the same log once its events are older than the 24 h de-duplication window"},
 	}
 	for i := range g {
 		if g[i].Op == ">=" {
@@ -334,6 +344,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 		note = "EXTRAPOLATED, " + note
 	}
 	row("restart_1m_s", fmt.Sprintf("%.2f", r.Restart1MS), note)
+	ag := d.Log.Aged
+	row("restart_aged_1m_s", fmt.Sprintf("%.2f", r.RestartAged1MS), fmt.Sprintf("the same log, its events older than the de-duplication window: %.2f s (server start %.2f s, load %.2f s, decode %.2f s, tail %.2f s)",
+		ag.Restart.Seconds(), ag.ServerStart.Seconds(), ag.Snapshot.Load.Seconds(), ag.Snapshot.Decode.Seconds(), ag.Snapshot.TailFold.Seconds()))
 	row("restart_service_1m_s", fmt.Sprintf("%.2f", r.RestartService1MS), "the same without the server's start: a service restarting while NATS stays up")
 	row("snapshot_bytes", fmt.Sprintf("%d", sn.StoredBytes), fmt.Sprintf("%d tasks at seq %d: state %d B before S2; encode %.2f s, store %.2f s",
 		sn.Tasks, sn.Seq, sn.StateBytes, sn.Encode.Seconds(), sn.Store.Seconds()))

@@ -10,6 +10,7 @@ import (
 	js "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpuq/gpuq/pkg/embedded"
+	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/events/jetstream"
 )
 
@@ -64,6 +65,33 @@ func (n *node) start(ctx context.Context) error {
 		return err
 	}
 	n.log = l
+	return nil
+}
+
+// agedWindow is the de-duplication window History's aged restart sets
+// (see History, step 5).
+const agedWindow = time.Second
+
+// age makes every event of n's log older than the stream's
+// de-duplication window, as a day would: it restarts the server, shortens
+// the stream's window to w, stops the server again and waits w out.
+func (n *node) age(ctx context.Context, w time.Duration) error {
+	n.stop()
+	if err := n.start(ctx); err != nil {
+		return err
+	}
+	j := n.log.JetStream()
+	s, err := j.Stream(ctx, events.StreamName)
+	if err != nil {
+		return err
+	}
+	cfg := s.CachedInfo().Config
+	cfg.Duplicates = w
+	if _, err := j.UpdateStream(ctx, cfg); err != nil {
+		return err
+	}
+	n.stop()
+	time.Sleep(w + 100*time.Millisecond)
 	return nil
 }
 
