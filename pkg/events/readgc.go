@@ -12,18 +12,19 @@ import (
 // behind (the client's copy of the message, the decoded event); with the
 // default GOGC=100 a collection comes every time the garbage reaches the
 // live heap, and each one marks the whole live heap again. Folding the
-// bench's log of 1M events took 5 or 6 collections marking up to 470 MB
-// and 5.6M objects each, 25–40 % of the fold's CPU time.
+// bench's log of 1M events took 5 or 6 collections marking up to 473 MB
+// and 6.6M objects each (the embedded server's included), from a fifth to
+// over half of the fold's CPU time (docs/performance.md).
 //
 // So, while a ReadAll past pipelineAfter messages runs, the GC target is
 // raised to readGCPercent, but never so far that the heap may grow more
 // than readGCHeadroom beyond the live heap (live × GOGC/100 ≤ headroom;
 // a live heap over headroom keeps the default), and set back when the
-// last such ReadAll of the process returns. A process that chose its own
-// target (GOGC, debug.SetGCPercent) keeps it: only the default of 100 is
-// raised, and a change made by someone else during the read is left as
-// it is. A memory limit (GOMEMLIMIT, debug.SetMemoryLimit) binds as
-// always.
+// last such ReadAll of the process returns. Only the default of 100 is
+// raised (an explicit GOGC=100 is the default): a process with a target
+// of its own (GOGC, debug.SetGCPercent) keeps it, and a change made by
+// someone else during the read is left as it is. A memory limit
+// (GOMEMLIMIT, debug.SetMemoryLimit) binds as always.
 const (
 	readGCPercent  = 400
 	readGCHeadroom = 2 << 30
