@@ -468,14 +468,12 @@ func (s *scan) text(t *texts, i int) bool {
 }
 
 // into sets *dst[i] to t[i] as a string, the strings sharing one
-// allocation. A nil dst[i] or an empty t[i] leaves *dst[i] as it is (the
-// zero value of a fresh event).
+// allocation. An empty t[i] leaves *dst[i] as it is (the zero value of a
+// fresh event).
 func (t *texts) into(dst ...*string) {
 	n := 0
-	for i, d := range dst {
-		if d != nil {
-			n += len(t[i])
-		}
+	for i := range dst {
+		n += len(t[i])
 	}
 	if n == 0 {
 		return
@@ -483,7 +481,7 @@ func (t *texts) into(dst ...*string) {
 	buf := make([]byte, n)
 	off := 0
 	for i, d := range dst {
-		if d == nil || len(t[i]) == 0 {
+		if len(t[i]) == 0 {
 			continue
 		}
 		k := copy(buf[off:], t[i])
