@@ -319,8 +319,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 		d.Ingest.N, perN(d.Ingest.Bytes, d.Ingest.N), us(d.Ingest.CPUPerOp()), r.IngestVsRaw, r.IngestVsRawCPU))
 	row("raw_replay_per_s", rate(r.RawReplayPerS), fmt.Sprintf("ordered consumer, %d events of %.0f B, best of %d; cpu %s/event",
 		d.Log.Events, perN(d.Log.LogBytes, d.Log.Events), d.Log.Rounds, us(d.Log.RawReplay.CPUPerOp())))
-	row("fold_per_s", rate(r.FoldPerS), fmt.Sprintf("ReadAll + Apply; cpu %s/event; fold_vs_raw %.2f (cpu %.2f); in memory: Decode %s, Apply %s",
-		us(d.Log.Fold.CPUPerOp()), r.FoldVsRaw, r.FoldVsRawCPU, rate(d.Log.Decode.PerS()), rate(d.Log.Apply.PerS())))
+	row("fold_per_s", rate(r.FoldPerS), fmt.Sprintf("ReadAll + Apply; cpu %s/event; fold_vs_raw %.2f (cpu %.2f); %d GCs, heap peak %d MB, live %d MB; in memory: Decode %s, Apply %s",
+		us(d.Log.Fold.CPUPerOp()), r.FoldVsRaw, r.FoldVsRawCPU, d.Log.FoldMem.GCs, d.Log.FoldMem.HeapPeak>>20, d.Log.FoldMem.HeapLive>>20,
+		rate(d.Log.Decode.PerS()), rate(d.Log.Apply.PerS())))
 	row("lifecycle_tasks_per_s", rate(r.LifecycleTasksPerS), fmt.Sprintf("%d tasks on %d GPUs, %d passes (%s); %s events appended",
 		d.Lifecycle.Tasks, d.Lifecycle.GPUs, d.Lifecycle.Passes, d.Lifecycle.Scheduler, rate(d.Lifecycle.EventsPerS())))
 	if d.LifecycleService != nil {

@@ -58,7 +58,7 @@ func BenchmarkFold(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		f, _, err := foldLog(ctx, nd.log)
+		f, _, _, err := foldLog(ctx, nd.log)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"runtime"
+	"runtime/metrics"
 	"time"
 
 	"github.com/google/uuid"
@@ -177,6 +178,7 @@ type LogResult struct {
 	LogBytes    int64         `json:"log_bytes"` // envelope bytes
 	RawReplay   Rate          `json:"raw_replay"`
 	Fold        Rate          `json:"fold"`
+	FoldMem     FoldMem       `json:"fold_mem"` // of the fold that counts
 	Rounds      int           `json:"rounds"`
 	Restart     time.Duration `json:"restart_ns"` // server start + stream open + snapshot + fold of the tail
 	RestartCPU  time.Duration `json:"restart_cpu_ns"`
@@ -257,12 +259,12 @@ func History(ctx context.Context, dir string, nodes, total, rounds int) (LogResu
 		if res.RawReplay.Took == 0 || raw.Took < res.RawReplay.Took {
 			res.RawReplay = raw
 		}
-		fold, st, err := foldLog(ctx, nd.log)
+		fold, mem, st, err := foldLog(ctx, nd.log)
 		if err != nil {
 			return res, err
 		}
 		if res.Fold.Took == 0 || fold.Took < res.Fold.Took {
-			res.Fold = fold
+			res.Fold, res.FoldMem = fold, mem
 		}
 		res.Tasks, res.Ignored = len(st.Tasks), st.Ignored
 		if fold.N != total {
@@ -406,17 +408,48 @@ func rawReplay(ctx context.Context, j js.JetStream, n int) (Rate, error) {
 	return Rate{N: n, Bytes: bytes, Took: time.Since(start), CPU: cpuTime() - cpu}, nil
 }
 
+// FoldMem is what a fold did to the process's heap (the embedded server's
+// included: it runs in the process).
+type FoldMem struct {
+	// GCs is the garbage collections that ran during the fold.
+	GCs uint64 `json:"gcs"`
+	// HeapPeak is the most heap held by objects (live or not yet swept),
+	// sampled every foldSampleEvery events; HeapLive the heap the last
+	// collection before the fold's end found live.
+	HeapPeak uint64 `json:"heap_peak_bytes"`
+	HeapLive uint64 `json:"heap_live_bytes"`
+}
+
+// foldSampleEvery is how often foldLog samples the heap.
+const foldSampleEvery = 4096
+
 // foldLog folds the whole log into a fresh state: events.ReadAll (the
 // adapter's ordered consumer, events.Decode) and domain.State.Apply, what
 // every service does on start.
-func foldLog(ctx context.Context, l *jetstream.Log) (Rate, *domain.State, error) {
+func foldLog(ctx context.Context, l *jetstream.Log) (Rate, FoldMem, *domain.State, error) {
+	var mem FoldMem
+	gcs0 := heapMetrics(&mem)
 	start, cpu := time.Now(), cpuTime()
 	st := domain.NewState()
 	n := 0
 	_, err := events.ReadAll(ctx, l, 1, "", func(r events.Record) error {
 		st.Apply(r)
-		n++
+		if n++; n%foldSampleEvery == 0 {
+			heapMetrics(&mem)
+		}
 		return nil
 	})
-	return Rate{N: n, Took: time.Since(start), CPU: cpuTime() - cpu}, st, err
+	rate := Rate{N: n, Took: time.Since(start), CPU: cpuTime() - cpu}
+	mem.GCs = heapMetrics(&mem) - gcs0
+	return rate, mem, st, err
+}
+
+// heapMetrics raises m.HeapPeak to the heap held by objects now, sets
+// m.HeapLive, and returns the collections so far.
+func heapMetrics(m *FoldMem) (gcs uint64) {
+	s := [3]metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/gc/heap/live:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s[:])
+	m.HeapPeak = max(m.HeapPeak, s[0].Value.Uint64())
+	m.HeapLive = s[1].Value.Uint64()
+	return s[2].Value.Uint64()
 }

@@ -443,6 +443,53 @@ func (s *scan) str(intern bool) (string, bool) {
 	return string(b), true
 }
 
+// texts holds the strings of one payload that are not interned, as read,
+// until the payload ends; into then copies them into one allocation. A
+// fold keeps a submission's id, name, hypothesis, command and idempotency
+// key as long as the task: one object for the garbage collector to find
+// instead of five, and one allocation per event instead of one per string.
+type texts [5][]byte
+
+// text reads a string value into t[i] (null: the zero value).
+func (s *scan) text(t *texts, i int) bool {
+	if s.null {
+		t[i] = nil
+		return true
+	}
+	b, plain, ok := s.span()
+	if !ok {
+		return false
+	}
+	if !plain && (bytes.IndexByte(b, '\\') >= 0 || !utf8.Valid(b)) {
+		b = unquote(b)
+	}
+	t[i] = b
+	return true
+}
+
+// into sets *dst[i] to t[i] as a string, the strings sharing one
+// allocation. An empty t[i] leaves *dst[i] as it is (the zero value of a
+// fresh event).
+func (t *texts) into(dst ...*string) {
+	n := 0
+	for i := range dst {
+		n += len(t[i])
+	}
+	if n == 0 {
+		return
+	}
+	buf := make([]byte, n)
+	off := 0
+	for i, d := range dst {
+		if len(t[i]) == 0 {
+			continue
+		}
+		k := copy(buf[off:], t[i])
+		*d = unsafe.String(&buf[off], k)
+		off += k
+	}
+}
+
 // unquote decodes the contents of a JSON string that span accepted, as
 // encoding/json's unquoteBytes does: escapes, surrogate pairs, and U+FFFD
 // for invalid UTF-8 and for lone surrogates.
@@ -855,14 +902,17 @@ var submittedKeys = []string{"task_id", "name", "team", "priority", "gpus", "hou
 	"preempt_signal", "grace_s", "gpu_model", "min_gpu_mem_mib", "idempotency_key", "submitted_at", "env", "dir"}
 
 func (s *scan) submitted() (Event, bool) {
-	var e Submitted
+	var (
+		e Submitted
+		t texts
+	)
 	ok := s.members(submittedKeys, func(k []byte) (bit uint32, ok bool) {
 		switch string(k) {
 		case "task_id":
-			e.TaskID, ok = s.str(false)
+			ok = s.text(&t, 0)
 			return 1 << 0, ok
 		case "name":
-			e.Name, ok = s.str(false)
+			ok = s.text(&t, 1)
 			return 1 << 1, ok
 		case "team":
 			e.Team, ok = s.str(true)
@@ -879,10 +929,10 @@ func (s *scan) submitted() (Event, bool) {
 			e.Hours, ok = s.float()
 			return 1 << 5, ok
 		case "hypothesis":
-			e.Hypothesis, ok = s.str(false)
+			ok = s.text(&t, 2)
 			return 1 << 6, ok
 		case "command":
-			e.Command, ok = s.str(false)
+			ok = s.text(&t, 3)
 			return 1 << 7, ok
 		case "preemptible":
 			e.Preemptible, ok = s.bool()
@@ -902,7 +952,7 @@ func (s *scan) submitted() (Event, bool) {
 			e.MinGPUMemMiB = int(v)
 			return 1 << 12, ok
 		case "idempotency_key":
-			e.IdempotencyKey, ok = s.str(false)
+			ok = s.text(&t, 4)
 			return 1 << 13, ok
 		case "submitted_at":
 			return 1 << 14, s.time(&e.SubmittedAt)
@@ -915,17 +965,23 @@ func (s *scan) submitted() (Event, bool) {
 		}
 		return 0, true
 	})
+	if ok {
+		t.into(&e.TaskID, &e.Name, &e.Hypothesis, &e.Command, &e.IdempotencyKey)
+	}
 	return e, ok
 }
 
 var amendedKeys = []string{"task_id", "gpus", "priority", "hours", "hypothesis"}
 
 func (s *scan) amended() (Event, bool) {
-	var e Amended
+	var (
+		e Amended
+		t texts
+	)
 	ok := s.members(amendedKeys, func(k []byte) (bit uint32, ok bool) {
 		switch string(k) {
 		case "task_id":
-			e.TaskID, ok = s.str(false)
+			ok = s.text(&t, 0)
 			return 1 << 0, ok
 		case "gpus":
 			var v int64
@@ -939,11 +995,14 @@ func (s *scan) amended() (Event, bool) {
 			e.Hours, ok = s.float()
 			return 1 << 3, ok
 		case "hypothesis":
-			e.Hypothesis, ok = s.str(false)
+			ok = s.text(&t, 1)
 			return 1 << 4, ok
 		}
 		return 0, true
 	})
+	if ok {
+		t.into(&e.TaskID, &e.Hypothesis)
+	}
 	return e, ok
 }
 
@@ -995,11 +1054,14 @@ var (
 )
 
 func (s *scan) dispatched() (Event, bool) {
-	var e Dispatched
+	var (
+		e Dispatched
+		t texts
+	)
 	ok := s.members(dispatchedKeys, func(k []byte) (bit uint32, ok bool) {
 		switch string(k) {
 		case "task_id":
-			e.TaskID, ok = s.str(false)
+			ok = s.text(&t, 0)
 			return 1 << 0, ok
 		case "placements":
 			e.Placements, ok = s.placements()
@@ -1008,7 +1070,7 @@ func (s *scan) dispatched() (Event, bool) {
 			e.BasedOnSeq, ok = s.uint()
 			return 1 << 2, ok
 		case "resume_from":
-			e.ResumeFrom, ok = s.str(false)
+			ok = s.text(&t, 1)
 			return 1 << 3, ok
 		case "reason":
 			e.Reason, ok = s.str(true)
@@ -1019,6 +1081,9 @@ func (s *scan) dispatched() (Event, bool) {
 		}
 		return 0, true
 	})
+	if ok {
+		t.into(&e.TaskID, &e.ResumeFrom)
+	}
 	return e, ok
 }
 
@@ -1061,11 +1126,14 @@ func (s *scan) placements() ([]Placement, bool) {
 var startedKeys = []string{"task_id", "node", "pid", "log_dir"}
 
 func (s *scan) started() (Event, bool) {
-	var e Started
+	var (
+		e Started
+		t texts
+	)
 	ok := s.members(startedKeys, func(k []byte) (bit uint32, ok bool) {
 		switch string(k) {
 		case "task_id":
-			e.TaskID, ok = s.str(false)
+			ok = s.text(&t, 0)
 			return 1 << 0, ok
 		case "node":
 			e.Node, ok = s.str(true)
@@ -1076,31 +1144,37 @@ func (s *scan) started() (Event, bool) {
 			e.PID = int(v)
 			return 1 << 2, ok
 		case "log_dir":
-			e.LogDir, ok = s.str(false)
+			ok = s.text(&t, 1)
 			return 1 << 3, ok
 		}
 		return 0, true
 	})
+	if ok {
+		t.into(&e.TaskID, &e.LogDir)
+	}
 	return e, ok
 }
 
 var preemptRequestedKeys = []string{"task_id", "for", "policy", "reason", "grace_s", "based_on_seq"}
 
 func (s *scan) preemptRequested() (Event, bool) {
-	var e PreemptRequested
+	var (
+		e PreemptRequested
+		t texts
+	)
 	ok := s.members(preemptRequestedKeys, func(k []byte) (bit uint32, ok bool) {
 		switch string(k) {
 		case "task_id":
-			e.TaskID, ok = s.str(false)
+			ok = s.text(&t, 0)
 			return 1 << 0, ok
 		case "for":
-			e.For, ok = s.str(false)
+			ok = s.text(&t, 1)
 			return 1 << 1, ok
 		case "policy":
 			e.Policy, ok = s.str(true)
 			return 1 << 2, ok
 		case "reason":
-			e.Reason, ok = s.str(false)
+			ok = s.text(&t, 2)
 			return 1 << 3, ok
 		case "grace_s":
 			e.GraceS, ok = s.float()
@@ -1111,41 +1185,53 @@ func (s *scan) preemptRequested() (Event, bool) {
 		}
 		return 0, true
 	})
+	if ok {
+		t.into(&e.TaskID, &e.For, &e.Reason)
+	}
 	return e, ok
 }
 
 var checkpointedKeys = []string{"task_id", "ref"}
 
 func (s *scan) checkpointed() (Event, bool) {
-	var e Checkpointed
+	var (
+		e Checkpointed
+		t texts
+	)
 	ok := s.members(checkpointedKeys, func(k []byte) (bit uint32, ok bool) {
 		switch string(k) {
 		case "task_id":
-			e.TaskID, ok = s.str(false)
+			ok = s.text(&t, 0)
 			return 1 << 0, ok
 		case "ref":
-			e.Ref, ok = s.str(false)
+			ok = s.text(&t, 1)
 			return 1 << 1, ok
 		}
 		return 0, true
 	})
+	if ok {
+		t.into(&e.TaskID, &e.Ref)
+	}
 	return e, ok
 }
 
 var preemptedKeys = []string{"task_id", "node", "checkpoint", "forced", "lost_gpu_seconds", "exit_code"}
 
 func (s *scan) preempted() (Event, bool) {
-	var e Preempted
+	var (
+		e Preempted
+		t texts
+	)
 	ok := s.members(preemptedKeys, func(k []byte) (bit uint32, ok bool) {
 		switch string(k) {
 		case "task_id":
-			e.TaskID, ok = s.str(false)
+			ok = s.text(&t, 0)
 			return 1 << 0, ok
 		case "node":
 			e.Node, ok = s.str(true)
 			return 1 << 1, ok
 		case "checkpoint":
-			e.Checkpoint, ok = s.str(false)
+			ok = s.text(&t, 1)
 			return 1 << 2, ok
 		case "forced":
 			e.Forced, ok = s.bool()
@@ -1161,27 +1247,36 @@ func (s *scan) preempted() (Event, bool) {
 		}
 		return 0, true
 	})
+	if ok {
+		t.into(&e.TaskID, &e.Checkpoint)
+	}
 	return e, ok
 }
 
 var requeuedKeys = []string{"task_id", "reason", "resume_from"}
 
 func (s *scan) requeued() (Event, bool) {
-	var e Requeued
+	var (
+		e Requeued
+		t texts
+	)
 	ok := s.members(requeuedKeys, func(k []byte) (bit uint32, ok bool) {
 		switch string(k) {
 		case "task_id":
-			e.TaskID, ok = s.str(false)
+			ok = s.text(&t, 0)
 			return 1 << 0, ok
 		case "reason":
-			e.Reason, ok = s.str(false)
+			ok = s.text(&t, 1)
 			return 1 << 1, ok
 		case "resume_from":
-			e.ResumeFrom, ok = s.str(false)
+			ok = s.text(&t, 2)
 			return 1 << 2, ok
 		}
 		return 0, true
 	})
+	if ok {
+		t.into(&e.TaskID, &e.Reason, &e.ResumeFrom)
+	}
 	return e, ok
 }
 
@@ -1206,11 +1301,14 @@ func (s *scan) completed() (Event, bool) {
 var failedKeys = []string{"task_id", "node", "exit_code", "error", "stderr_tail"}
 
 func (s *scan) failed() (Event, bool) {
-	var e Failed
+	var (
+		e Failed
+		t texts
+	)
 	ok := s.members(failedKeys, func(k []byte) (bit uint32, ok bool) {
 		switch string(k) {
 		case "task_id":
-			e.TaskID, ok = s.str(false)
+			ok = s.text(&t, 0)
 			return 1 << 0, ok
 		case "node":
 			e.Node, ok = s.str(true)
@@ -1221,14 +1319,17 @@ func (s *scan) failed() (Event, bool) {
 			e.ExitCode = int(v)
 			return 1 << 2, ok
 		case "error":
-			e.Error, ok = s.str(false)
+			ok = s.text(&t, 1)
 			return 1 << 3, ok
 		case "stderr_tail":
-			e.StderrTail, ok = s.str(false)
+			ok = s.text(&t, 2)
 			return 1 << 4, ok
 		}
 		return 0, true
 	})
+	if ok {
+		t.into(&e.TaskID, &e.Error, &e.StderrTail)
+	}
 	return e, ok
 }
 

@@ -118,13 +118,17 @@ func AppendAll(ctx context.Context, l Log, ms []Msg) []Result {
 // them with the read itself: after the first pipelineAfter messages, which
 // are handled inline, messages go there in batches. fn is never called
 // concurrently and every call has returned when ReadAll returns.
+//
+// While a long read runs, the process's GC target (GOGC) is raised when it
+// is the default, within bounds, and set back when it ends: see readgc.go.
 func ReadAll(ctx context.Context, l Log, from uint64, filter string, fn func(Record) error) (uint64, error) {
 	d := newDecoder() // one intern table for the whole read
 	var (
-		n    int
-		p    *pipeline
-		cur  []Stored
-		ferr error // of the inline part
+		n       int
+		p       *pipeline
+		cur     []Stored
+		ferr    error // of the inline part
+		batches int
 	)
 	last, err := l.Read(ctx, from, filter, func(s Stored) error {
 		if p == nil {
@@ -138,6 +142,7 @@ func ReadAll(ctx context.Context, l Log, from uint64, filter string, fn func(Rec
 			}
 			p = startPipeline(d, fn)
 			cur = make([]Stored, 0, pipelineBatch)
+			gcEnter()
 		}
 		if p.failed.Load() {
 			return errPipeline
@@ -146,6 +151,9 @@ func ReadAll(ctx context.Context, l Log, from uint64, filter string, fn func(Rec
 		if len(cur) == pipelineBatch {
 			p.work <- cur
 			cur = p.fresh()
+			if batches++; batches%readGCEvery == 0 {
+				gcAdjust()
+			}
 		}
 		return nil
 	})
@@ -160,6 +168,7 @@ func ReadAll(ctx context.Context, l Log, from uint64, filter string, fn func(Rec
 	}
 	close(p.work)
 	<-p.done
+	gcLeave()
 	if p.err != nil {
 		return last, p.err
 	}

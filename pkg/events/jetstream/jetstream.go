@@ -206,18 +206,18 @@ func (l *Log) Read(ctx context.Context, from uint64, filter string, fn func(even
 		if err != nil {
 			return last, err
 		}
-		meta, err := m.Metadata()
+		meta, err := metadata(m)
 		if err != nil {
 			return last, err
 		}
-		seq := meta.Sequence.Stream
+		seq := meta.seq
 		if seq > last {
 			return last, nil
 		}
-		if err := fn(events.Stored{Seq: seq, Subject: m.Subject(), Data: m.Data(), Time: meta.Timestamp}); err != nil {
+		if err := fn(events.Stored{Seq: seq, Subject: m.Subject(), Data: m.Data(), Time: meta.time}); err != nil {
 			return last, err
 		}
-		if seq == last || meta.NumPending == 0 {
+		if seq == last || meta.pending == 0 {
 			return last, nil
 		}
 	}
@@ -263,11 +263,89 @@ func (f *follower) Next(ctx context.Context) (events.Stored, error) {
 		}
 		return events.Stored{}, err
 	}
-	meta, err := m.Metadata()
+	meta, err := metadata(m)
 	if err != nil {
 		return events.Stored{}, err
 	}
-	return events.Stored{Seq: meta.Sequence.Stream, Subject: m.Subject(), Data: m.Data(), Time: meta.Timestamp}, nil
+	return events.Stored{Seq: meta.seq, Subject: m.Subject(), Data: m.Data(), Time: meta.time}, nil
+}
+
+// msgMeta is what Read and Follow use of a message's metadata.
+type msgMeta struct {
+	seq, pending uint64
+	time         time.Time
+}
+
+// metadata is m.Metadata()'s stream sequence, timestamp and pending count,
+// read from the ack reply subject without allocating (Metadata allocates
+// its result: one allocation per message read). Anything ackMeta does not
+// recognise goes to Metadata, which reports what is wrong.
+func metadata(m js.Msg) (msgMeta, error) {
+	if seq, ts, pending, ok := ackMeta(m.Reply()); ok {
+		return msgMeta{seq: seq, pending: pending, time: time.Unix(0, ts)}, nil
+	}
+	md, err := m.Metadata()
+	if err != nil {
+		return msgMeta{}, err
+	}
+	return msgMeta{seq: md.Sequence.Stream, pending: md.NumPending, time: md.Timestamp}, nil
+}
+
+// ackMeta parses a JetStream ack reply subject as nats.go's Metadata does:
+//
+//	$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>                                  (9 tokens)
+//	$JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>[.<token>…] (11 or more)
+//
+// and returns the stream sequence, the timestamp in Unix nanoseconds and
+// the pending count, as Metadata reads them (the timestamp converted as it
+// converts it). ok is false for any other shape, and for a number token
+// that is empty, not all digits or longer than 19 digits (where Metadata
+// reads 0 or overflows): Metadata then decides.
+func ackMeta(reply string) (seq uint64, ts int64, pending uint64, ok bool) {
+	const prefix = "$JS.ACK."
+	if len(reply) < len(prefix) || reply[:len(prefix)] != prefix {
+		return 0, 0, 0, false
+	}
+	var tok [12]string // the first 12 tokens
+	n, start := 0, 0
+	for i := 0; i <= len(reply); i++ {
+		if i == len(reply) || reply[i] == '.' {
+			if n < len(tok) {
+				tok[n] = reply[start:i]
+			}
+			n++
+			start = i + 1
+		}
+	}
+	base := 0 // where <stream> is, less 2
+	switch {
+	case n == 9:
+	case n >= 11:
+		base = 2
+	default:
+		return 0, 0, 0, false
+	}
+	var okS, okT, okP bool
+	seq, okS = ackNum(tok[base+5])
+	t, okT := ackNum(tok[base+7])
+	pending, okP = ackNum(tok[base+8])
+	return seq, int64(t), pending, okS && okT && okP
+}
+
+// ackNum parses a token of 1 to 19 decimal digits (no uint64 overflow).
+func ackNum(s string) (uint64, bool) {
+	if len(s) == 0 || len(s) > 19 {
+		return 0, false
+	}
+	var v uint64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	return v, true
 }
 
 func (f *follower) Close() { f.it.Stop() }
