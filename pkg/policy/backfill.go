@@ -313,13 +313,8 @@ func (pc *pass) addEnd(t *domain.Task, ps []events.Placement) {
 // GPU only if it is predicted to end by then. When t cannot fit even after
 // every holding task ends, there is no reservation.
 func (pc *pass) reserve(t *domain.Task) {
-	future := pc.free.clone()
 	// GPUs held back for preemptors are not the head's.
-	for g, at := range pc.free.reserved {
-		if at.IsZero() {
-			future.take([]events.Placement{{Node: nodeOf(pc.free, g), GPUs: []string{g}}})
-		}
-	}
+	future := pc.unheld()
 	at := pc.in.Now
 	ps, ok := place(t, future, pc.s, time.Time{})
 	if !ok {
@@ -416,6 +411,22 @@ func gangFits(g int, f *freeMap, s *domain.State) bool {
 		}
 	}
 	return need == 0 || max(partial, left) >= need
+}
+
+// unheld is a copy of the free map less the GPUs held for preemptors
+// (freeMap.cloneUnheld); with slowPreempt, each held GPU is looked up in
+// the free map and taken from the copy, as before cloneUnheld.
+func (pc *pass) unheld() *freeMap {
+	if !pc.slowPreempt {
+		return pc.free.cloneUnheld()
+	}
+	c := pc.free.clone()
+	for g, at := range pc.free.reserved {
+		if at.IsZero() {
+			c.take([]events.Placement{{Node: nodeOf(pc.free, g), GPUs: []string{g}}})
+		}
+	}
+	return c
 }
 
 func nodeOf(f *freeMap, gpu string) string {

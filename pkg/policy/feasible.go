@@ -116,6 +116,46 @@ func (f *freeMap) clone() *freeMap {
 		count: f.count, maxNode: f.maxNode, reserved: map[string]time.Time{}}
 }
 
+// cloneUnheld is clone less the GPUs reserved from the zero time (held
+// for good in this pass, for preemptors), which no what-if for another
+// task may count: as taking each such GPU from the clone, node by node,
+// in one walk over the free GPUs.
+func (f *freeMap) cloneUnheld() *freeMap {
+	c := f.clone()
+	held := false
+	for _, at := range f.reserved {
+		if at.IsZero() {
+			held = true
+			break
+		}
+	}
+	if !held {
+		return c
+	}
+	for i := 0; i < len(c.avail); {
+		gs := c.gpus[i]
+		rest := gs[:0:0]
+		for _, g := range gs {
+			if at, ok := f.reserved[g.UUID]; !ok || !at.IsZero() {
+				rest = append(rest, g)
+			}
+		}
+		if len(rest) == len(gs) {
+			i++
+			continue
+		}
+		c.count -= len(gs) - len(rest)
+		if len(rest) > 0 {
+			c.gpus[i] = rest
+			i++
+			continue
+		}
+		c.avail = append(c.avail[:i], c.avail[i+1:]...)
+		c.gpus = append(c.gpus[:i], c.gpus[i+1:]...)
+	}
+	return c
+}
+
 // cloneReserved copies the free GPUs and the reservations.
 func (f *freeMap) cloneReserved() *freeMap {
 	c := f.clone()

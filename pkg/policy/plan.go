@@ -14,7 +14,7 @@ import (
 // pass is the working state of one Plan call. Nothing in it outlives the
 // call and nothing in the input state is modified.
 type pass struct {
-	active []*domain.Task // holders(), once listed
+	active []*domain.Task // holders(), once listed (slowPreempt)
 	in     Input
 	opts   Options
 	s      *domain.State
@@ -59,6 +59,17 @@ type pass struct {
 	// reading the fold's end index (ends.go).
 	noEndIndex bool
 	res        Result
+
+	// pool is victimPool(), once built; cands and allowed are the last
+	// search's candidates and the pool members among them; locals is a
+	// buffer of the searches.
+	pool    *victimPool
+	cands   []*victim
+	allowed []bool
+	locals  []local
+	// slowPreempt (tests): search victims among every holder, sorting the
+	// candidates at each search, as before the victim pool.
+	slowPreempt bool
 }
 
 // ending is a holding task's predicted end: the pass's now plus r.
@@ -83,6 +94,7 @@ type ending struct {
 func (p *Policy) Plan(in Input) Result {
 	pc := newPass(p.opts, in, p.scratch)
 	pc.noMemo, pc.slowEnds, pc.topEnds, pc.noEndIndex = p.noMemo, p.slowEnds, p.topEnds, p.noEndIndex
+	pc.slowPreempt = p.slowPreempt
 	// step considers one task; pos is its place in the queue's order.
 	step := func(t *domain.Task, tier, pos int) bool {
 		if tier == tierUnder && pc.opts.Explain {
