@@ -354,6 +354,7 @@ func (pc *pass) reserve(t *domain.Task) {
 		for _, g := range p.GPUs {
 			pc.free.reserved[g] = at
 			pc.owner[g] = t.ID
+			pc.noteReserved(g)
 		}
 	}
 	if pc.res.Waiting != nil {
@@ -447,6 +448,7 @@ func (pc *pass) holdReserved(t *domain.Task, ps []events.Placement) {
 		for _, g := range p.GPUs {
 			pc.free.reserved[g] = time.Time{}
 			pc.owner[g] = t.ID
+			pc.noteReserved(g)
 		}
 	}
 }

@@ -67,6 +67,9 @@ type pass struct {
 	cands   []*victim
 	allowed []bool
 	locals  []local
+	// resOnMembers: a reserved GPU may be held by a pool member not
+	// chosen yet (noteReserved).
+	resOnMembers bool
 	// slowPreempt (tests): search victims among every holder, sorting the
 	// candidates at each search, as before the victim pool.
 	slowPreempt bool

@@ -114,6 +114,9 @@ type victim struct {
 	t    *domain.Task
 	n    int
 	lost float64
+	// taken (pool): chosen in this pass. A pool member is running, so
+	// pass.preempting holds it iff it was chosen in this pass.
+	taken bool
 }
 
 // holders is the state's tasks holding GPUs in submit order, listed once
@@ -260,8 +263,11 @@ func (pc *pass) candidates(t *domain.Task) ([]*victim, int) {
 	pool := pc.victimPool()
 	cands := pc.cands[:0]
 	allowed := slices.Grow(pc.allowed[:0], len(pool.vs))[:len(pool.vs)]
+	reclaim := pc.reclaimer(t)
 	for i, v := range pool.vs {
-		allowed[i] = pc.mayVictimize(t, v.t)
+		// mayVictimize(t, v.t), of which a member passes the first checks
+		// but the last two.
+		allowed[i] = !v.taken && v.t != t && (pc.byClass(t, v.t) || reclaim && v.t.Team != t.Team)
 		if allowed[i] {
 			cands = append(cands, v)
 			avail += v.n
@@ -293,6 +299,7 @@ func (pc *pass) preempt(t *domain.Task, tier int) bool {
 			why = pc.opts.Preemption
 		}
 		pc.preempting[v.t.ID] = true
+		v.taken = true
 		pc.victimsNow++
 		pc.usage[v.t.Team] -= v.n
 		pc.lend[v.t.Team] -= v.n
@@ -541,19 +548,46 @@ func (pc *pass) gainOn(t, v *domain.Task, node string) int {
 	return k
 }
 
-// gain is gainOn from a pool member's GPUs on a node (victimOn.gpus):
-// those fitting t's constraints and reserved for nobody.
+// gain is gainOn from a member's GPUs on a node (victimOn.gpus): those
+// fitting t's constraints and reserved for nobody. The search asks it only
+// for members not taken; while no reserved GPU is held by such a member
+// (pass.noteReserved), none of their GPUs is reserved.
 func (pc *pass) gain(t *domain.Task, gs []domain.GPU) int {
-	if len(pc.free.reserved) == 0 && t.GPUModel == "" && t.MinGPUMemMiB == 0 {
+	constrained := t.GPUModel != "" || t.MinGPUMemMiB != 0
+	if !constrained && !pc.resOnMembers {
 		return len(gs)
 	}
 	k := 0
 	for _, g := range gs {
-		if _, r := pc.free.reserved[g.UUID]; !r && gpuFits(t, g) {
-			k++
+		if constrained && !gpuFits(t, g) {
+			continue
 		}
+		if pc.resOnMembers {
+			if _, r := pc.free.reserved[g.UUID]; r {
+				continue
+			}
+		}
+		k++
 	}
 	return k
+}
+
+// noteReserved notes a GPU just reserved: resOnMembers is set when the
+// task holding it (domain.State.Owner: the fold gives every GPU of a
+// holder's placements to the holder, and to nobody else while it holds
+// them) may be a victim not chosen yet — running, preemptible, not
+// CRITICAL, not chosen in this pass. A member only goes from not chosen
+// to chosen, so while resOnMembers is false no reserved GPU is one of a
+// member not chosen yet.
+func (pc *pass) noteReserved(g string) {
+	if pc.resOnMembers {
+		return
+	}
+	if id := pc.s.Owner[g]; id != "" {
+		if o := pc.s.Tasks[id]; o != nil && o.State == domain.Running && o.Preemptible && o.Priority != domain.Critical && !pc.preempting[id] {
+			pc.resOnMembers = true
+		}
+	}
 }
 
 // onNode is t's placement on node once vs have yielded: the usable GPUs,
