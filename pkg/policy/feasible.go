@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -26,6 +27,9 @@ type freeMap struct {
 	// maxNode is the most healthy GPUs of any schedulable node: a task
 	// asking for no more fits one node and never spans nodes.
 	maxNode int
+	// lens counts the lists in gpus by length, the last entry those of
+	// len(lens)-1 GPUs or more (see maxFree).
+	lens [17]int
 	// reserved GPUs may only be used by a task predicted to end by the
 	// time given (the reservation's start); zero time: not at all.
 	reserved map[string]time.Time
@@ -50,8 +54,9 @@ func (f *freeMap) set(node string, gs []domain.GPU) {
 	i, ok := f.at(node)
 	switch {
 	case ok && len(gs) > 0:
-		f.gpus[i] = gs
+		f.replace(i, gs)
 	case ok:
+		f.tally(len(f.gpus[i]), -1)
 		f.avail = append(f.avail[:i], f.avail[i+1:]...)
 		f.gpus = append(f.gpus[:i], f.gpus[i+1:]...)
 	case len(gs) > 0:
@@ -61,17 +66,51 @@ func (f *freeMap) set(node string, gs []domain.GPU) {
 		f.gpus = append(f.gpus, nil)
 		copy(f.gpus[i+1:], f.gpus[i:])
 		f.gpus[i] = gs
+		f.tally(len(gs), 1)
 	}
+}
+
+// replace replaces the free GPUs of avail[i] by gs, not empty.
+func (f *freeMap) replace(i int, gs []domain.GPU) {
+	f.tally(len(f.gpus[i]), -1)
+	f.gpus[i] = gs
+	f.tally(len(gs), 1)
+}
+
+// push appends a node after every node in avail, with its free GPUs gs
+// (not empty).
+func (f *freeMap) push(node string, gs []domain.GPU) {
+	f.avail = append(f.avail, node)
+	f.gpus = append(f.gpus, gs)
+	f.count += len(gs)
+	f.tally(len(gs), 1)
+}
+
+// tally counts d lists of n GPUs in lens.
+func (f *freeMap) tally(n, d int) { f.lens[min(n, len(f.lens)-1)] += d }
+
+// maxFree bounds the free GPUs of any node from above: exact up to
+// len(lens)-2, else unbounded.
+func (f *freeMap) maxFree() int {
+	if f.lens[len(f.lens)-1] > 0 {
+		return math.MaxInt
+	}
+	for n := len(f.lens) - 2; n > 0; n-- {
+		if f.lens[n] > 0 {
+			return n
+		}
+	}
+	return 0
 }
 
 // newFreeMap reads the fold's free-GPU index: it costs the nodes with free
 // GPUs, not every node and GPU.
 func newFreeMap(s *domain.State) *freeMap {
 	names := s.FreeNodes()
-	f := &freeMap{nodes: s.SchedulableNodes(), avail: append([]string(nil), names...), gpus: make([][]domain.GPU, len(names)),
-		count: s.FreeCount(), maxNode: s.Totals().MaxHealthy, reserved: map[string]time.Time{}}
-	for i, n := range names {
-		f.gpus[i] = s.FreeOn(n)
+	f := &freeMap{nodes: s.SchedulableNodes(), avail: make([]string, 0, len(names)), gpus: make([][]domain.GPU, 0, len(names)),
+		maxNode: s.Totals().MaxHealthy, reserved: map[string]time.Time{}}
+	for _, n := range names {
+		f.push(n, s.FreeOn(n))
 	}
 	return f
 }
@@ -101,9 +140,7 @@ func scratchFreeMap(s *domain.State) *freeMap {
 			if !sort.SliceIsSorted(g, func(i, j int) bool { return g[i].Index < g[j].Index }) {
 				sort.Slice(g, func(i, j int) bool { return g[i].Index < g[j].Index })
 			}
-			f.avail = append(f.avail, name)
-			f.gpus = append(f.gpus, g[:len(g):len(g)])
-			f.count += len(g)
+			f.push(name, g[:len(g):len(g)])
 		}
 		f.maxNode = max(f.maxNode, healthy)
 	}
@@ -113,7 +150,7 @@ func scratchFreeMap(s *domain.State) *freeMap {
 // clone copies the free GPUs (not the reservations); the lists are shared.
 func (f *freeMap) clone() *freeMap {
 	return &freeMap{nodes: f.nodes, avail: append([]string(nil), f.avail...), gpus: append([][]domain.GPU(nil), f.gpus...),
-		count: f.count, maxNode: f.maxNode, reserved: map[string]time.Time{}}
+		count: f.count, maxNode: f.maxNode, lens: f.lens, reserved: map[string]time.Time{}}
 }
 
 // cloneUnheld is clone less the GPUs reserved from the zero time (held
@@ -146,10 +183,11 @@ func (f *freeMap) cloneUnheld() *freeMap {
 		}
 		c.count -= len(gs) - len(rest)
 		if len(rest) > 0 {
-			c.gpus[i] = rest
+			c.replace(i, rest)
 			i++
 			continue
 		}
+		c.tally(len(gs), -1)
 		c.avail = append(c.avail[:i], c.avail[i+1:]...)
 		c.gpus = append(c.gpus[:i], c.gpus[i+1:]...)
 	}
@@ -205,7 +243,7 @@ func (f *freeMap) add(s *domain.State, ps []events.Placement) {
 			}
 		}
 		out = append(append(out, cur[a:]...), back[b:]...)
-		f.gpus[i] = out
+		f.replace(i, out)
 	}
 }
 

@@ -19,6 +19,9 @@ func (pc *pass) promisedTo(t *domain.Task) []*domain.Task { return pc.promised[t
 // GPUs plus the free ones will fit it, hold those free GPUs for t (nobody
 // else may take them) and preempt nobody more.
 func (pc *pass) holdForPromised(t *domain.Task) bool {
+	if len(pc.promised) == 0 {
+		return false
+	}
 	vs := pc.promised[t.ID]
 	if len(vs) == 0 {
 		return false
