@@ -315,6 +315,7 @@ func (pc *pass) addEnd(t *domain.Task, ps []events.Placement) {
 func (pc *pass) reserve(t *domain.Task) {
 	// GPUs held back for preemptors are not the head's.
 	future := pc.unheld()
+	defer future.release()
 	at := pc.in.Now
 	ps, ok := place(t, future, pc.s, time.Time{})
 	if !ok {

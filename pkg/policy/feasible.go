@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpuq/gpuq/pkg/domain"
@@ -33,6 +34,45 @@ type freeMap struct {
 	// reserved GPUs may only be used by a task predicted to end by the
 	// time given (the reservation's start); zero time: not at all.
 	reserved map[string]time.Time
+	// bufs is where avail and gpus came from, if from the pool; used is
+	// the most entries they ever held (release clears those).
+	bufs *freeBufs
+	used int
+}
+
+// freeBufs are the outer slices of a free map (avail and gpus), pooled
+// across passes. They point to names and GPU lists that nobody modifies,
+// and release clears every entry before they go back, so a pass stays a
+// function of its input.
+type freeBufs struct {
+	avail []string
+	gpus  [][]domain.GPU
+}
+
+var freeBufPool = sync.Pool{New: func() any { return new(freeBufs) }}
+
+// pooled gives f empty outer slices from the pool, with room for n nodes.
+func (f *freeMap) pooled(n int) {
+	b := freeBufPool.Get().(*freeBufs)
+	f.bufs = b
+	f.avail = slices.Grow(b.avail[:0], n)
+	f.gpus = slices.Grow(b.gpus[:0], n)
+}
+
+// release clears f's outer slices and returns them to the pool (if they
+// came from it); f is not used after.
+func (f *freeMap) release() {
+	b := f.bufs
+	if b == nil {
+		return
+	}
+	// Entries are only appended or shifted left within the length, so
+	// none was ever written past the most the slices held.
+	clear(f.avail[:f.used])
+	clear(f.gpus[:f.used])
+	b.avail, b.gpus = f.avail[:0], f.gpus[:0]
+	f.bufs, f.avail, f.gpus = nil, nil, nil
+	freeBufPool.Put(b)
 }
 
 // at returns the position of node in avail, and whether it is there.
@@ -67,6 +107,7 @@ func (f *freeMap) set(node string, gs []domain.GPU) {
 		copy(f.gpus[i+1:], f.gpus[i:])
 		f.gpus[i] = gs
 		f.tally(len(gs), 1)
+		f.used = max(f.used, len(f.avail))
 	}
 }
 
@@ -84,6 +125,7 @@ func (f *freeMap) push(node string, gs []domain.GPU) {
 	f.gpus = append(f.gpus, gs)
 	f.count += len(gs)
 	f.tally(len(gs), 1)
+	f.used = max(f.used, len(f.avail))
 }
 
 // tally counts d lists of n GPUs in lens.
@@ -104,11 +146,11 @@ func (f *freeMap) maxFree() int {
 }
 
 // newFreeMap reads the fold's free-GPU index: it costs the nodes with free
-// GPUs, not every node and GPU.
+// GPUs, not every node and GPU. Its outer slices are pooled: release them.
 func newFreeMap(s *domain.State) *freeMap {
 	names := s.FreeNodes()
-	f := &freeMap{nodes: s.SchedulableNodes(), avail: make([]string, 0, len(names)), gpus: make([][]domain.GPU, 0, len(names)),
-		maxNode: s.Totals().MaxHealthy, reserved: map[string]time.Time{}}
+	f := &freeMap{nodes: s.SchedulableNodes(), maxNode: s.Totals().MaxHealthy, reserved: map[string]time.Time{}}
+	f.pooled(len(names))
 	for _, n := range names {
 		f.push(n, s.FreeOn(n))
 	}
@@ -148,9 +190,14 @@ func scratchFreeMap(s *domain.State) *freeMap {
 }
 
 // clone copies the free GPUs (not the reservations); the lists are shared.
+// The copy's outer slices are pooled: release them when done.
 func (f *freeMap) clone() *freeMap {
-	return &freeMap{nodes: f.nodes, avail: append([]string(nil), f.avail...), gpus: append([][]domain.GPU(nil), f.gpus...),
-		count: f.count, maxNode: f.maxNode, lens: f.lens, reserved: map[string]time.Time{}}
+	c := &freeMap{nodes: f.nodes, count: f.count, maxNode: f.maxNode, lens: f.lens, reserved: map[string]time.Time{}}
+	c.pooled(len(f.avail))
+	c.avail = append(c.avail, f.avail...)
+	c.gpus = append(c.gpus, f.gpus...)
+	c.used = len(c.avail)
+	return c
 }
 
 // cloneUnheld is clone less the GPUs reserved from the zero time (held

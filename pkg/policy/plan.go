@@ -96,6 +96,7 @@ type ending struct {
 //     reservation at its earliest predicted start (backfill.go).
 func (p *Policy) Plan(in Input) Result {
 	pc := newPass(p.opts, in, p.scratch)
+	defer pc.free.release()
 	pc.noMemo, pc.slowEnds, pc.topEnds, pc.noEndIndex = p.noMemo, p.slowEnds, p.topEnds, p.noEndIndex
 	pc.slowPreempt = p.slowPreempt
 	// step considers one task; pos is its place in the queue's order.
@@ -219,8 +220,10 @@ type candidate struct {
 
 func newPass(o Options, in Input, scratch bool) *pass {
 	s := in.State
+	teams := 0 // sizes the maps by team: the pass adds few teams, if any
+	s.TeamGPUs(func(string, int) { teams++ })
 	pc := &pass{in: in, opts: o, s: s, cap: capacity{s: s, cache: map[capKey][4]int{}, scratch: scratch},
-		usage: map[string]int{}, lend: map[string]int{}, claim: map[string]int{}, guar: map[string]int{}, underSet: map[string]bool{},
+		usage: make(map[string]int, teams), lend: make(map[string]int, teams), claim: make(map[string]int, teams), guar: map[string]int{}, underSet: map[string]bool{},
 		preempting: map[string]bool{}, promised: map[string][]*domain.Task{}, owner: map[string]string{}}
 	if o.Explain {
 		pc.res.Waiting = map[string]Wait{}

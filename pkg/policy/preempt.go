@@ -27,6 +27,7 @@ func (pc *pass) holdForPromised(t *domain.Task) bool {
 		return false
 	}
 	hyp := pc.unheld()
+	defer hyp.release()
 	for _, v := range vs {
 		hyp.add(pc.s, v.Placements)
 	}
@@ -332,7 +333,9 @@ func (pc *pass) fewestVictims(t *domain.Task, cands []*victim) ([]*victim, []eve
 		return pc.fewestOnOneNode(t, cands)
 	}
 	base := pc.free.cloneReserved()
+	defer base.release()
 	hyp := base.cloneReserved()
+	defer hyp.release()
 	var vs []*victim
 	ok := false
 	var ps []events.Placement
@@ -360,6 +363,7 @@ func (pc *pass) fewestVictims(t *domain.Task, cands []*victim) ([]*victim, []eve
 			vs = append(vs[:i:i], vs[i+1:]...)
 			ps = p2
 		}
+		trial.release()
 	}
 	return vs, ps, true
 }
