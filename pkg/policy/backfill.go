@@ -207,8 +207,10 @@ func (w *endWalk) next() (time.Duration, []events.Placement, bool) {
 // release returns the walk's buffer to the pool.
 func (w *endWalk) release() {
 	if w.est {
+		// Past its length the buffer holds nothing: pops clear the slot
+		// they leave, and pushes only append.
+		clear(w.cand)
 		b := estBufs{w.cand[:0], w.ahead.Buf(), w.due.Buf()}
-		clear(b.cand[:cap(b.cand)])
 		estPool.Put(&b)
 		w.est, w.cand = false, nil
 		return

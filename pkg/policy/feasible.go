@@ -29,8 +29,10 @@ type freeMap struct {
 	// asking for no more fits one node and never spans nodes.
 	maxNode int
 	// lens counts the lists in gpus by length, the last entry those of
-	// len(lens)-1 GPUs or more (see maxFree).
-	lens [17]int
+	// len(lens)-1 GPUs or more; maxLen is maxFree once computed from them
+	// (0: not yet, or not since they changed).
+	lens   [17]int
+	maxLen int
 	// reserved GPUs may only be used by a task predicted to end by the
 	// time given (the reservation's start); zero time: not at all.
 	reserved map[string]time.Time
@@ -129,16 +131,24 @@ func (f *freeMap) push(node string, gs []domain.GPU) {
 }
 
 // tally counts d lists of n GPUs in lens.
-func (f *freeMap) tally(n, d int) { f.lens[min(n, len(f.lens)-1)] += d }
+func (f *freeMap) tally(n, d int) {
+	f.lens[min(n, len(f.lens)-1)] += d
+	f.maxLen = 0
+}
 
 // maxFree bounds the free GPUs of any node from above: exact up to
 // len(lens)-2, else unbounded.
 func (f *freeMap) maxFree() int {
+	if f.maxLen > 0 {
+		return f.maxLen
+	}
 	if f.lens[len(f.lens)-1] > 0 {
-		return math.MaxInt
+		f.maxLen = math.MaxInt
+		return f.maxLen
 	}
 	for n := len(f.lens) - 2; n > 0; n-- {
 		if f.lens[n] > 0 {
+			f.maxLen = n
 			return n
 		}
 	}
@@ -192,7 +202,7 @@ func scratchFreeMap(s *domain.State) *freeMap {
 // clone copies the free GPUs (not the reservations); the lists are shared.
 // The copy's outer slices are pooled: release them when done.
 func (f *freeMap) clone() *freeMap {
-	c := &freeMap{nodes: f.nodes, count: f.count, maxNode: f.maxNode, lens: f.lens, reserved: map[string]time.Time{}}
+	c := &freeMap{nodes: f.nodes, count: f.count, maxNode: f.maxNode, lens: f.lens, maxLen: f.maxLen, reserved: map[string]time.Time{}}
 	c.pooled(len(f.avail))
 	c.avail = append(c.avail, f.avail...)
 	c.gpus = append(c.gpus, f.gpus...)
@@ -389,6 +399,10 @@ func (f *freeMap) usableFast(t *domain.Task, gs []domain.GPU, end time.Time) []d
 type capacity struct {
 	s     *domain.State
 	cache map[capKey][4]int // ever total, ever best node, now total, now best node
+	// plain is the same for a task without constraints, from the fold's
+	// totals (once read: plainOK).
+	plain   [4]int
+	plainOK bool
 	// scratch (tests): count the GPUs without constraints too, rather
 	// than read the fold's totals.
 	scratch bool
@@ -405,8 +419,11 @@ func (c *capacity) feasible(t *domain.Task) (ever, now bool) {
 	ok := false
 	if k == (capKey{}) && !c.scratch {
 		// Without constraints: the fold's totals.
-		n := c.s.Totals()
-		v, ok = [4]int{n.GPUs, n.MaxGPUs, n.Healthy, n.MaxHealthy}, true
+		if !c.plainOK {
+			n := c.s.Totals()
+			c.plain, c.plainOK = [4]int{n.GPUs, n.MaxGPUs, n.Healthy, n.MaxHealthy}, true
+		}
+		v, ok = c.plain, true
 	} else {
 		v, ok = c.cache[k]
 	}

@@ -585,10 +585,11 @@ func (pc *pass) gain(t *domain.Task, gs []domain.GPU) int {
 // them) may be a victim not chosen yet — running, preemptible, not
 // CRITICAL, not chosen in this pass. A member only goes from not chosen
 // to chosen, so while resOnMembers is false no reserved GPU is one of a
-// member not chosen yet.
+// member not chosen yet — as far as searches go: once the pass is
+// stalled, none follows, and nothing is noted.
 func (pc *pass) noteReserved(g string) {
-	if pc.resOnMembers {
-		return
+	if pc.resOnMembers || pc.stalled {
+		return // (a stalled pass searches no more: preempt)
 	}
 	if id := pc.s.Owner[g]; id != "" {
 		if o := pc.s.Tasks[id]; o != nil && o.State == domain.Running && o.Preemptible && o.Priority != domain.Critical && !pc.preempting[id] {
