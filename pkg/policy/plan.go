@@ -70,6 +70,11 @@ type pass struct {
 	// resOnMembers: a reserved GPU may be held by a pool member not
 	// chosen yet (noteReserved).
 	resOnMembers bool
+	// promisedBefore: promised had entries when the pass began. The pass
+	// adds one only for the task it steps (preempt), after that task's
+	// holdForPromised; a task is stepped once, so without entries at the
+	// start holdForPromised finds none.
+	promisedBefore bool
 	// slowPreempt (tests): search victims among every holder, sorting the
 	// candidates at each search, as before the victim pool.
 	slowPreempt bool
@@ -249,6 +254,7 @@ func newPass(o Options, in Input, scratch bool) *pass {
 		})
 		pc.anyVictim = s.Victims() > 0
 	}
+	pc.promisedBefore = len(pc.promised) > 0
 	for id, vs := range pc.promised {
 		if p := s.Tasks[id]; p != nil && p.State == domain.Queued {
 			pc.claim[p.Team] += p.GPUs

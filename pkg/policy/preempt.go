@@ -19,7 +19,7 @@ func (pc *pass) promisedTo(t *domain.Task) []*domain.Task { return pc.promised[t
 // GPUs plus the free ones will fit it, hold those free GPUs for t (nobody
 // else may take them) and preempt nobody more.
 func (pc *pass) holdForPromised(t *domain.Task) bool {
-	if len(pc.promised) == 0 {
+	if !pc.promisedBefore {
 		return false
 	}
 	vs := pc.promised[t.ID]
@@ -173,7 +173,7 @@ func (pc *pass) victimPool() *victimPool {
 	buf := make([]victim, 0, pc.s.Victims())
 	for i, n := 0, pc.s.Holders(); i < n; i++ {
 		v := pc.s.Holder(i)
-		if v.State != domain.Running || !v.Preemptible || v.Priority == domain.Critical {
+		if !v.Preemptible || v.Priority == domain.Critical || v.State != domain.Running {
 			continue
 		}
 		buf = append(buf, victim{t: v, n: gpuCount(v), lost: pc.lostWork(v)})
@@ -420,7 +420,7 @@ func (pc *pass) fewestOnOneNode(t *domain.Task, cands []*victim) ([]*victim, []e
 		}
 		for _, node := range pc.free.nodes {
 			if ls := byNode[node]; len(ls) > 0 {
-				pc.searchNode(t, &s, node, ls)
+				pc.searchNode(t, &s, node, pc.free.on(node), ls)
 			}
 		}
 	} else {
@@ -428,9 +428,12 @@ func (pc *pass) fewestOnOneNode(t *domain.Task, cands []*victim) ([]*victim, []e
 		// holding GPUs usable by t there, in preference order.
 		pool := pc.victimPool()
 		ls := pc.locals[:0]
+		most := pc.free.maxFree() // free GPUs on any node, at most
+		a := 0                    // the free nodes before a are before node (both by name)
 		for i := 0; i < len(pool.on); {
 			node := pool.on[i].node
 			ls = ls[:0]
+			sum := 0
 			for ; i < len(pool.on) && pool.on[i].node == node; i++ {
 				e := pool.on[i]
 				if !pc.allowed[e.i] {
@@ -438,10 +441,20 @@ func (pc *pass) fewestOnOneNode(t *domain.Task, cands []*victim) ([]*victim, []e
 				}
 				if g := pc.gain(t, e.gpus); g > 0 {
 					ls = append(ls, local{pool.vs[e.i], g})
+					sum += g
 				}
 			}
-			if len(ls) > 0 {
-				pc.searchNode(t, &s, node, ls)
+			// searchNode would find the node's free GPUs and these too
+			// few (most < t.GPUs: math.MaxInt is no bound).
+			if len(ls) > 0 && (most >= t.GPUs || sum+most >= t.GPUs) {
+				for a < len(pc.free.avail) && pc.free.avail[a] < node {
+					a++
+				}
+				var free []domain.GPU // pc.free.on(node)
+				if a < len(pc.free.avail) && pc.free.avail[a] == node {
+					free = pc.free.gpus[a]
+				}
+				pc.searchNode(t, &s, node, free, ls)
 			}
 		}
 		clear(ls)
@@ -462,19 +475,19 @@ type nodeSearch struct {
 	found    bool
 }
 
-// searchNode searches one node, whose candidates ls hold GPUs there (in
-// preference order), for the smallest sets that free enough usable GPUs
-// for t, and keeps the best in s: fewer victims, or as many at a lower
-// cost, than the nodes searched before.
-func (pc *pass) searchNode(t *domain.Task, s *nodeSearch, node string, ls []local) {
+// searchNode searches one node, with free GPUs free and whose candidates
+// ls hold GPUs there (in preference order), for the smallest sets that
+// free enough usable GPUs for t, and keeps the best in s: fewer victims,
+// or as many at a lower cost, than the nodes searched before.
+func (pc *pass) searchNode(t *domain.Task, s *nodeSearch, node string, free []domain.GPU, ls []local) {
 	sum := 0
 	for _, l := range ls {
 		sum += l.gain
 	}
-	if len(pc.free.on(node))+sum < t.GPUs {
+	if len(free)+sum < t.GPUs {
 		return // even every free GPU there is not enough
 	}
-	have := len(pc.free.usable(t, node, time.Time{}))
+	have := len(pc.free.usableOf(t, free, time.Time{}))
 	if have+sum < t.GPUs {
 		return
 	}
