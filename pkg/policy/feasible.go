@@ -364,6 +364,26 @@ func (f *freeMap) usableOf(t *domain.Task, gs []domain.GPU, end time.Time) []dom
 	return out
 }
 
+// usableCount is len(usableOf(t, gs, end)), without the list.
+func (f *freeMap) usableCount(t *domain.Task, gs []domain.GPU, end time.Time) int {
+	if t.GPUModel == "" && t.MinGPUMemMiB == 0 && len(f.reserved) == 0 {
+		return len(gs)
+	}
+	k := 0
+	for _, g := range gs {
+		ok := gpuFits(t, g)
+		if ok && len(f.reserved) > 0 {
+			if r, held := f.reserved[g.UUID]; held && (end.IsZero() || r.IsZero() || end.After(r)) {
+				ok = false
+			}
+		}
+		if ok {
+			k++
+		}
+	}
+	return k
+}
+
 // nodeSize is the most healthy GPUs fitting t's constraints on one
 // schedulable node.
 func (f *freeMap) nodeSize(t *domain.Task, s *domain.State) int {

@@ -148,11 +148,12 @@ type victimPool struct {
 	on []victimOn
 }
 
-// victimOn is a pool member's GPUs on one schedulable node.
+// victimOn is a pool member holding GPUs on a schedulable node, and how
+// many of the node's healthy GPUs it holds there.
 type victimOn struct {
-	node string
-	i    int // in victimPool.vs
-	gpus []domain.GPU
+	node    string
+	i       int // in victimPool.vs
+	healthy int
 }
 
 // victimPool returns the pass's pool, built at the first call.
@@ -205,9 +206,10 @@ func victimOrder(a, b *victim) int {
 	return cmp.Compare(b.t.SubmitSeq, a.t.SubmitSeq)
 }
 
-// victimNodes appends where v, the pool's member i, holds GPUs, as gainOn
-// reads them: for each schedulable node with GPUs among its placements
-// (once), the node's healthy GPUs that v's placements there name.
+// victimNodes appends where v, the pool's member i, holds GPUs: each
+// schedulable node with GPUs among its placements (once), with the
+// node's healthy GPUs its placements there name (gainOn's count for a
+// task without constraints when none of them is reserved).
 func (pc *pass) victimNodes(out []victimOn, i int, v *domain.Task) []victimOn {
 	for k, p := range v.Placements {
 		if slices.ContainsFunc(v.Placements[:k], func(q events.Placement) bool { return q.Node == p.Node }) {
@@ -217,7 +219,7 @@ func (pc *pass) victimNodes(out []victimOn, i int, v *domain.Task) []victimOn {
 		if n == nil || !n.Schedulable() || len(n.GPUs) == 0 {
 			continue // not in freeMap.nodes: no search looks at it
 		}
-		var gs []domain.GPU
+		healthy := 0
 		for _, q := range v.Placements[k:] {
 			if q.Node != p.Node {
 				continue
@@ -226,14 +228,14 @@ func (pc *pass) victimNodes(out []victimOn, i int, v *domain.Task) []victimOn {
 				for _, g := range n.GPUs {
 					if g.UUID == id {
 						if g.Healthy {
-							gs = append(gs, g)
+							healthy++
 						}
 						break
 					}
 				}
 			}
 		}
-		out = append(out, victimOn{p.Node, i, gs})
+		out = append(out, victimOn{p.Node, i, healthy})
 	}
 	return out
 }
@@ -439,7 +441,7 @@ func (pc *pass) fewestOnOneNode(t *domain.Task, cands []*victim) ([]*victim, []e
 				if !pc.allowed[e.i] {
 					continue
 				}
-				if g := pc.gain(t, e.gpus); g > 0 {
+				if g := pc.gain(t, pool.vs[e.i].t, e); g > 0 {
 					ls = append(ls, local{pool.vs[e.i], g})
 					sum += g
 				}
@@ -487,7 +489,7 @@ func (pc *pass) searchNode(t *domain.Task, s *nodeSearch, node string, free []do
 	if len(free)+sum < t.GPUs {
 		return // even every free GPU there is not enough
 	}
-	have := len(pc.free.usableOf(t, free, time.Time{}))
+	have := pc.free.usableCount(t, free, time.Time{})
 	if have+sum < t.GPUs {
 		return
 	}
@@ -568,28 +570,16 @@ func (pc *pass) gainOn(t, v *domain.Task, node string) int {
 	return k
 }
 
-// gain is gainOn from a member's GPUs on a node (victimOn.gpus): those
-// fitting t's constraints and reserved for nobody. The search asks it only
-// for members not taken; while no reserved GPU is held by such a member
-// (pass.noteReserved), none of their GPUs is reserved.
-func (pc *pass) gain(t *domain.Task, gs []domain.GPU) int {
-	constrained := t.GPUModel != "" || t.MinGPUMemMiB != 0
-	if !constrained && !pc.resOnMembers {
-		return len(gs)
+// gain is gainOn(t, v, e.node) for the pool member v: its healthy GPUs
+// there, when t has no constraints and none of them can be reserved. The
+// search asks it only for members not taken; while no reserved GPU is
+// held by such a member (pass.noteReserved), none of their GPUs is
+// reserved.
+func (pc *pass) gain(t, v *domain.Task, e victimOn) int {
+	if t.GPUModel == "" && t.MinGPUMemMiB == 0 && !pc.resOnMembers {
+		return e.healthy
 	}
-	k := 0
-	for _, g := range gs {
-		if constrained && !gpuFits(t, g) {
-			continue
-		}
-		if pc.resOnMembers {
-			if _, r := pc.free.reserved[g.UUID]; r {
-				continue
-			}
-		}
-		k++
-	}
-	return k
+	return pc.gainOn(t, v, e.node)
 }
 
 // noteReserved notes a GPU just reserved: resOnMembers is set when the
