@@ -158,11 +158,15 @@ func (f *freeMap) maxFree() int {
 // newFreeMap reads the fold's free-GPU index: it costs the nodes with free
 // GPUs, not every node and GPU. Its outer slices are pooled: release them.
 func newFreeMap(s *domain.State) *freeMap {
-	names := s.FreeNodes()
+	names, lists := s.FreeNodes(), s.FreeLists()
 	f := &freeMap{nodes: s.SchedulableNodes(), maxNode: s.Totals().MaxHealthy, reserved: map[string]time.Time{}}
 	f.pooled(len(names))
-	for _, n := range names {
-		f.push(n, s.FreeOn(n))
+	f.avail = append(f.avail, names...)
+	f.gpus = append(f.gpus, lists...)
+	f.used = len(names)
+	for _, gs := range lists {
+		f.count += len(gs)
+		f.tally(len(gs), 1)
 	}
 	return f
 }
