@@ -23,8 +23,8 @@ type NodeTotals struct {
 }
 
 // nodeIndex is derived from Nodes and Owner. Slices other than freeNames
-// are never modified in place (a change replaces them), so clones share
-// them.
+// and freeLists are never modified in place (a change replaces them), so
+// clones share them.
 type nodeIndex struct {
 	names  []string // every node, sorted
 	sched  []string // schedulable nodes with GPUs, sorted
@@ -34,6 +34,7 @@ type nodeIndex struct {
 	// cap == len, so an append by a reader copies.
 	free      map[string][]GPU
 	freeNames []string // the keys of free, sorted (owned: Clone copies it)
+	freeLists [][]GPU  // free[freeNames[i]] at i (owned: Clone copies it)
 	freeCount int
 }
 
@@ -50,6 +51,7 @@ func buildNodeIndex(s *State) *nodeIndex {
 		if g := freeOf(s, s.Nodes[n]); len(g) > 0 {
 			x.free[n] = g
 			x.freeNames = append(x.freeNames, n)
+			x.freeLists = append(x.freeLists, g)
 			x.freeCount += len(g)
 		}
 	}
@@ -115,14 +117,18 @@ func (x *nodeIndex) refreshFree(s *State, name string) {
 	switch {
 	case len(g) > 0:
 		x.free[name] = g
-		if !had {
-			i, _ := slices.BinarySearch(x.freeNames, name)
+		i, found := slices.BinarySearch(x.freeNames, name)
+		if found {
+			x.freeLists[i] = g
+		} else {
 			x.freeNames = slices.Insert(x.freeNames, i, name)
+			x.freeLists = slices.Insert(x.freeLists, i, g)
 		}
 	case had:
 		delete(x.free, name)
 		if i, ok := slices.BinarySearch(x.freeNames, name); ok {
 			x.freeNames = slices.Delete(x.freeNames, i, i+1)
+			x.freeLists = slices.Delete(x.freeLists, i, i+1)
 		}
 	}
 }
@@ -135,6 +141,7 @@ func (x *nodeIndex) clone() *nodeIndex {
 		c.free[k] = v
 	}
 	c.freeNames = slices.Clone(x.freeNames)
+	c.freeLists = slices.Clone(x.freeLists)
 	return &c
 }
 
@@ -188,6 +195,11 @@ func (s *State) SchedulableNodes() []string { return s.nodeIndex().sched }
 // GPUs, sorted. The slice is shared: do not modify it; it changes with the
 // next Apply.
 func (s *State) FreeNodes() []string { return s.nodeIndex().freeNames }
+
+// FreeLists returns the free GPUs of the nodes of FreeNodes, in its order:
+// FreeLists()[i] is FreeOn(FreeNodes()[i]). The slice and its lists are
+// shared: do not modify them; the slice changes with the next Apply.
+func (s *State) FreeLists() [][]GPU { return s.nodeIndex().freeLists }
 
 // FreeOn returns the healthy GPUs no task holds of a schedulable node, in
 // the node's order (by index); nil for another node. The slice is shared
@@ -305,12 +317,19 @@ func (s *State) IndexMismatch() string {
 		return sprint("totals", want.totals, got.totals)
 	case !slices.Equal(want.freeNames, got.freeNames):
 		return sprint("free nodes", want.freeNames, got.freeNames)
+	case len(got.freeLists) != len(got.freeNames):
+		return sprint("free lists", len(got.freeNames), len(got.freeLists))
 	case want.freeCount != got.freeCount:
 		return sprint("free count", want.freeCount, got.freeCount)
 	}
 	for n, g := range want.free {
 		if !slices.Equal(g, got.free[n]) {
 			return sprint("free GPUs of "+n, g, got.free[n])
+		}
+	}
+	for i, n := range got.freeNames {
+		if !slices.Equal(got.freeLists[i], got.free[n]) {
+			return sprint("free list of "+n, got.free[n], got.freeLists[i])
 		}
 	}
 	for n, g := range got.free {

@@ -207,8 +207,10 @@ func (w *endWalk) next() (time.Duration, []events.Placement, bool) {
 // release returns the walk's buffer to the pool.
 func (w *endWalk) release() {
 	if w.est {
+		// Past its length the buffer holds nothing: pops clear the slot
+		// they leave, and pushes only append.
+		clear(w.cand)
 		b := estBufs{w.cand[:0], w.ahead.Buf(), w.due.Buf()}
-		clear(b.cand[:cap(b.cand)])
 		estPool.Put(&b)
 		w.est, w.cand = false, nil
 		return
@@ -313,13 +315,9 @@ func (pc *pass) addEnd(t *domain.Task, ps []events.Placement) {
 // GPU only if it is predicted to end by then. When t cannot fit even after
 // every holding task ends, there is no reservation.
 func (pc *pass) reserve(t *domain.Task) {
-	future := pc.free.clone()
 	// GPUs held back for preemptors are not the head's.
-	for g, at := range pc.free.reserved {
-		if at.IsZero() {
-			future.take([]events.Placement{{Node: nodeOf(pc.free, g), GPUs: []string{g}}})
-		}
-	}
+	future := pc.unheld()
+	defer future.release()
 	at := pc.in.Now
 	ps, ok := place(t, future, pc.s, time.Time{})
 	if !ok {
@@ -359,6 +357,7 @@ func (pc *pass) reserve(t *domain.Task) {
 		for _, g := range p.GPUs {
 			pc.free.reserved[g] = at
 			pc.owner[g] = t.ID
+			pc.noteReserved(g)
 		}
 	}
 	if pc.res.Waiting != nil {
@@ -418,6 +417,22 @@ func gangFits(g int, f *freeMap, s *domain.State) bool {
 	return need == 0 || max(partial, left) >= need
 }
 
+// unheld is a copy of the free map less the GPUs held for preemptors
+// (freeMap.cloneUnheld); with slowPreempt, each held GPU is looked up in
+// the free map and taken from the copy, as before cloneUnheld.
+func (pc *pass) unheld() *freeMap {
+	if !pc.slowPreempt {
+		return pc.free.cloneUnheld()
+	}
+	c := pc.free.clone()
+	for g, at := range pc.free.reserved {
+		if at.IsZero() {
+			c.take([]events.Placement{{Node: nodeOf(pc.free, g), GPUs: []string{g}}})
+		}
+	}
+	return c
+}
+
 func nodeOf(f *freeMap, gpu string) string {
 	for i, gs := range f.gpus {
 		for _, g := range gs {
@@ -436,6 +451,7 @@ func (pc *pass) holdReserved(t *domain.Task, ps []events.Placement) {
 		for _, g := range p.GPUs {
 			pc.free.reserved[g] = time.Time{}
 			pc.owner[g] = t.ID
+			pc.noteReserved(g)
 		}
 	}
 }

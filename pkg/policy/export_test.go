@@ -36,6 +36,15 @@ func (p *Policy) WithoutEndIndex() *Policy {
 	return &c
 }
 
+// SlowPreempt returns a copy of the policy whose preemption search lists
+// and sorts the candidates among every holder at each search, as before
+// the pass's victim pool: tests compare its decisions with the policy's.
+func (p *Policy) SlowPreempt() *Policy {
+	c := *p
+	c.slowPreempt = true
+	return &c
+}
+
 // WalkEnds returns every end the reservation walk of a pass at in yields,
 // in order, as "first GPU@remaining": tests compare the walks.
 func (p *Policy) WalkEnds(in Input) []string {

@@ -1,9 +1,11 @@
 package policy
 
 import (
+	"math"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpuq/gpuq/pkg/domain"
@@ -26,9 +28,53 @@ type freeMap struct {
 	// maxNode is the most healthy GPUs of any schedulable node: a task
 	// asking for no more fits one node and never spans nodes.
 	maxNode int
+	// lens counts the lists in gpus by length, the last entry those of
+	// len(lens)-1 GPUs or more; maxLen is maxFree once computed from them
+	// (0: not yet, or not since they changed).
+	lens   [17]int
+	maxLen int
 	// reserved GPUs may only be used by a task predicted to end by the
 	// time given (the reservation's start); zero time: not at all.
 	reserved map[string]time.Time
+	// bufs is where avail and gpus came from, if from the pool; used is
+	// the most entries they ever held (release clears those).
+	bufs *freeBufs
+	used int
+}
+
+// freeBufs are the outer slices of a free map (avail and gpus), pooled
+// across passes. They point to names and GPU lists that nobody modifies,
+// and release clears every entry before they go back, so a pass stays a
+// function of its input.
+type freeBufs struct {
+	avail []string
+	gpus  [][]domain.GPU
+}
+
+var freeBufPool = sync.Pool{New: func() any { return new(freeBufs) }}
+
+// pooled gives f empty outer slices from the pool, with room for n nodes.
+func (f *freeMap) pooled(n int) {
+	b := freeBufPool.Get().(*freeBufs)
+	f.bufs = b
+	f.avail = slices.Grow(b.avail[:0], n)
+	f.gpus = slices.Grow(b.gpus[:0], n)
+}
+
+// release clears f's outer slices and returns them to the pool (if they
+// came from it); f is not used after.
+func (f *freeMap) release() {
+	b := f.bufs
+	if b == nil {
+		return
+	}
+	// Entries are only appended or shifted left within the length, so
+	// none was ever written past the most the slices held.
+	clear(f.avail[:f.used])
+	clear(f.gpus[:f.used])
+	b.avail, b.gpus = f.avail[:0], f.gpus[:0]
+	f.bufs, f.avail, f.gpus = nil, nil, nil
+	freeBufPool.Put(b)
 }
 
 // at returns the position of node in avail, and whether it is there.
@@ -50,8 +96,9 @@ func (f *freeMap) set(node string, gs []domain.GPU) {
 	i, ok := f.at(node)
 	switch {
 	case ok && len(gs) > 0:
-		f.gpus[i] = gs
+		f.replace(i, gs)
 	case ok:
+		f.tally(len(f.gpus[i]), -1)
 		f.avail = append(f.avail[:i], f.avail[i+1:]...)
 		f.gpus = append(f.gpus[:i], f.gpus[i+1:]...)
 	case len(gs) > 0:
@@ -61,17 +108,65 @@ func (f *freeMap) set(node string, gs []domain.GPU) {
 		f.gpus = append(f.gpus, nil)
 		copy(f.gpus[i+1:], f.gpus[i:])
 		f.gpus[i] = gs
+		f.tally(len(gs), 1)
+		f.used = max(f.used, len(f.avail))
 	}
 }
 
+// replace replaces the free GPUs of avail[i] by gs, not empty.
+func (f *freeMap) replace(i int, gs []domain.GPU) {
+	f.tally(len(f.gpus[i]), -1)
+	f.gpus[i] = gs
+	f.tally(len(gs), 1)
+}
+
+// push appends a node after every node in avail, with its free GPUs gs
+// (not empty).
+func (f *freeMap) push(node string, gs []domain.GPU) {
+	f.avail = append(f.avail, node)
+	f.gpus = append(f.gpus, gs)
+	f.count += len(gs)
+	f.tally(len(gs), 1)
+	f.used = max(f.used, len(f.avail))
+}
+
+// tally counts d lists of n GPUs in lens.
+func (f *freeMap) tally(n, d int) {
+	f.lens[min(n, len(f.lens)-1)] += d
+	f.maxLen = 0
+}
+
+// maxFree bounds the free GPUs of any node from above: exact up to
+// len(lens)-2, else unbounded.
+func (f *freeMap) maxFree() int {
+	if f.maxLen > 0 {
+		return f.maxLen
+	}
+	if f.lens[len(f.lens)-1] > 0 {
+		f.maxLen = math.MaxInt
+		return f.maxLen
+	}
+	for n := len(f.lens) - 2; n > 0; n-- {
+		if f.lens[n] > 0 {
+			f.maxLen = n
+			return n
+		}
+	}
+	return 0
+}
+
 // newFreeMap reads the fold's free-GPU index: it costs the nodes with free
-// GPUs, not every node and GPU.
+// GPUs, not every node and GPU. Its outer slices are pooled: release them.
 func newFreeMap(s *domain.State) *freeMap {
-	names := s.FreeNodes()
-	f := &freeMap{nodes: s.SchedulableNodes(), avail: append([]string(nil), names...), gpus: make([][]domain.GPU, len(names)),
-		count: s.FreeCount(), maxNode: s.Totals().MaxHealthy, reserved: map[string]time.Time{}}
-	for i, n := range names {
-		f.gpus[i] = s.FreeOn(n)
+	names, lists := s.FreeNodes(), s.FreeLists()
+	f := &freeMap{nodes: s.SchedulableNodes(), maxNode: s.Totals().MaxHealthy, reserved: map[string]time.Time{}}
+	f.pooled(len(names))
+	f.avail = append(f.avail, names...)
+	f.gpus = append(f.gpus, lists...)
+	f.used = len(names)
+	for _, gs := range lists {
+		f.count += len(gs)
+		f.tally(len(gs), 1)
 	}
 	return f
 }
@@ -101,9 +196,7 @@ func scratchFreeMap(s *domain.State) *freeMap {
 			if !sort.SliceIsSorted(g, func(i, j int) bool { return g[i].Index < g[j].Index }) {
 				sort.Slice(g, func(i, j int) bool { return g[i].Index < g[j].Index })
 			}
-			f.avail = append(f.avail, name)
-			f.gpus = append(f.gpus, g[:len(g):len(g)])
-			f.count += len(g)
+			f.push(name, g[:len(g):len(g)])
 		}
 		f.maxNode = max(f.maxNode, healthy)
 	}
@@ -111,9 +204,55 @@ func scratchFreeMap(s *domain.State) *freeMap {
 }
 
 // clone copies the free GPUs (not the reservations); the lists are shared.
+// The copy's outer slices are pooled: release them when done.
 func (f *freeMap) clone() *freeMap {
-	return &freeMap{nodes: f.nodes, avail: append([]string(nil), f.avail...), gpus: append([][]domain.GPU(nil), f.gpus...),
-		count: f.count, maxNode: f.maxNode, reserved: map[string]time.Time{}}
+	c := &freeMap{nodes: f.nodes, count: f.count, maxNode: f.maxNode, lens: f.lens, maxLen: f.maxLen, reserved: map[string]time.Time{}}
+	c.pooled(len(f.avail))
+	c.avail = append(c.avail, f.avail...)
+	c.gpus = append(c.gpus, f.gpus...)
+	c.used = len(c.avail)
+	return c
+}
+
+// cloneUnheld is clone less the GPUs reserved from the zero time (held
+// for good in this pass, for preemptors), which no what-if for another
+// task may count: as taking each such GPU from the clone, node by node,
+// in one walk over the free GPUs.
+func (f *freeMap) cloneUnheld() *freeMap {
+	c := f.clone()
+	held := false
+	for _, at := range f.reserved {
+		if at.IsZero() {
+			held = true
+			break
+		}
+	}
+	if !held {
+		return c
+	}
+	for i := 0; i < len(c.avail); {
+		gs := c.gpus[i]
+		rest := gs[:0:0]
+		for _, g := range gs {
+			if at, ok := f.reserved[g.UUID]; !ok || !at.IsZero() {
+				rest = append(rest, g)
+			}
+		}
+		if len(rest) == len(gs) {
+			i++
+			continue
+		}
+		c.count -= len(gs) - len(rest)
+		if len(rest) > 0 {
+			c.replace(i, rest)
+			i++
+			continue
+		}
+		c.tally(len(gs), -1)
+		c.avail = append(c.avail[:i], c.avail[i+1:]...)
+		c.gpus = append(c.gpus[:i], c.gpus[i+1:]...)
+	}
+	return c
 }
 
 // cloneReserved copies the free GPUs and the reservations.
@@ -165,7 +304,7 @@ func (f *freeMap) add(s *domain.State, ps []events.Placement) {
 			}
 		}
 		out = append(append(out, cur[a:]...), back[b:]...)
-		f.gpus[i] = out
+		f.replace(i, out)
 	}
 }
 
@@ -229,6 +368,26 @@ func (f *freeMap) usableOf(t *domain.Task, gs []domain.GPU, end time.Time) []dom
 	return out
 }
 
+// usableCount is len(usableOf(t, gs, end)), without the list.
+func (f *freeMap) usableCount(t *domain.Task, gs []domain.GPU, end time.Time) int {
+	if t.GPUModel == "" && t.MinGPUMemMiB == 0 && len(f.reserved) == 0 {
+		return len(gs)
+	}
+	k := 0
+	for _, g := range gs {
+		ok := gpuFits(t, g)
+		if ok && len(f.reserved) > 0 {
+			if r, held := f.reserved[g.UUID]; held && (end.IsZero() || r.IsZero() || end.After(r)) {
+				ok = false
+			}
+		}
+		if ok {
+			k++
+		}
+	}
+	return k
+}
+
 // nodeSize is the most healthy GPUs fitting t's constraints on one
 // schedulable node.
 func (f *freeMap) nodeSize(t *domain.Task, s *domain.State) int {
@@ -264,6 +423,10 @@ func (f *freeMap) usableFast(t *domain.Task, gs []domain.GPU, end time.Time) []d
 type capacity struct {
 	s     *domain.State
 	cache map[capKey][4]int // ever total, ever best node, now total, now best node
+	// plain is the same for a task without constraints, from the fold's
+	// totals (once read: plainOK).
+	plain   [4]int
+	plainOK bool
 	// scratch (tests): count the GPUs without constraints too, rather
 	// than read the fold's totals.
 	scratch bool
@@ -280,8 +443,11 @@ func (c *capacity) feasible(t *domain.Task) (ever, now bool) {
 	ok := false
 	if k == (capKey{}) && !c.scratch {
 		// Without constraints: the fold's totals.
-		n := c.s.Totals()
-		v, ok = [4]int{n.GPUs, n.MaxGPUs, n.Healthy, n.MaxHealthy}, true
+		if !c.plainOK {
+			n := c.s.Totals()
+			c.plain, c.plainOK = [4]int{n.GPUs, n.MaxGPUs, n.Healthy, n.MaxHealthy}, true
+		}
+		v, ok = c.plain, true
 	} else {
 		v, ok = c.cache[k]
 	}

@@ -44,9 +44,7 @@ func TestPropGangFits(t *testing.T) {
 				}
 			}
 			if len(free) > 0 {
-				f.avail = append(f.avail, name)
-				f.gpus = append(f.gpus, free)
-				f.count += len(free)
+				f.push(name, free)
 			}
 		}
 		if f.maxNode == 0 {

@@ -34,9 +34,17 @@ func noLater(a, b time.Time) bool {
 // remainder give enough; usable GPUs shrink as end grows. So a failure
 // for g GPUs up to end E means failure for any later task without
 // constraints of the same kind (one node, or gang) with at least g GPUs
-// and an end no earlier than E: such a task is refused in O(1).
+// and an end no earlier than E: such a task is refused in O(1). So is a
+// task that never spans nodes when no node has as many free GPUs
+// (freeMap.maxFree): place's scan would skip every node.
 func (pc *pass) place(t *domain.Task, end time.Time) ([]events.Placement, bool) {
-	if pc.noMemo || t.GPUModel != "" || t.MinGPUMemMiB != 0 {
+	if pc.noMemo {
+		return place(t, pc.free, pc.s, end)
+	}
+	if t.GPUModel != "" || t.MinGPUMemMiB != 0 {
+		if t.GPUs > pc.free.maxFree() && t.GPUs <= pc.free.nodeSize(t, pc.s) {
+			return nil, false
+		}
 		return place(t, pc.free, pc.s, end)
 	}
 	k := 0
@@ -47,6 +55,9 @@ func (pc *pass) place(t *domain.Task, end time.Time) ([]events.Placement, bool) 
 		if f.g <= t.GPUs && noLater(f.end, end) {
 			return nil, false
 		}
+	}
+	if k == 0 && t.GPUs > pc.free.maxFree() {
+		return nil, false // not memoized: the next such task is refused here too
 	}
 	ps, ok := place(t, pc.free, pc.s, end)
 	if !ok {
@@ -71,6 +82,7 @@ func place(t *domain.Task, f *freeMap, s *domain.State, end time.Time) ([]events
 	if t.GPUs <= 0 || f.count < t.GPUs {
 		return nil, false
 	}
+
 	// 1. Best fit on one node: the fitting node with the fewest usable GPUs.
 	//    (A node with fewer free GPUs than asked is skipped without a look.)
 	best, bestN := "", 0

@@ -14,7 +14,7 @@ import (
 // pass is the working state of one Plan call. Nothing in it outlives the
 // call and nothing in the input state is modified.
 type pass struct {
-	active []*domain.Task // holders(), once listed
+	active []*domain.Task // holders(), once listed (slowPreempt)
 	in     Input
 	opts   Options
 	s      *domain.State
@@ -59,6 +59,25 @@ type pass struct {
 	// reading the fold's end index (ends.go).
 	noEndIndex bool
 	res        Result
+
+	// pool is victimPool(), once built; cands and allowed are the last
+	// search's candidates and the pool members among them; locals is a
+	// buffer of the searches.
+	pool    *victimPool
+	cands   []*victim
+	allowed []bool
+	locals  []local
+	// resOnMembers: a reserved GPU may be held by a pool member not
+	// chosen yet (noteReserved).
+	resOnMembers bool
+	// promisedBefore: promised had entries when the pass began. The pass
+	// adds one only for the task it steps (preempt), after that task's
+	// holdForPromised; a task is stepped once, so without entries at the
+	// start holdForPromised finds none.
+	promisedBefore bool
+	// slowPreempt (tests): search victims among every holder, sorting the
+	// candidates at each search, as before the victim pool.
+	slowPreempt bool
 }
 
 // ending is a holding task's predicted end: the pass's now plus r.
@@ -82,7 +101,9 @@ type ending struct {
 //     reservation at its earliest predicted start (backfill.go).
 func (p *Policy) Plan(in Input) Result {
 	pc := newPass(p.opts, in, p.scratch)
+	defer pc.free.release()
 	pc.noMemo, pc.slowEnds, pc.topEnds, pc.noEndIndex = p.noMemo, p.slowEnds, p.topEnds, p.noEndIndex
+	pc.slowPreempt = p.slowPreempt
 	// step considers one task; pos is its place in the queue's order.
 	step := func(t *domain.Task, tier, pos int) bool {
 		if tier == tierUnder && pc.opts.Explain {
@@ -204,8 +225,10 @@ type candidate struct {
 
 func newPass(o Options, in Input, scratch bool) *pass {
 	s := in.State
+	teams := 0 // sizes the maps by team: the pass adds few teams, if any
+	s.TeamGPUs(func(string, int) { teams++ })
 	pc := &pass{in: in, opts: o, s: s, cap: capacity{s: s, cache: map[capKey][4]int{}, scratch: scratch},
-		usage: map[string]int{}, lend: map[string]int{}, claim: map[string]int{}, guar: map[string]int{}, underSet: map[string]bool{},
+		usage: make(map[string]int, teams), lend: make(map[string]int, teams), claim: make(map[string]int, teams), guar: map[string]int{}, underSet: map[string]bool{},
 		preempting: map[string]bool{}, promised: map[string][]*domain.Task{}, owner: map[string]string{}}
 	if o.Explain {
 		pc.res.Waiting = map[string]Wait{}
@@ -231,6 +254,7 @@ func newPass(o Options, in Input, scratch bool) *pass {
 		})
 		pc.anyVictim = s.Victims() > 0
 	}
+	pc.promisedBefore = len(pc.promised) > 0
 	for id, vs := range pc.promised {
 		if p := s.Tasks[id]; p != nil && p.State == domain.Queued {
 			pc.claim[p.Team] += p.GPUs

@@ -157,6 +157,10 @@ type Policy struct {
 	// noEndIndex (tests): no reading of the fold's end index (the
 	// decisions are the same).
 	noEndIndex bool
+	// slowPreempt (tests): the preemption search lists and sorts the
+	// candidates among every holder at each search, without the pass's
+	// victim pool (the decisions are the same).
+	slowPreempt bool
 }
 
 // New returns a policy with the given options (defaults filled in).

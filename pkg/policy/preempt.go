@@ -1,9 +1,11 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/gpuq/gpuq/pkg/domain"
@@ -17,16 +19,15 @@ func (pc *pass) promisedTo(t *domain.Task) []*domain.Task { return pc.promised[t
 // GPUs plus the free ones will fit it, hold those free GPUs for t (nobody
 // else may take them) and preempt nobody more.
 func (pc *pass) holdForPromised(t *domain.Task) bool {
+	if !pc.promisedBefore {
+		return false
+	}
 	vs := pc.promised[t.ID]
 	if len(vs) == 0 {
 		return false
 	}
-	hyp := pc.free.clone()
-	for g, at := range pc.free.reserved {
-		if at.IsZero() {
-			hyp.take([]events.Placement{{Node: nodeOf(pc.free, g), GPUs: []string{g}}})
-		}
-	}
+	hyp := pc.unheld()
+	defer hyp.release()
 	for _, v := range vs {
 		hyp.add(pc.s, v.Placements)
 	}
@@ -117,16 +118,169 @@ type victim struct {
 	t    *domain.Task
 	n    int
 	lost float64
+	// taken (pool): chosen in this pass. A pool member is running, so
+	// pass.preempting holds it iff it was chosen in this pass.
+	taken bool
 }
 
 // holders is the state's tasks holding GPUs in submit order, listed once
 // per pass (a pass changes nothing in the state, and every blocked task
-// that may preempt looks at them all).
+// that may preempt looks at them all). Only the reference search
+// (Policy.slowPreempt) reads it.
 func (pc *pass) holders() []*domain.Task {
 	if pc.active == nil {
 		pc.active = pc.s.Active()
 	}
 	return pc.active
+}
+
+// victimPool is every task a preemption in this pass may ever choose, and
+// where they hold GPUs; built once, at the pass's first preemption search
+// (the state does not change during a pass, nor does now, so neither do the
+// members, their order or their GPUs).
+type victimPool struct {
+	// vs are the tasks that are running, preemptible and not CRITICAL, in
+	// the order preempt prefers them (victimOrder).
+	vs []*victim
+	// on is, for each member and schedulable node it holds GPUs on, the
+	// healthy GPUs of the node it holds there: by node name, then in the
+	// members' order.
+	on []victimOn
+}
+
+// victimOn is a pool member holding GPUs on a schedulable node, and how
+// many of the node's healthy GPUs it holds there.
+type victimOn struct {
+	node    string
+	i       int // in victimPool.vs
+	healthy int
+}
+
+// victimPool returns the pass's pool, built at the first call.
+//
+// A search takes the members mayVictimize allows, in the pool's order:
+// the candidates the reference search lists and sorts, in the same order,
+// since filtering a sorted list keeps it sorted and victimOrder is a total
+// order (SubmitSeq, the sequence of the task's submitted record, is
+// unique). For a task that fits one node, the search reads the allowed
+// members of each node from on: the lists the reference search builds in
+// a map, node by node in the order it visits them (freeMap.nodes: the
+// schedulable nodes with GPUs, by name).
+func (pc *pass) victimPool() *victimPool {
+	if pc.pool != nil {
+		return pc.pool
+	}
+	p := &victimPool{vs: make([]*victim, 0, pc.s.Victims())}
+	buf := make([]victim, 0, pc.s.Victims())
+	for i, n := 0, pc.s.Holders(); i < n; i++ {
+		v := pc.s.Holder(i)
+		if !v.Preemptible || v.Priority == domain.Critical || v.State != domain.Running {
+			continue
+		}
+		buf = append(buf, victim{t: v, n: gpuCount(v), lost: pc.lostWork(v)})
+		p.vs = append(p.vs, &buf[len(buf)-1])
+	}
+	slices.SortFunc(p.vs, victimOrder)
+	for i, v := range p.vs {
+		p.on = pc.victimNodes(p.on, i, v.t)
+	}
+	slices.SortFunc(p.on, func(a, b victimOn) int {
+		if c := strings.Compare(a.node, b.node); c != 0 {
+			return c
+		}
+		return a.i - b.i
+	})
+	pc.pool = p
+	return p
+}
+
+// victimOrder is preempt's preference: the lower class, then the less work
+// lost, then the later submitted.
+func victimOrder(a, b *victim) int {
+	if a.t.Priority != b.t.Priority {
+		return cmp.Compare(a.t.Priority, b.t.Priority)
+	}
+	if a.lost != b.lost {
+		return cmp.Compare(a.lost, b.lost)
+	}
+	return cmp.Compare(b.t.SubmitSeq, a.t.SubmitSeq)
+}
+
+// victimNodes appends where v, the pool's member i, holds GPUs: each
+// schedulable node with GPUs among its placements (once), with the
+// node's healthy GPUs its placements there name (gainOn's count for a
+// task without constraints when none of them is reserved).
+func (pc *pass) victimNodes(out []victimOn, i int, v *domain.Task) []victimOn {
+	for k, p := range v.Placements {
+		if slices.ContainsFunc(v.Placements[:k], func(q events.Placement) bool { return q.Node == p.Node }) {
+			continue
+		}
+		n := pc.s.Nodes[p.Node]
+		if n == nil || !n.Schedulable() || len(n.GPUs) == 0 {
+			continue // not in freeMap.nodes: no search looks at it
+		}
+		healthy := 0
+		for _, q := range v.Placements[k:] {
+			if q.Node != p.Node {
+				continue
+			}
+			for _, id := range q.GPUs {
+				for _, g := range n.GPUs {
+					if g.UUID == id {
+						if g.Healthy {
+							healthy++
+						}
+						break
+					}
+				}
+			}
+		}
+		out = append(out, victimOn{p.Node, i, healthy})
+	}
+	return out
+}
+
+// candidates lists the victims t may preempt, in preference order, and the
+// GPUs they and the free ones add up to. With the pool, pc.allowed marks
+// the members listed.
+func (pc *pass) candidates(t *domain.Task) ([]*victim, int) {
+	avail := pc.free.count
+	if pc.slowPreempt {
+		var cands []*victim
+		for _, v := range pc.holders() {
+			if pc.mayVictimize(t, v) {
+				n := gpuCount(v)
+				cands = append(cands, &victim{t: v, n: n, lost: pc.lostWork(v)})
+				avail += n
+			}
+		}
+		sort.SliceStable(cands, func(i, j int) bool {
+			a, b := cands[i], cands[j]
+			if a.t.Priority != b.t.Priority {
+				return a.t.Priority < b.t.Priority
+			}
+			if a.lost != b.lost {
+				return a.lost < b.lost
+			}
+			return a.t.SubmitSeq > b.t.SubmitSeq
+		})
+		return cands, avail
+	}
+	pool := pc.victimPool()
+	cands := pc.cands[:0]
+	allowed := slices.Grow(pc.allowed[:0], len(pool.vs))[:len(pool.vs)]
+	reclaim := pc.reclaimer(t)
+	for i, v := range pool.vs {
+		// mayVictimize(t, v.t), of which a member passes the first checks
+		// but the last two.
+		allowed[i] = !v.taken && v.t != t && (pc.byClass(t, v.t) || reclaim && v.t.Team != t.Team)
+		if allowed[i] {
+			cands = append(cands, v)
+			avail += v.n
+		}
+	}
+	pc.cands, pc.allowed = cands, allowed
+	return cands, avail
 }
 
 // preempt chooses victims for t — the fewest tasks, then the lowest
@@ -137,28 +291,10 @@ func (pc *pass) preempt(t *domain.Task, tier int) bool {
 	if pc.stalled || !pc.mayPreempt(t, tier) {
 		return false
 	}
-	var cands []*victim
-	avail := pc.free.count
-	for _, v := range pc.holders() {
-		if pc.mayVictimize(t, v) {
-			n := gpuCount(v)
-			cands = append(cands, &victim{t: v, n: n, lost: pc.lostWork(v)})
-			avail += n
-		}
-	}
+	cands, avail := pc.candidates(t)
 	if avail < t.GPUs || len(cands) == 0 {
 		return false
 	}
-	sort.SliceStable(cands, func(i, j int) bool {
-		a, b := cands[i], cands[j]
-		if a.t.Priority != b.t.Priority {
-			return a.t.Priority < b.t.Priority
-		}
-		if a.lost != b.lost {
-			return a.lost < b.lost
-		}
-		return a.t.SubmitSeq > b.t.SubmitSeq
-	})
 	victims, ps, ok := pc.fewestVictims(t, cands)
 	if !ok {
 		return false
@@ -169,6 +305,7 @@ func (pc *pass) preempt(t *domain.Task, tier int) bool {
 			why = pc.opts.Preemption
 		}
 		pc.preempting[v.t.ID] = true
+		v.taken = true
 		pc.victimsNow++
 		pc.usage[v.t.Team] -= v.n
 		pc.lend[v.t.Team] -= v.n
@@ -198,7 +335,9 @@ func (pc *pass) fewestVictims(t *domain.Task, cands []*victim) ([]*victim, []eve
 		return pc.fewestOnOneNode(t, cands)
 	}
 	base := pc.free.cloneReserved()
+	defer base.release()
 	hyp := base.cloneReserved()
+	defer hyp.release()
 	var vs []*victim
 	ok := false
 	var ps []events.Placement
@@ -226,6 +365,7 @@ func (pc *pass) fewestVictims(t *domain.Task, cands []*victim) ([]*victim, []eve
 			vs = append(vs[:i:i], vs[i+1:]...)
 			ps = p2
 		}
+		trial.release()
 	}
 	return vs, ps, true
 }
@@ -256,98 +396,154 @@ func (a setCost) less(b setCost) bool {
 	return a.lost < b.lost
 }
 
+// local is a candidate holding GPUs on a node, and how many usable GPUs
+// preempting it would add there.
+type local struct {
+	v    *victim
+	gain int
+}
+
 // fewestOnOneNode searches, node by node, the smallest sets of candidates
 // holding GPUs there that free enough usable GPUs for t.
 func (pc *pass) fewestOnOneNode(t *domain.Task, cands []*victim) ([]*victim, []events.Placement, bool) {
-	var best []*victim
-	var bestNode string
-	var bestCost setCost
-	found := false
-	type local struct {
-		v    *victim
-		gain int
+	var s nodeSearch
+	if pc.slowPreempt {
+		// Candidates by node, in preference order.
+		byNode := map[string][]local{}
+		for _, v := range cands {
+			for i, p := range v.t.Placements {
+				if dup := slices.ContainsFunc(v.t.Placements[:i], func(q events.Placement) bool { return q.Node == p.Node }); dup {
+					continue
+				}
+				if g := pc.gainOn(t, v.t, p.Node); g > 0 {
+					byNode[p.Node] = append(byNode[p.Node], local{v, g})
+				}
+			}
+		}
+		for _, node := range pc.free.nodes {
+			if ls := byNode[node]; len(ls) > 0 {
+				pc.searchNode(t, &s, node, pc.free.on(node), ls)
+			}
+		}
+	} else {
+		// The same lists from the pool: node by node, the allowed members
+		// holding GPUs usable by t there, in preference order.
+		pool := pc.victimPool()
+		ls := pc.locals[:0]
+		most := pc.free.maxFree() // free GPUs on any node, at most
+		a := 0                    // the free nodes before a are before node (both by name)
+		for i := 0; i < len(pool.on); {
+			node := pool.on[i].node
+			ls = ls[:0]
+			sum := 0
+			for ; i < len(pool.on) && pool.on[i].node == node; i++ {
+				e := pool.on[i]
+				if !pc.allowed[e.i] {
+					continue
+				}
+				if g := pc.gain(t, pool.vs[e.i].t, e); g > 0 {
+					ls = append(ls, local{pool.vs[e.i], g})
+					sum += g
+				}
+			}
+			// searchNode would find the node's free GPUs and these too
+			// few (most < t.GPUs: math.MaxInt is no bound).
+			if len(ls) > 0 && (most >= t.GPUs || sum+most >= t.GPUs) {
+				for a < len(pc.free.avail) && pc.free.avail[a] < node {
+					a++
+				}
+				var free []domain.GPU // pc.free.on(node)
+				if a < len(pc.free.avail) && pc.free.avail[a] == node {
+					free = pc.free.gpus[a]
+				}
+				pc.searchNode(t, &s, node, free, ls)
+			}
+		}
+		clear(ls)
+		pc.locals = ls[:0]
 	}
-	// Candidates by node, in preference order.
-	byNode := map[string][]local{}
-	for _, v := range cands {
-		for i, p := range v.t.Placements {
-			if dup := slices.ContainsFunc(v.t.Placements[:i], func(q events.Placement) bool { return q.Node == p.Node }); dup {
-				continue
-			}
-			if g := pc.gainOn(t, v.t, p.Node); g > 0 {
-				byNode[p.Node] = append(byNode[p.Node], local{v, g})
-			}
-		}
-	}
-	for _, node := range pc.free.nodes {
-		ls := byNode[node]
-		if len(ls) == 0 {
-			continue
-		}
-		have := len(pc.free.usable(t, node, time.Time{}))
-		sum := 0
-		for _, l := range ls {
-			sum += l.gain
-		}
-		if have+sum < t.GPUs {
-			continue
-		}
-		maxK := len(ls)
-		if found {
-			maxK = min(maxK, len(best))
-		}
-		// Subsets by size, each size in lexicographic order of the
-		// preference order; the first feasible size wins on this node.
-		idx := make([]int, 0, maxK)
-		for k := 1; k <= maxK; k++ {
-			var nodeBest []*victim
-			var nodeCost setCost
-			idx = idx[:k]
-			for i := range idx {
-				idx[i] = i
-			}
-			for {
-				g := have
-				for _, i := range idx {
-					g += ls[i].gain
-				}
-				if g >= t.GPUs {
-					vs := make([]*victim, k)
-					for j, i := range idx {
-						vs[j] = ls[i].v
-					}
-					if pc.lendersKeep(t, vs) {
-						c := costOf(vs)
-						if nodeBest == nil || c.less(nodeCost) {
-							nodeBest, nodeCost = vs, c
-						}
-					}
-				}
-				// Next combination.
-				j := k - 1
-				for j >= 0 && idx[j] == len(ls)-k+j {
-					j--
-				}
-				if j < 0 {
-					break
-				}
-				idx[j]++
-				for m := j + 1; m < k; m++ {
-					idx[m] = idx[m-1] + 1
-				}
-			}
-			if nodeBest != nil {
-				if !found || k < len(best) || nodeCost.less(bestCost) {
-					best, bestNode, bestCost, found = nodeBest, node, nodeCost, true
-				}
-				break
-			}
-		}
-	}
-	if !found {
+	if !s.found {
 		return nil, nil, false
 	}
-	return best, pc.onNode(t, bestNode, best), true
+	return s.best, pc.onNode(t, s.bestNode, s.best), true
+}
+
+// nodeSearch is the best victim set found so far, over the nodes searched
+// in order.
+type nodeSearch struct {
+	best     []*victim
+	bestNode string
+	bestCost setCost
+	found    bool
+}
+
+// searchNode searches one node, with free GPUs free and whose candidates
+// ls hold GPUs there (in preference order), for the smallest sets that
+// free enough usable GPUs for t, and keeps the best in s: fewer victims,
+// or as many at a lower cost, than the nodes searched before.
+func (pc *pass) searchNode(t *domain.Task, s *nodeSearch, node string, free []domain.GPU, ls []local) {
+	sum := 0
+	for _, l := range ls {
+		sum += l.gain
+	}
+	if len(free)+sum < t.GPUs {
+		return // even every free GPU there is not enough
+	}
+	have := pc.free.usableCount(t, free, time.Time{})
+	if have+sum < t.GPUs {
+		return
+	}
+	maxK := len(ls)
+	if s.found {
+		maxK = min(maxK, len(s.best))
+	}
+	// Subsets by size, each size in lexicographic order of the
+	// preference order; the first feasible size wins on this node.
+	idx := make([]int, 0, maxK)
+	for k := 1; k <= maxK; k++ {
+		var nodeBest []*victim
+		var nodeCost setCost
+		idx = idx[:k]
+		for i := range idx {
+			idx[i] = i
+		}
+		for {
+			g := have
+			for _, i := range idx {
+				g += ls[i].gain
+			}
+			if g >= t.GPUs {
+				vs := make([]*victim, k)
+				for j, i := range idx {
+					vs[j] = ls[i].v
+				}
+				if pc.lendersKeep(t, vs) {
+					c := costOf(vs)
+					if nodeBest == nil || c.less(nodeCost) {
+						nodeBest, nodeCost = vs, c
+					}
+				}
+			}
+			// Next combination.
+			j := k - 1
+			for j >= 0 && idx[j] == len(ls)-k+j {
+				j--
+			}
+			if j < 0 {
+				break
+			}
+			idx[j]++
+			for m := j + 1; m < k; m++ {
+				idx[m] = idx[m-1] + 1
+			}
+		}
+		if nodeBest != nil {
+			if !s.found || k < len(s.best) || nodeCost.less(s.bestCost) {
+				s.best, s.bestNode, s.bestCost, s.found = nodeBest, node, nodeCost, true
+			}
+			return
+		}
+	}
 }
 
 // gainOn is how many GPUs of node preempting v would make usable for t:
@@ -372,6 +568,37 @@ func (pc *pass) gainOn(t, v *domain.Task, node string) int {
 		}
 	}
 	return k
+}
+
+// gain is gainOn(t, v, e.node) for the pool member v: its healthy GPUs
+// there, when t has no constraints and none of them can be reserved. The
+// search asks it only for members not taken; while no reserved GPU is
+// held by such a member (pass.noteReserved), none of their GPUs is
+// reserved.
+func (pc *pass) gain(t, v *domain.Task, e victimOn) int {
+	if t.GPUModel == "" && t.MinGPUMemMiB == 0 && !pc.resOnMembers {
+		return e.healthy
+	}
+	return pc.gainOn(t, v, e.node)
+}
+
+// noteReserved notes a GPU just reserved: resOnMembers is set when the
+// task holding it (domain.State.Owner: the fold gives every GPU of a
+// holder's placements to the holder, and to nobody else while it holds
+// them) may be a victim not chosen yet — running, preemptible, not
+// CRITICAL, not chosen in this pass. A member only goes from not chosen
+// to chosen, so while resOnMembers is false no reserved GPU is one of a
+// member not chosen yet — as far as searches go: once the pass is
+// stalled, none follows, and nothing is noted.
+func (pc *pass) noteReserved(g string) {
+	if pc.resOnMembers || pc.stalled {
+		return // (a stalled pass searches no more: preempt)
+	}
+	if id := pc.s.Owner[g]; id != "" {
+		if o := pc.s.Tasks[id]; o != nil && o.State == domain.Running && o.Preemptible && o.Priority != domain.Critical && !pc.preempting[id] {
+			pc.resOnMembers = true
+		}
+	}
 }
 
 // onNode is t's placement on node once vs have yielded: the usable GPUs,
