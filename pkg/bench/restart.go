@@ -110,7 +110,7 @@ func restartFromSnapshot(ctx context.Context, l *jetstream.Log, res *SnapshotRes
 	if len(parts) != 2 {
 		return nil, 0, fmt.Errorf("bench: snapshot of %d parts", len(parts))
 	}
-	res.Load = time.Since(start)
+	res.Seq, res.Load = at.Seq, time.Since(start)
 	start = time.Now()
 	st, err := domain.DecodeSnapshot(parts[0])
 	if err != nil {

@@ -130,6 +130,14 @@ func ReadAll(ctx context.Context, l Log, from uint64, filter string, fn func(Rec
 		ferr    error // of the inline part
 		batches int
 	)
+	// The raised GC target (readgc.go) is set back however the read ends,
+	// a panic recovered by the caller included.
+	entered := false
+	defer func() {
+		if entered {
+			gcLeave()
+		}
+	}()
 	last, err := l.Read(ctx, from, filter, func(s Stored) error {
 		if p == nil {
 			if n++; n <= pipelineAfter {
@@ -143,6 +151,7 @@ func ReadAll(ctx context.Context, l Log, from uint64, filter string, fn func(Rec
 			p = startPipeline(d, fn)
 			cur = make([]Stored, 0, pipelineBatch)
 			gcEnter()
+			entered = true
 		}
 		if p.failed.Load() {
 			return errPipeline
@@ -168,7 +177,6 @@ func ReadAll(ctx context.Context, l Log, from uint64, filter string, fn func(Rec
 	}
 	close(p.work)
 	<-p.done
-	gcLeave()
 	if p.err != nil {
 		return last, p.err
 	}

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"math"
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
@@ -19,12 +20,15 @@ import (
 // So, while a ReadAll past pipelineAfter messages runs, the GC target is
 // raised to readGCPercent, but never so far that the heap may grow more
 // than readGCHeadroom beyond the live heap (live × GOGC/100 ≤ headroom;
-// a live heap over headroom keeps the default), and set back when the
-// last such ReadAll of the process returns. Only the default of 100 is
-// raised (an explicit GOGC=100 is the default): a process with a target
-// of its own (GOGC, debug.SetGCPercent) keeps it, and a change made by
-// someone else during the read is left as it is. A memory limit
-// (GOMEMLIMIT, debug.SetMemoryLimit) binds as always.
+// a live heap over headroom keeps the default), nor, under a memory limit
+// (GOMEMLIMIT, debug.SetMemoryLimit), by more than half of what is left
+// below the limit; it is set back when the last such ReadAll of the
+// process returns. Only the default of 100 is raised (an explicit
+// GOGC=100 is the default): a process with a target of its own (GOGC,
+// debug.SetGCPercent) keeps it, and a change made by someone else during
+// the read is left as it is — unless they set exactly the value the reads
+// set, which cannot be told apart (the reads then set the default back).
+// The target is read from runtime/metrics, never by setting it.
 const (
 	readGCPercent  = 400
 	readGCHeadroom = 2 << 30
@@ -47,11 +51,7 @@ var readGC struct {
 func gcEnter() {
 	readGC.Lock()
 	if readGC.readers == 0 {
-		prev := debug.SetGCPercent(defaultGCPercent) // only SetGCPercent reads it
-		readGC.own, readGC.set = prev == defaultGCPercent, defaultGCPercent
-		if !readGC.own {
-			debug.SetGCPercent(prev)
-		}
+		readGC.own, readGC.set = gcPercent() == defaultGCPercent, defaultGCPercent
 	}
 	readGC.readers++
 	readGC.Unlock()
@@ -65,15 +65,15 @@ func gcAdjust() {
 	if !readGC.own {
 		return
 	}
-	want := readGCTarget(heapLive())
+	if gcPercent() != readGC.set {
+		readGC.own = false // someone else set it meanwhile: theirs stays
+		return
+	}
+	want := readGCTarget(heapLive(), memoryLimit())
 	if want == readGC.set {
 		return
 	}
-	if cur := debug.SetGCPercent(want); cur != readGC.set {
-		debug.SetGCPercent(cur) // someone else set it meanwhile: theirs stays
-		readGC.own = false
-		return
-	}
+	debug.SetGCPercent(want)
 	readGC.set = want
 }
 
@@ -85,19 +85,44 @@ func gcLeave() {
 		return
 	}
 	readGC.own = false
-	if cur := debug.SetGCPercent(defaultGCPercent); cur != readGC.set {
-		debug.SetGCPercent(cur)
+	if gcPercent() == readGC.set && readGC.set != defaultGCPercent {
+		debug.SetGCPercent(defaultGCPercent)
 	}
 }
 
-// readGCTarget is the GC percent for a live heap of live bytes: at most
-// readGCPercent, at most readGCHeadroom of growth, at least the default.
-func readGCTarget(live uint64) int {
+// readGCTarget is the GC percent for a live heap of live bytes under a
+// memory limit of limit bytes (math.MaxInt64: none): at most
+// readGCPercent; growth beyond live at most readGCHeadroom and at most
+// half of what the limit leaves; at least the default.
+func readGCTarget(live uint64, limit int64) int {
+	room := uint64(readGCHeadroom)
+	if limit < math.MaxInt64 {
+		if limit <= 0 || uint64(limit) <= live {
+			return defaultGCPercent
+		}
+		room = min(room, (uint64(limit)-live)/2)
+	}
 	if live == 0 {
+		if limit < math.MaxInt64 {
+			return defaultGCPercent // nothing known yet to size the growth by
+		}
 		return readGCPercent
 	}
-	return int(min(max(readGCHeadroom*100/live, defaultGCPercent), readGCPercent))
+	return int(min(max(room*100/live, defaultGCPercent), readGCPercent))
 }
+
+// gcPercent is the GC target (GOGC) now; -1 when off.
+func gcPercent() int {
+	s := [1]metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s[:])
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return defaultGCPercent
+	}
+	return int(int64(s[0].Value.Uint64()))
+}
+
+// memoryLimit is the runtime's soft memory limit (math.MaxInt64: none).
+func memoryLimit() int64 { return debug.SetMemoryLimit(-1) }
 
 // heapLive is the heap the last collection found live (0 before the first).
 func heapLive() uint64 {

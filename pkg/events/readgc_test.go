@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
@@ -63,6 +64,7 @@ func TestReadAllGCTarget(t *testing.T) {
 		"short read":               {gogc: 100, from: 7000, wantLast: 100},
 		"the process's own GOGC":   {gogc: 150, from: 1, wantLast: 150},
 		"GOGC set during the read": {gogc: 100, from: 1, setAt: 1500, setTo: 250, wantLast: 250},
+		"GOGC off":                 {gogc: -1, from: 1, wantLast: -1},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -93,6 +95,41 @@ func TestReadAllGCTarget(t *testing.T) {
 				t.Errorf("GOGC %d after the read, want %d", got, tc.wantLast)
 			}
 		})
+	}
+}
+
+// panicLog is a log whose Read panics after delivering after messages,
+// on the reading goroutine (a failing adapter).
+type panicLog struct {
+	events.Log
+	after int
+}
+
+func (l panicLog) Read(ctx context.Context, from uint64, filter string, fn func(events.Stored) error) (uint64, error) {
+	n := 0
+	return l.Log.Read(ctx, from, filter, func(s events.Stored) error {
+		if n++; n > l.after {
+			panic("adapter")
+		}
+		return fn(s)
+	})
+}
+
+// TestReadAllGCTargetPanic: a long read whose log panics, the panic
+// recovered by the caller, still sets the target back.
+func TestReadAllGCTargetPanic(t *testing.T) {
+	setGC(t, 100)
+	l := panicLog{Log: completedLog(t, 3000), after: 2000}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("no panic")
+			}
+		}()
+		_, _ = events.ReadAll(context.Background(), l, 1, "", func(events.Record) error { return nil })
+	}()
+	if got := gcPercent(); got != 100 {
+		t.Errorf("GOGC %d after a read that panicked, want 100", got)
 	}
 }
 
@@ -141,25 +178,41 @@ func TestReadAllGCTargetConcurrent(t *testing.T) {
 }
 
 // TestReadGCTarget: at most ReadGCPercent, at most ReadGCHeadroom of growth
-// beyond the live heap, never below the default.
+// beyond the live heap, and under a memory limit at most half of what it
+// leaves; never below the default.
 func TestReadGCTarget(t *testing.T) {
 	const mib = 1 << 20
-	for _, c := range []struct {
-		live uint64
-		want int
+	const none = math.MaxInt64
+	for name, c := range map[string]struct {
+		live  uint64
+		limit int64
+		want  int
 	}{
-		{0, events.ReadGCPercent}, // before the first collection
-		{50 * mib, events.ReadGCPercent},
-		{events.ReadGCHeadroom / 4, events.ReadGCPercent},
-		{events.ReadGCHeadroom / 2, 200},
-		{events.ReadGCHeadroom, 100},
-		{4 * events.ReadGCHeadroom, 100},
+		"before the first collection":              {0, none, events.ReadGCPercent},
+		"small heap":                               {50 * mib, none, events.ReadGCPercent},
+		"a quarter of the headroom":                {events.ReadGCHeadroom / 4, none, events.ReadGCPercent},
+		"half the headroom":                        {events.ReadGCHeadroom / 2, none, 200},
+		"the headroom":                             {events.ReadGCHeadroom, none, 100},
+		"over the headroom":                        {4 * events.ReadGCHeadroom, none, 100},
+		"limit far away":                           {50 * mib, 8 << 30, events.ReadGCPercent},
+		"limit leaves 400 MiB: grow by 200":        {100 * mib, 500 * mib, 200},
+		"limit leaves 100 MiB: grow by 50":         {200 * mib, 300 * mib, 100},
+		"live over the limit":                      {600 * mib, 500 * mib, 100},
+		"limit, before the first collection":       {0, 500 * mib, 100},
+		"limit tighter than the headroom's growth": {events.ReadGCHeadroom / 4, events.ReadGCHeadroom, 150},
 	} {
-		if got := events.ReadGCTarget(c.live); got != c.want {
-			t.Errorf("ReadGCTarget(%d MiB) = %d, want %d", c.live/mib, got, c.want)
+		got := events.ReadGCTarget(c.live, c.limit)
+		if got != c.want {
+			t.Errorf("%s: ReadGCTarget(%d MiB, limit %d MiB) = %d, want %d", name, c.live/mib, c.limit/mib, got, c.want)
 		}
-		if g := events.ReadGCTarget(c.live); c.live > 0 && g > 100 && c.live*uint64(g)/100 > events.ReadGCHeadroom {
-			t.Errorf("ReadGCTarget(%d MiB) = %d lets the heap grow past the headroom", c.live/mib, g)
+		if c.live > 0 && got > 100 {
+			growth := c.live * uint64(got) / 100 // GOGC: the heap may grow by live × GOGC/100
+			if growth > events.ReadGCHeadroom {
+				t.Errorf("%s: %d lets the heap grow past the headroom", name, got)
+			}
+			if c.limit != none && growth > (uint64(c.limit)-c.live)/2 {
+				t.Errorf("%s: %d lets the heap grow by %d MiB, over half of the %d MiB the limit leaves", name, got, growth/mib, (uint64(c.limit)-c.live)/mib)
+			}
 		}
 	}
 }
