@@ -286,7 +286,11 @@ func (f *freeMap) add(s *domain.State, ps []events.Placement) {
 		if n == nil || !n.Schedulable() {
 			continue
 		}
-		var back []domain.GPU
+		// back is built on the stack (a node with more GPUs than buf
+		// holds grows it on the heap): the map keeps a copy of it, or a
+		// merge of it into the node's free GPUs.
+		var buf [16]domain.GPU
+		back := buf[:0]
 		h := 0
 		for _, g := range n.GPUs {
 			if g.Healthy {
@@ -305,7 +309,7 @@ func (f *freeMap) add(s *domain.State, ps []events.Placement) {
 		f.count += len(back)
 		i, ok := f.at(p.Node)
 		if !ok {
-			f.set(p.Node, back, h)
+			f.set(p.Node, slices.Clone(back), h)
 			continue
 		}
 		cur := f.gpus[i]
