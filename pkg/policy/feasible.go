@@ -85,8 +85,7 @@ func (f *freeMap) release() {
 
 // at returns the position of node in avail, and whether it is there.
 func (f *freeMap) at(node string) (int, bool) {
-	i := sort.SearchStrings(f.avail, node)
-	return i, i < len(f.avail) && f.avail[i] == node
+	return slices.BinarySearch(f.avail, node)
 }
 
 // on returns the free GPUs of a node (nil: none).
@@ -291,11 +290,14 @@ func (f *freeMap) add(s *domain.State, ps []events.Placement) {
 		// merge of it into the node's free GPUs.
 		var buf [16]domain.GPU
 		back := buf[:0]
-		h := 0
+		h, j := 0, 0 // p.GPUs[j]: the next in the node's order, if they are in it
 		for _, g := range n.GPUs {
 			if g.Healthy {
 				h++
-				if slices.Contains(p.GPUs, g.UUID) {
+				if j < len(p.GPUs) && p.GPUs[j] == g.UUID {
+					j++
+					back = append(back, g)
+				} else if slices.Contains(p.GPUs, g.UUID) {
 					back = append(back, g)
 				}
 			}
