@@ -22,9 +22,9 @@ type NodeTotals struct {
 	Healthy, MaxHealthy int
 }
 
-// nodeIndex is derived from Nodes and Owner. Slices other than freeNames
-// and freeLists are never modified in place (a change replaces them), so
-// clones share them.
+// nodeIndex is derived from Nodes and Owner. Slices other than freeNames,
+// freeLists and freeHealthy are never modified in place (a change replaces
+// them), so clones share them.
 type nodeIndex struct {
 	names  []string // every node, sorted
 	sched  []string // schedulable nodes with GPUs, sorted
@@ -35,7 +35,10 @@ type nodeIndex struct {
 	free      map[string][]GPU
 	freeNames []string // the keys of free, sorted (owned: Clone copies it)
 	freeLists [][]GPU  // free[freeNames[i]] at i (owned: Clone copies it)
-	freeCount int
+	// freeHealthy[i] is the healthy GPUs, free or held, of the node
+	// freeNames[i] (owned: Clone copies it).
+	freeHealthy []int
+	freeCount   int
 }
 
 // buildNodeIndex computes the node index from scratch.
@@ -52,6 +55,7 @@ func buildNodeIndex(s *State) *nodeIndex {
 			x.free[n] = g
 			x.freeNames = append(x.freeNames, n)
 			x.freeLists = append(x.freeLists, g)
+			x.freeHealthy = append(x.freeHealthy, healthyOf(s.Nodes[n]))
 			x.freeCount += len(g)
 		}
 	}
@@ -109,7 +113,18 @@ func freeOf(s *State, n *Node) []GPU {
 	return out
 }
 
-// refreshFree recomputes one node's free GPUs.
+// healthyOf counts a node's healthy GPUs.
+func healthyOf(n *Node) int {
+	h := 0
+	for _, g := range n.GPUs {
+		if g.Healthy {
+			h++
+		}
+	}
+	return h
+}
+
+// refreshFree recomputes one node's free GPUs (and its healthy count).
 func (x *nodeIndex) refreshFree(s *State, name string) {
 	g := freeOf(s, s.Nodes[name])
 	old, had := x.free[name]
@@ -117,18 +132,22 @@ func (x *nodeIndex) refreshFree(s *State, name string) {
 	switch {
 	case len(g) > 0:
 		x.free[name] = g
+		h := healthyOf(s.Nodes[name])
 		i, found := slices.BinarySearch(x.freeNames, name)
 		if found {
 			x.freeLists[i] = g
+			x.freeHealthy[i] = h
 		} else {
 			x.freeNames = slices.Insert(x.freeNames, i, name)
 			x.freeLists = slices.Insert(x.freeLists, i, g)
+			x.freeHealthy = slices.Insert(x.freeHealthy, i, h)
 		}
 	case had:
 		delete(x.free, name)
 		if i, ok := slices.BinarySearch(x.freeNames, name); ok {
 			x.freeNames = slices.Delete(x.freeNames, i, i+1)
 			x.freeLists = slices.Delete(x.freeLists, i, i+1)
+			x.freeHealthy = slices.Delete(x.freeHealthy, i, i+1)
 		}
 	}
 }
@@ -142,6 +161,7 @@ func (x *nodeIndex) clone() *nodeIndex {
 	}
 	c.freeNames = slices.Clone(x.freeNames)
 	c.freeLists = slices.Clone(x.freeLists)
+	c.freeHealthy = slices.Clone(x.freeHealthy)
 	return &c
 }
 
@@ -200,6 +220,12 @@ func (s *State) FreeNodes() []string { return s.nodeIndex().freeNames }
 // FreeLists()[i] is FreeOn(FreeNodes()[i]). The slice and its lists are
 // shared: do not modify them; the slice changes with the next Apply.
 func (s *State) FreeLists() [][]GPU { return s.nodeIndex().freeLists }
+
+// FreeHealthy returns the healthy GPUs, free or held, of the nodes of
+// FreeNodes, in its order: FreeHealthy()[i] counts those of
+// FreeNodes()[i]. The slice is shared: do not modify it; it changes with
+// the next Apply.
+func (s *State) FreeHealthy() []int { return s.nodeIndex().freeHealthy }
 
 // FreeOn returns the healthy GPUs no task holds of a schedulable node, in
 // the node's order (by index); nil for another node. The slice is shared
@@ -319,6 +345,8 @@ func (s *State) IndexMismatch() string {
 		return sprint("free nodes", want.freeNames, got.freeNames)
 	case len(got.freeLists) != len(got.freeNames):
 		return sprint("free lists", len(got.freeNames), len(got.freeLists))
+	case !slices.Equal(want.freeHealthy, got.freeHealthy):
+		return sprint("healthy GPUs of the free nodes", want.freeHealthy, got.freeHealthy)
 	case want.freeCount != got.freeCount:
 		return sprint("free count", want.freeCount, got.freeCount)
 	}

@@ -98,38 +98,57 @@ func Prefix(name string) string {
 // Samples reports how many ratios the predictor has learned.
 func (p *Predictor) Samples() int { return p.global.n() }
 
-// logRatio returns the q-quantile of the log ratio for t.
-func (p *Predictor) logRatio(t *domain.Task, q float64) float64 {
-	return p.ratioOf(t)(q)
+// ratioOf resolves t's groups once into f, its log-ratio quantile
+// function (for the bisection in cdf, which evaluates it many times): a
+// value the caller keeps (on its stack), so nothing is allocated and
+// nothing is remembered across calls, which Observe would make stale.
+func (p *Predictor) ratioOf(t *domain.Task, f *ratioFn) {
+	if p.global.n() == 0 {
+		f.prior = true
+		return
+	}
+	f.global = p.global.sorted
+	for _, r := range [2]*ring{p.team[t.Team], p.prefix[Prefix(t.Name)]} {
+		if r != nil && r.n() > 0 {
+			f.groups[f.n] = r.sorted
+			w := float64(r.n()) / float64(r.n()+Shrink)
+			f.w[f.n], f.w1[f.n] = w, 1-w
+			f.n++
+		}
+	}
 }
 
-// ratioOf resolves t's groups once and returns its log-ratio quantile
-// function (for the bisection in cdf, which evaluates it many times).
-func (p *Predictor) ratioOf(t *domain.Task) func(q float64) float64 {
-	if p.global.n() == 0 {
-		return priorLogRatio
+// ratioFn is a task's log-ratio quantile function (ratioOf): the prior
+// before any history, else the average of its groups' estimates, each
+// shrunk toward the global one with weight w = n/(n+Shrink). It holds
+// the rings' sorted windows, which it does not outlive: the next Observe
+// changes them.
+type ratioFn struct {
+	prior  bool
+	n      int // groups with history
+	global []float64
+	groups [2][]float64
+	w, w1  [2]float64 // w1[i] = 1-w[i]
+}
+
+// at is the q-quantile of the log ratio.
+func (f *ratioFn) at(q float64) float64 {
+	if f.prior {
+		return priorLogRatio(q)
 	}
-	var groups [2]*ring
-	n := 0
-	for _, r := range []*ring{p.team[t.Team], p.prefix[Prefix(t.Name)]} {
-		if r != nil && r.n() > 0 {
-			groups[n] = r
-			n++
-		}
+	g := quantileSorted(f.global, q)
+	if f.n == 0 {
+		return g
 	}
-	return func(q float64) float64 {
-		g := p.global.quantile(q)
-		if n == 0 {
-			return g
-		}
-		// Average the groups' shrunk estimates: each is w_i·group + (1-w_i)·global.
-		v := 0.0
-		for _, r := range groups[:n] {
-			w := float64(r.n()) / float64(r.n()+Shrink)
-			v += w*r.quantile(q) + (1-w)*g
-		}
-		return v / float64(n)
+	// Average the groups' shrunk estimates: each is w_i·group + (1-w_i)·global
+	// (the sum from 0, in the groups' order, as a loop over them would).
+	v := 0.0
+	v += f.w[0]*quantileSorted(f.groups[0], q) + f.w1[0]*g
+	if f.n == 1 {
+		return v // v / 1
 	}
+	v += f.w[1]*quantileSorted(f.groups[1], q) + f.w1[1]*g
+	return v * 0.5 // v / 2: the same real number, so the same rounding
 }
 
 // priorLogRatio: before any history, the user's estimate is the median and
@@ -147,7 +166,9 @@ func (p *Predictor) Total(t *domain.Task, q float64) time.Duration {
 	if p.Exact {
 		return seconds(est)
 	}
-	return seconds(est * math.Exp(p.logRatio(t, q)))
+	var f ratioFn
+	p.ratioOf(t, &f)
+	return seconds(est * math.Exp(f.at(q)))
 }
 
 // ForPolicy is the run-time prediction the policy takes
@@ -204,26 +225,27 @@ func (p *Predictor) Remaining(t *domain.Task, elapsed time.Duration, q float64) 
 	}
 	// u = P(total ≤ done); the conditional q-quantile is at u + q(1-u).
 	x := math.Log(done / est)
-	ratio := p.ratioOf(t)
-	u := cdf(ratio, x)
+	var f ratioFn
+	p.ratioOf(t, &f)
+	u := f.cdf(x)
 	qq := u + q*(1-u)
 	if qq > 0.995 {
 		qq = 0.995
 	}
-	rem := est*math.Exp(ratio(qq)) - done
+	rem := est*math.Exp(f.at(qq)) - done
 	if min := math.Max(5, 0.1*elapsed.Seconds()); rem < min {
 		rem = min
 	}
 	return seconds(rem)
 }
 
-// cdf inverts a log-ratio quantile function by bisection (it is monotone
-// in q).
-func cdf(ratio func(float64) float64, x float64) float64 {
+// cdf inverts the log-ratio quantile function by bisection (it is
+// monotone in q).
+func (f *ratioFn) cdf(x float64) float64 {
 	lo, hi := 0.0, 1.0
 	for i := 0; i < 20; i++ {
 		mid := (lo + hi) / 2
-		if ratio(mid) < x {
+		if f.at(mid) < x {
 			lo = mid
 		} else {
 			hi = mid

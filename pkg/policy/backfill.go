@@ -342,7 +342,7 @@ func (pc *pass) reserve(t *domain.Task) {
 			if one && !fitsOn(t, future, pls) {
 				continue
 			}
-			if gang && !gangFits(t.GPUs, future, pc.s) {
+			if gang && !gangFits(t.GPUs, future) {
 				continue
 			}
 			ps, ok = place(t, future, pc.s, time.Time{})
@@ -384,7 +384,7 @@ func fitsOn(t *domain.Task, f *freeMap, pls []events.Placement) bool {
 // untaken node with enough. Among whole nodes of one size the choice does
 // not change the counts, so it is enough to know how many whole nodes of
 // each size there are, and the largest node that is not whole.
-func gangFits(g int, f *freeMap, s *domain.State) bool {
+func gangFits(g int, f *freeMap) bool {
 	if f.count < g {
 		return false
 	}
@@ -394,9 +394,9 @@ func gangFits(g int, f *freeMap, s *domain.State) bool {
 		whole = make([]int, f.maxNode+1)
 	}
 	partial := 0 // most free GPUs on a node that is not whole
-	for i, n := range f.avail {
-		c := len(f.gpus[i])
-		if c <= f.maxNode && isWholeNode(s, n, c) {
+	for i, gs := range f.gpus {
+		c := len(gs)
+		if c <= f.maxNode && c == f.healthy[i] {
 			whole[c]++
 		} else if c > partial {
 			partial = c

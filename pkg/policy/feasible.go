@@ -24,7 +24,11 @@ type freeMap struct {
 	// a map, so that a placement's scan of the nodes reads them in order.
 	avail []string
 	gpus  [][]domain.GPU
-	count int
+	// healthy[i] is the healthy GPUs, free or held, of avail[i]'s node
+	// (domain.State.FreeHealthy): its free GPUs are the whole node when
+	// len(gpus[i]) == healthy[i].
+	healthy []int
+	count   int
 	// maxNode is the most healthy GPUs of any schedulable node: a task
 	// asking for no more fits one node and never spans nodes.
 	maxNode int
@@ -47,8 +51,9 @@ type freeMap struct {
 // and release clears every entry before they go back, so a pass stays a
 // function of its input.
 type freeBufs struct {
-	avail []string
-	gpus  [][]domain.GPU
+	avail   []string
+	gpus    [][]domain.GPU
+	healthy []int
 }
 
 var freeBufPool = sync.Pool{New: func() any { return new(freeBufs) }}
@@ -59,6 +64,7 @@ func (f *freeMap) pooled(n int) {
 	f.bufs = b
 	f.avail = slices.Grow(b.avail[:0], n)
 	f.gpus = slices.Grow(b.gpus[:0], n)
+	f.healthy = slices.Grow(b.healthy[:0], n)
 }
 
 // release clears f's outer slices and returns them to the pool (if they
@@ -72,15 +78,14 @@ func (f *freeMap) release() {
 	// none was ever written past the most the slices held.
 	clear(f.avail[:f.used])
 	clear(f.gpus[:f.used])
-	b.avail, b.gpus = f.avail[:0], f.gpus[:0]
-	f.bufs, f.avail, f.gpus = nil, nil, nil
+	b.avail, b.gpus, b.healthy = f.avail[:0], f.gpus[:0], f.healthy[:0]
+	f.bufs, f.avail, f.gpus, f.healthy = nil, nil, nil, nil
 	freeBufPool.Put(b)
 }
 
 // at returns the position of node in avail, and whether it is there.
 func (f *freeMap) at(node string) (int, bool) {
-	i := sort.SearchStrings(f.avail, node)
-	return i, i < len(f.avail) && f.avail[i] == node
+	return slices.BinarySearch(f.avail, node)
 }
 
 // on returns the free GPUs of a node (nil: none).
@@ -91,8 +96,9 @@ func (f *freeMap) on(node string) []domain.GPU {
 	return nil
 }
 
-// set replaces the free GPUs of a node (none: it leaves avail).
-func (f *freeMap) set(node string, gs []domain.GPU) {
+// set replaces the free GPUs of a node (none: it leaves avail); a node not
+// in avail enters it with h healthy GPUs.
+func (f *freeMap) set(node string, gs []domain.GPU, h int) {
 	i, ok := f.at(node)
 	switch {
 	case ok && len(gs) > 0:
@@ -101,6 +107,7 @@ func (f *freeMap) set(node string, gs []domain.GPU) {
 		f.tally(len(f.gpus[i]), -1)
 		f.avail = append(f.avail[:i], f.avail[i+1:]...)
 		f.gpus = append(f.gpus[:i], f.gpus[i+1:]...)
+		f.healthy = append(f.healthy[:i], f.healthy[i+1:]...)
 	case len(gs) > 0:
 		f.avail = append(f.avail, "")
 		copy(f.avail[i+1:], f.avail[i:])
@@ -108,6 +115,7 @@ func (f *freeMap) set(node string, gs []domain.GPU) {
 		f.gpus = append(f.gpus, nil)
 		copy(f.gpus[i+1:], f.gpus[i:])
 		f.gpus[i] = gs
+		f.healthy = slices.Insert(f.healthy, i, h)
 		f.tally(len(gs), 1)
 		f.used = max(f.used, len(f.avail))
 	}
@@ -121,10 +129,11 @@ func (f *freeMap) replace(i int, gs []domain.GPU) {
 }
 
 // push appends a node after every node in avail, with its free GPUs gs
-// (not empty).
-func (f *freeMap) push(node string, gs []domain.GPU) {
+// (not empty) and h healthy GPUs.
+func (f *freeMap) push(node string, gs []domain.GPU, h int) {
 	f.avail = append(f.avail, node)
 	f.gpus = append(f.gpus, gs)
+	f.healthy = append(f.healthy, h)
 	f.count += len(gs)
 	f.tally(len(gs), 1)
 	f.used = max(f.used, len(f.avail))
@@ -163,6 +172,7 @@ func newFreeMap(s *domain.State) *freeMap {
 	f.pooled(len(names))
 	f.avail = append(f.avail, names...)
 	f.gpus = append(f.gpus, lists...)
+	f.healthy = append(f.healthy, s.FreeHealthy()...)
 	f.used = len(names)
 	for _, gs := range lists {
 		f.count += len(gs)
@@ -196,7 +206,7 @@ func scratchFreeMap(s *domain.State) *freeMap {
 			if !sort.SliceIsSorted(g, func(i, j int) bool { return g[i].Index < g[j].Index }) {
 				sort.Slice(g, func(i, j int) bool { return g[i].Index < g[j].Index })
 			}
-			f.push(name, g[:len(g):len(g)])
+			f.push(name, g[:len(g):len(g)], healthy)
 		}
 		f.maxNode = max(f.maxNode, healthy)
 	}
@@ -210,6 +220,7 @@ func (f *freeMap) clone() *freeMap {
 	c.pooled(len(f.avail))
 	c.avail = append(c.avail, f.avail...)
 	c.gpus = append(c.gpus, f.gpus...)
+	c.healthy = append(c.healthy, f.healthy...)
 	c.used = len(c.avail)
 	return c
 }
@@ -251,6 +262,7 @@ func (f *freeMap) cloneUnheld() *freeMap {
 		c.tally(len(gs), -1)
 		c.avail = append(c.avail[:i], c.avail[i+1:]...)
 		c.gpus = append(c.gpus[:i], c.gpus[i+1:]...)
+		c.healthy = append(c.healthy[:i], c.healthy[i+1:]...)
 	}
 	return c
 }
@@ -273,10 +285,21 @@ func (f *freeMap) add(s *domain.State, ps []events.Placement) {
 		if n == nil || !n.Schedulable() {
 			continue
 		}
-		var back []domain.GPU
+		// back is built on the stack (a node with more GPUs than buf
+		// holds grows it on the heap): the map keeps a copy of it, or a
+		// merge of it into the node's free GPUs.
+		var buf [16]domain.GPU
+		back := buf[:0]
+		h, j := 0, 0 // p.GPUs[j]: the next in the node's order, if they are in it
 		for _, g := range n.GPUs {
-			if g.Healthy && slices.Contains(p.GPUs, g.UUID) {
-				back = append(back, g)
+			if g.Healthy {
+				h++
+				if j < len(p.GPUs) && p.GPUs[j] == g.UUID {
+					j++
+					back = append(back, g)
+				} else if slices.Contains(p.GPUs, g.UUID) {
+					back = append(back, g)
+				}
 			}
 		}
 		if len(back) == 0 {
@@ -288,7 +311,7 @@ func (f *freeMap) add(s *domain.State, ps []events.Placement) {
 		f.count += len(back)
 		i, ok := f.at(p.Node)
 		if !ok {
-			f.set(p.Node, back)
+			f.set(p.Node, slices.Clone(back), h)
 			continue
 		}
 		cur := f.gpus[i]
@@ -325,7 +348,7 @@ func (f *freeMap) take(ps []events.Placement) {
 			}
 		}
 		f.count -= len(cur) - len(rest)
-		f.set(p.Node, rest)
+		f.set(p.Node, rest, 0) // in avail: the count stays
 	}
 }
 

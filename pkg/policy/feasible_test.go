@@ -13,8 +13,9 @@ import (
 )
 
 // TestPropFreeMapLens: whatever is taken from, returned to or held in a
-// free map, and in its clones, lens counts its lists by length, and
-// maxFree is the longest list (unbounded from 16 GPUs on).
+// free map, and in its clones, lens counts its lists by length, maxFree
+// is the longest list (unbounded from 16 GPUs on), and healthy holds each
+// listed node's healthy GPUs (as isWholeNode counted them).
 func TestPropFreeMapLens(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		s := domain.NewState()
@@ -48,6 +49,14 @@ func TestPropFreeMapLens(t *testing.T) {
 			}
 			if m := f.maxFree(); m != longest && !(longest >= 16 && m == math.MaxInt) {
 				t.Fatalf("%s: maxFree %d, longest list %d", what, m, longest)
+			}
+			if len(f.healthy) != len(f.avail) {
+				t.Fatalf("%s: %d healthy counts, %d nodes", what, len(f.healthy), len(f.avail))
+			}
+			for i, n := range f.avail {
+				if !isWholeNode(s, n, f.healthy[i]) {
+					t.Fatalf("%s: node %s: healthy count %d, not the node's", what, n, f.healthy[i])
+				}
 			}
 		}
 		check(f, "new")
@@ -90,5 +99,19 @@ func TestPropFreeMapLens(t *testing.T) {
 			}
 			check(f, fmt.Sprintf("op %d", i))
 		}
+		check(scratchFreeMap(s), "scratch")
 	})
+}
+
+// isWholeNode is how place and gangFits told a whole free node before the
+// free map kept the nodes' healthy counts: the free count equals the
+// node's healthy GPUs.
+func isWholeNode(s *domain.State, node string, free int) bool {
+	healthy := 0
+	for _, g := range s.Nodes[node].GPUs {
+		if g.Healthy {
+			healthy++
+		}
+	}
+	return free == healthy
 }

@@ -44,7 +44,7 @@ func TestPropGangFits(t *testing.T) {
 				}
 			}
 			if len(free) > 0 {
-				f.push(name, free)
+				f.push(name, free, healthy)
 			}
 		}
 		if f.maxNode == 0 {
@@ -52,7 +52,7 @@ func TestPropGangFits(t *testing.T) {
 		}
 		for g := f.maxNode + 1; g <= f.count+1; g++ {
 			_, placed := place(&domain.Task{ID: "x", GPUs: g}, f, s, time.Time{})
-			if got := gangFits(g, f, s); got != placed {
+			if got := gangFits(g, f); got != placed {
 				t.Fatalf("gangFits(%d) = %v, place succeeds: %v; free %v", g, got, placed, counts(f))
 			}
 		}

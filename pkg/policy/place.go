@@ -105,13 +105,14 @@ func place(t *domain.Task, f *freeMap, s *domain.State, end time.Time) ([]events
 		return nil, false
 	}
 	type cand struct {
-		node string
-		gpus []domain.GPU
+		node    string
+		gpus    []domain.GPU
+		healthy int // the node's
 	}
 	var cands []cand
 	for i, n := range f.avail {
 		if u := f.usableFast(t, f.gpus[i], end); len(u) > 0 {
-			cands = append(cands, cand{n, u})
+			cands = append(cands, cand{n, u, f.healthy[i]})
 		}
 	}
 	// 2. Gang across nodes: whole free nodes, most free first.
@@ -123,7 +124,7 @@ func place(t *domain.Task, f *freeMap, s *domain.State, end time.Time) ([]events
 		if need == 0 {
 			break
 		}
-		if len(c.gpus) <= need && isWholeNode(s, c.node, len(c.gpus)) {
+		if len(c.gpus) <= need && len(c.gpus) == c.healthy { // a whole node
 			ps = append(ps, events.Placement{Node: c.node, GPUs: uuids(c.gpus)})
 			need -= len(c.gpus)
 			used[i] = true
@@ -144,17 +145,6 @@ func place(t *domain.Task, f *freeMap, s *domain.State, end time.Time) ([]events
 	}
 	sort.Slice(ps, func(i, j int) bool { return ps[i].Node < ps[j].Node })
 	return ps, true
-}
-
-// isWholeNode: the free count equals the node's healthy GPUs.
-func isWholeNode(s *domain.State, node string, free int) bool {
-	healthy := 0
-	for _, g := range s.Nodes[node].GPUs {
-		if g.Healthy {
-			healthy++
-		}
-	}
-	return free == healthy
 }
 
 func uuids(gs []domain.GPU) []string {
