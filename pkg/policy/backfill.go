@@ -317,6 +317,10 @@ func (pc *pass) addEnd(t *domain.Task, ps []events.Placement) {
 func (pc *pass) reserve(t *domain.Task) {
 	// GPUs held back for preemptors are not the head's.
 	future := pc.unheld()
+	if !pc.noArena {
+		// future is the walk's alone: add cuts its lists from an arena.
+		future.arena = arenaPool.Get().(*gpuArena)
+	}
 	defer future.release()
 	at := pc.in.Now
 	ps, ok := place(t, future, pc.s, time.Time{})

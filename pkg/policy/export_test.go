@@ -68,3 +68,12 @@ func (p *Policy) UsesEndIndex(in Input) bool {
 	pc.noEndIndex, pc.topEnds = p.noEndIndex, p.topEnds
 	return pc.estimatedEnds()
 }
+
+// WithoutArena returns a copy of the policy whose reservation walk
+// allocates every GPU list its what-if builds rather than cutting them
+// from an arena: tests compare its decisions with the policy's.
+func (p *Policy) WithoutArena() *Policy {
+	c := *p
+	c.noArena = true
+	return &c
+}

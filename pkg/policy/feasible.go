@@ -44,6 +44,54 @@ type freeMap struct {
 	// the most entries they ever held (release clears those).
 	bufs *freeBufs
 	used int
+	// arena, when set, is where add cuts the lists it builds: the map is
+	// private to one walk (pass.reserve's future), so its lists die with it.
+	arena *gpuArena
+}
+
+// gpuArena hands out the GPU lists of a what-if map private to one walk
+// (freeMap.arena), cut from pooled chunks rather than allocated one by
+// one. A cut list's capacity is its length, so nobody appends into the
+// next; release clears every cut entry before the chunks go back, so no
+// GPU outlives the walk and a pass stays a function of its input.
+type gpuArena struct {
+	chunks [][]domain.GPU // each cut from its start; chunks[k] is being cut
+	k      int
+}
+
+// arenaChunk is a chunk's size in GPUs (a walk returning 64 placements of
+// 8 GPUs fills one).
+const arenaChunk = 512
+
+var arenaPool = sync.Pool{New: func() any { return new(gpuArena) }}
+
+// alloc returns an empty list with room for n GPUs, cut from the arena.
+func (a *gpuArena) alloc(n int) []domain.GPU {
+	for {
+		if a.k < len(a.chunks) {
+			c := a.chunks[a.k]
+			if l := len(c); cap(c)-l >= n {
+				a.chunks[a.k] = c[:l+n]
+				return c[l : l : l+n]
+			}
+			if a.k+1 < len(a.chunks) {
+				a.k++
+				continue
+			}
+		}
+		a.chunks = append(a.chunks, make([]domain.GPU, 0, max(arenaChunk, n)))
+		a.k = len(a.chunks) - 1
+	}
+}
+
+// release clears what was cut and returns the arena to the pool.
+func (a *gpuArena) release() {
+	for i, c := range a.chunks {
+		clear(c)
+		a.chunks[i] = c[:0]
+	}
+	a.k = 0
+	arenaPool.Put(a)
 }
 
 // freeBufs are the outer slices of a free map (avail and gpus), pooled
@@ -81,6 +129,10 @@ func (f *freeMap) release() {
 	b.avail, b.gpus, b.healthy = f.avail[:0], f.gpus[:0], f.healthy[:0]
 	f.bufs, f.avail, f.gpus, f.healthy = nil, nil, nil, nil
 	freeBufPool.Put(b)
+	if f.arena != nil {
+		f.arena.release()
+		f.arena = nil
+	}
 }
 
 // at returns the position of node in avail, and whether it is there.
@@ -278,7 +330,8 @@ func (f *freeMap) cloneReserved() *freeMap {
 
 // add returns GPUs to the map (a what-if: a task ends or is preempted).
 // A node's list is replaced by a new one (clones share the old): the
-// returned GPUs, in the node's order, merged by index into its free ones.
+// returned GPUs, in the node's order, merged by index into its free ones
+// (cut from f.arena when set).
 func (f *freeMap) add(s *domain.State, ps []events.Placement) {
 	for _, p := range ps {
 		n := s.Nodes[p.Node]
@@ -311,11 +364,11 @@ func (f *freeMap) add(s *domain.State, ps []events.Placement) {
 		f.count += len(back)
 		i, ok := f.at(p.Node)
 		if !ok {
-			f.set(p.Node, slices.Clone(back), h)
+			f.set(p.Node, append(f.list(len(back)), back...), h)
 			continue
 		}
 		cur := f.gpus[i]
-		out := make([]domain.GPU, 0, len(cur)+len(back))
+		out := f.list(len(cur) + len(back))
 		a, b := 0, 0
 		for a < len(cur) && b < len(back) {
 			if cur[a].Index <= back[b].Index {
@@ -329,6 +382,15 @@ func (f *freeMap) add(s *domain.State, ps []events.Placement) {
 		out = append(append(out, cur[a:]...), back[b:]...)
 		f.replace(i, out)
 	}
+}
+
+// list returns an empty GPU list with room for n: from the arena if f
+// has one.
+func (f *freeMap) list(n int) []domain.GPU {
+	if f.arena != nil {
+		return f.arena.alloc(n)
+	}
+	return make([]domain.GPU, 0, n)
 }
 
 // byIndex orders a node's GPUs (indexes are unique on a node).

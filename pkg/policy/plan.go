@@ -58,7 +58,10 @@ type pass struct {
 	// noEndIndex (tests): the walk predicts every holder rather than
 	// reading the fold's end index (ends.go).
 	noEndIndex bool
-	res        Result
+	// noArena (tests): the reservation walk's what-if allocates every
+	// list it builds, rather than cutting them from an arena.
+	noArena bool
+	res     Result
 
 	// pool is victimPool(), once built; cands and allowed are the last
 	// search's candidates and the pool members among them; locals is a
@@ -103,7 +106,7 @@ func (p *Policy) Plan(in Input) Result {
 	pc := newPass(p.opts, in, p.scratch)
 	defer pc.free.release()
 	pc.noMemo, pc.slowEnds, pc.topEnds, pc.noEndIndex = p.noMemo, p.slowEnds, p.topEnds, p.noEndIndex
-	pc.slowPreempt = p.slowPreempt
+	pc.slowPreempt, pc.noArena = p.slowPreempt, p.noArena
 	// step considers one task; pos is its place in the queue's order.
 	step := func(t *domain.Task, tier, pos int) bool {
 		if tier == tierUnder && pc.opts.Explain {

@@ -161,6 +161,9 @@ type Policy struct {
 	// candidates among every holder at each search, without the pass's
 	// victim pool (the decisions are the same).
 	slowPreempt bool
+	// noArena (tests): the reservation walk allocates every GPU list its
+	// what-if builds (the decisions are the same).
+	noArena bool
 }
 
 // New returns a policy with the given options (defaults filled in).
