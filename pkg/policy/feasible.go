@@ -161,16 +161,22 @@ func (f *freeMap) set(node string, gs []domain.GPU, h int) {
 		f.gpus = append(f.gpus[:i], f.gpus[i+1:]...)
 		f.healthy = append(f.healthy[:i], f.healthy[i+1:]...)
 	case len(gs) > 0:
-		f.avail = append(f.avail, "")
-		copy(f.avail[i+1:], f.avail[i:])
-		f.avail[i] = node
-		f.gpus = append(f.gpus, nil)
-		copy(f.gpus[i+1:], f.gpus[i:])
-		f.gpus[i] = gs
-		f.healthy = slices.Insert(f.healthy, i, h)
-		f.tally(len(gs), 1)
-		f.used = max(f.used, len(f.avail))
+		f.insert(i, node, gs, h)
 	}
+}
+
+// insert enters a node not in avail at its position i, with its free GPUs
+// gs (not empty) and h healthy GPUs.
+func (f *freeMap) insert(i int, node string, gs []domain.GPU, h int) {
+	f.avail = append(f.avail, "")
+	copy(f.avail[i+1:], f.avail[i:])
+	f.avail[i] = node
+	f.gpus = append(f.gpus, nil)
+	copy(f.gpus[i+1:], f.gpus[i:])
+	f.gpus[i] = gs
+	f.healthy = slices.Insert(f.healthy, i, h)
+	f.tally(len(gs), 1)
+	f.used = max(f.used, len(f.avail))
 }
 
 // replace replaces the free GPUs of avail[i] by gs, not empty.
@@ -364,7 +370,7 @@ func (f *freeMap) add(s *domain.State, ps []events.Placement) {
 		f.count += len(back)
 		i, ok := f.at(p.Node)
 		if !ok {
-			f.set(p.Node, append(f.list(len(back)), back...), h)
+			f.insert(i, p.Node, append(f.list(len(back)), back...), h)
 			continue
 		}
 		cur := f.gpus[i]
