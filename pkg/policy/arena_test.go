@@ -3,8 +3,6 @@ package policy_test
 import (
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 	"pgregory.net/rapid"
 
 	"github.com/gpuq/gpuq/pkg/policy"
@@ -20,14 +18,6 @@ func TestPropArenaSameDecisions(t *testing.T) {
 		c.submitMore(t, 40)
 		o := genOptions(t)
 		p := policy.New(o)
-		for step := 0; step < 4; step++ {
-			want := p.WithoutArena().Plan(c.input())
-			r := p.Plan(c.input())
-			if diff := cmp.Diff(want, r, cmpopts.EquateEmpty()); diff != "" {
-				t.Fatalf("step %d: the arena changes the pass (-without +with):\n%s\nworld:\n%s", step, diff, dump(c.st, o, c.now))
-			}
-			c.play(r)
-			c.playOn(t)
-		}
+		c.playSame(t, o, p, p.WithoutArena(), 4, "the arena", nil)
 	})
 }

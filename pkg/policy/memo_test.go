@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 	"pgregory.net/rapid"
 
 	"github.com/gpuq/gpuq/pkg/policy"
@@ -28,15 +26,7 @@ func TestPropMemoSameDecisions(t *testing.T) {
 		}
 		o := genOptions(t)
 		p := policy.New(o)
-		for step := 0; step < 4; step++ {
-			r := p.Plan(c.input())
-			want := p.WithoutMemo().Plan(c.input())
-			if diff := cmp.Diff(want, r, cmpopts.EquateEmpty()); diff != "" {
-				t.Fatalf("step %d: the memo changes the pass (-without +with):\n%s\nworld:\n%s", step, diff, dump(c.st, o, c.now))
-			}
-			c.play(r)
-			c.playOn(t)
-		}
+		c.playSame(t, o, p, p.WithoutMemo(), 4, "the memo", nil)
 		skipped++
 	})
 	t.Logf("%d cases", skipped)

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 	"pgregory.net/rapid"
 
 	"github.com/gpuq/gpuq/pkg/domain"
@@ -35,19 +33,12 @@ func TestPropVictimPoolSameDecisions(t *testing.T) {
 		}
 		o := genOptions(t)
 		p := policy.New(o)
-		for step := 0; step < 5; step++ {
-			r := p.Plan(c.input())
-			want := p.SlowPreempt().Plan(c.input())
-			if diff := cmp.Diff(want, r, cmpopts.EquateEmpty()); diff != "" {
-				t.Fatalf("step %d: the victim pool changes the pass (-slow +pool):\n%s\nworld:\n%s", step, diff, dump(c.st, o, c.now))
-			}
+		c.playSame(t, o, p, p.SlowPreempt(), 5, "the victim pool", func(r policy.Result) {
 			passes[busy]++
 			if len(preempts(r)) > 0 {
 				preempting[busy]++
 			}
-			c.play(r)
-			c.playOn(t)
-		}
+		})
 	})
 	t.Logf("genWorld: %d passes, %d of them preempting; genBusyWorld: %d passes, %d preempting", passes[0], preempting[0], passes[1], preempting[1])
 }

@@ -131,6 +131,25 @@ func genOptions(t *rapid.T) policy.Options {
 	return o
 }
 
+// playSame plans steps passes in a row on c's world with p and with ref,
+// the same policy with one optimisation switched off, and fails on any
+// difference in decisions or explanations (what names the optimisation);
+// it plays each pass on (playOn) and hands it to seen, when not nil.
+func (c *harness) playSame(t *rapid.T, o policy.Options, p, ref *policy.Policy, steps int, what string, seen func(policy.Result)) {
+	for step := 0; step < steps; step++ {
+		r := p.Plan(c.input())
+		want := ref.Plan(c.input())
+		if diff := cmp.Diff(want, r, cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("step %d: %s changes the pass (-without +with):\n%s\nworld:\n%s", step, what, diff, dump(c.st, o, c.now))
+		}
+		if seen != nil {
+			seen(r)
+		}
+		c.play(r)
+		c.playOn(t)
+	}
+}
+
 // genWorld builds a random cluster, running set and queue, by events.
 // playOn moves a random world on after a pass was played: a random time
 // passes, the yielding tasks exit, and some running tasks complete.
