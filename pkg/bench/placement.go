@@ -171,7 +171,7 @@ func Placement(ctx context.Context, o PlacementOptions) (PlacementResult, error)
 		f.now = f.now.Add(time.Minute)
 		if len(running) > 0 {
 			j := rng.IntN(len(running))
-			f.apply(events.Completed{TaskID: running[j]})
+			f.apply(events.Completed{TaskID: running[j], Node: f.st.Tasks[running[j]].Node})
 			running[j] = running[len(running)-1]
 			running = running[:len(running)-1]
 		}

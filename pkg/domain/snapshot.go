@@ -37,7 +37,7 @@ import (
 // writes. A change of the layout or of what a field means is a new
 // version; a snapshot of another version is refused (ErrSnapshotVersion),
 // which costs one full fold.
-const SnapshotVersion = 1
+const SnapshotVersion = 2 // 2: the leader epoch
 
 const snapHeader = 24
 
@@ -58,6 +58,7 @@ func EncodeSnapshot(s *State) []byte {
 	w.varint(int64(s.Skipped))
 	w.varint(int64(s.Ignored))
 	w.time(s.LastTime)
+	w.uvarint(s.Epoch)
 
 	names := make([]string, 0, len(s.Nodes))
 	for n := range s.Nodes {
@@ -188,6 +189,7 @@ func DecodeSnapshot(b []byte) (st *State, err error) {
 	st.Skipped = r.int()
 	st.Ignored = r.int()
 	st.LastTime = r.time()
+	st.Epoch = r.uvarint()
 
 	nn := r.length(4)
 	st.Nodes = make(map[string]*Node, nn)

@@ -1,6 +1,8 @@
 package domain
 
 import (
+	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -18,9 +20,13 @@ type State struct {
 	Owner map[string]string
 	// Idem maps team + "\x00" + idempotency key to the task id.
 	Idem map[string]string
-	// Skipped counts unknown events; Ignored counts facts that contradicted
-	// the state and were not applied (first in log order wins).
+	// Skipped counts records no fold can apply (undecodable, unknown,
+	// invalid data); Ignored counts facts that contradicted the state and
+	// were not applied (first in log order wins). Apply says why for each.
 	Skipped, Ignored int
+	// Epoch is the newest scheduler leader epoch among the decisions
+	// folded; a decision of an older epoch is refused (see Apply).
+	Epoch uint64
 	// LastTime is the time of the last applied event: the fold's "now".
 	LastTime time.Time
 
@@ -44,21 +50,42 @@ func NewState() *State {
 // IdemKey is the key of the idempotency index.
 func IdemKey(team, key string) string { return team + "\x00" + key }
 
-// Apply folds one record into the state. It never fails.
-func (s *State) Apply(r events.Record) {
+// Apply folds one record into the state. It never fails: a record it
+// cannot apply changes nothing but the counters and the expected sequence
+// of the task its subject names, and Apply returns why it was skipped
+// ("" when it was applied). Every service folds with Apply, so every
+// service skips the same records for the same reasons (see Skip).
+func (s *State) Apply(r events.Record) (skipped string) {
 	if r.Seq > s.Seq {
 		s.Seq = r.Seq
 	}
-	at := r.Envelope.Time
+	// The fold's clock is the log's own (the stream's stored timestamp);
+	// a record without one (built in memory) carries the writer's.
+	at := r.At()
 	if at.After(s.LastTime) {
 		s.LastTime = at
 	}
 	s.ends.advance(at)
+	if why := events.SkipReason(r); why != "" {
+		s.Skipped++
+		// JetStream's expected-sequence check counts every message on a
+		// task's subjects, so the task's LastSeq must count this one too.
+		if strings.HasPrefix(r.Subject, events.TaskPrefix) {
+			if t := s.Tasks[r.Event.Key()]; t != nil && r.Seq > t.LastSeq {
+				t.LastSeq = r.Seq
+			}
+		}
+		return why
+	}
 	switch e := r.Event.(type) {
 	case events.Submitted:
-		s.submitted(r.Seq, e)
-		return
+		return s.submitted(r.Seq, at, !r.Time.IsZero(), e)
 	case events.Available:
+		for _, g := range e.GPUs {
+			if g.UUID == "" || g.MemoryMiB < 0 {
+				return s.ignore("available: a GPU without a UUID or with negative memory")
+			}
+		}
 		n := s.node(e.Node)
 		n.GPUs = gpusFromEvent(e.GPUs)
 		sort.SliceStable(n.GPUs, func(i, j int) bool { return n.GPUs[i].Index < n.GPUs[j].Index })
@@ -68,7 +95,7 @@ func (s *State) Apply(r events.Record) {
 		}
 		n.Reason = ""
 		s.nodeEvent(e.Node)
-		return
+		return ""
 	case events.Unhealthy:
 		n := s.node(e.Node)
 		bad := map[string]bool{}
@@ -82,14 +109,20 @@ func (s *State) Apply(r events.Record) {
 		}
 		n.Reason = e.Reason
 		s.nodeEvent(e.Node)
-		return
+		return ""
 	case events.Drained:
 		n := s.node(e.Node)
 		n.State, n.Reason = NodeDrained, e.Reason
 		s.nodeEvent(e.Node)
-		return
+		return ""
 	case events.Lost:
-		n := s.node(e.Node)
+		if why := s.fence(e.Epoch); why != "" {
+			return why
+		}
+		n := s.Nodes[e.Node]
+		if n == nil {
+			return s.ignore("lost: node " + e.Node + " is not known")
+		}
 		n.State, n.Reason = NodeLost, e.Reason
 		// A cancelled task still holding GPUs there has no agent left to
 		// report its end: release it now.
@@ -100,35 +133,26 @@ func (s *State) Apply(r events.Record) {
 			}
 		}
 		s.nodeEvent(e.Node)
-		return
-	case events.Unknown:
-		s.Skipped++
-		// JetStream's expected-sequence check counts every message on a
-		// task's subjects, so the task's LastSeq must count this one too.
-		if strings.HasPrefix(r.Subject, events.TaskPrefix) {
-			if t := s.Tasks[e.K]; t != nil {
-				t.LastSeq = r.Seq
-			}
-		}
-		return
+		return ""
 	}
 	t := s.Tasks[r.Event.Key()]
 	if t == nil {
-		s.Ignored++
-		return
+		return s.ignore(fmt.Sprintf("%s: task %s was never submitted", r.Event.EventType(), r.Event.Key()))
 	}
 	t.LastSeq = r.Seq
 	defer s.track(t)
 	switch e := r.Event.(type) {
 	case events.Amended:
 		if t.State.Terminal() {
-			s.Ignored++
-			return
+			return s.ignore("amended: task is " + string(t.State))
 		}
+		// A value out of range (or a class this build does not know) leaves
+		// its field unchanged.
+		p, perr := ParsePriority(e.Priority)
 		if e.GPUs > 0 {
 			t.GPUs = e.GPUs
 		}
-		if p, err := ParsePriority(e.Priority); err == nil && p != t.Priority {
+		if perr == nil && p != t.Priority {
 			old := t.Priority
 			t.Priority = p
 			if t.State == Queued {
@@ -136,7 +160,7 @@ func (s *State) Apply(r events.Record) {
 				s.q.add(t)
 			}
 		}
-		if e.Hours > 0 {
+		if e.Hours > 0 && !math.IsInf(e.Hours, 0) {
 			t.Hours = e.Hours
 		}
 		if e.Hypothesis != "" {
@@ -145,8 +169,7 @@ func (s *State) Apply(r events.Record) {
 	case events.Cancelled:
 		switch t.State {
 		case Completed, Failed, Cancelled:
-			s.Ignored++
-			return
+			return s.ignore("cancelled: task is " + string(t.State) + " already")
 		case Running, Preempting:
 			t.Holding = t.HoldsGPUs()
 		default:
@@ -162,9 +185,14 @@ func (s *State) Apply(r events.Record) {
 		}
 		t.Checklist[e.Item] = e.Done
 	case events.Dispatched:
-		if t.State != Queued || !s.canPlace(e.Placements) {
-			s.Ignored++
-			return
+		if why := s.fence(e.Epoch); why != "" {
+			return why
+		}
+		if t.State != Queued {
+			return s.ignore("dispatched: task is " + string(t.State) + ", not queued")
+		}
+		if !s.canPlace(e.Placements) {
+			return s.ignore("dispatched: placements name GPUs that are unknown, held or repeated")
 		}
 		s.q.left(t, t.Priority)
 		t.State, t.DispatchedAt, t.DispatchSeq = Dispatched, at, r.Seq
@@ -183,25 +211,37 @@ func (s *State) Apply(r events.Record) {
 		s.placementsChanged(t.Placements)
 	case events.Started:
 		if t.State != Dispatched {
-			s.Ignored++
-			return
+			return s.ignore("started: task is " + string(t.State) + ", not dispatched")
+		}
+		if why := s.fromNode(t, "started", e.Node); why != "" {
+			return why
 		}
 		t.State, t.StartedAt, t.PID = Running, at, e.PID
 		if t.FirstStarted.IsZero() {
 			t.FirstStarted = at
 		}
 	case events.PreemptRequested:
+		if why := s.fence(e.Epoch); why != "" {
+			return why
+		}
 		if t.State != Running && t.State != Dispatched {
-			s.Ignored++
-			return
+			return s.ignore("preempt_requested: task is " + string(t.State) + ", not running")
 		}
 		t.State, t.PreemptFor, t.Reason = Preempting, e.For, e.Reason
 	case events.Checkpointed:
+		switch {
+		case t.State == Dispatched, t.State == Running, t.State == Preempting:
+		case t.State == Cancelled && t.HoldsGPUs():
+		default:
+			return s.ignore("checkpointed: task is " + string(t.State) + "; a checkpoint is accepted only while it runs")
+		}
 		t.Checkpoint, t.CheckpointAt = e.Ref, at
 	case events.Preempted:
 		if !t.HoldsGPUs() {
-			s.Ignored++ // nothing to yield: a duplicate or a stray report
-			return
+			return s.ignore("preempted: task holds no GPUs (a duplicate or a stray report)")
+		}
+		if why := s.fromNode(t, "preempted", e.Node); why != "" {
+			return why
 		}
 		s.endRun(t, at)
 		if e.Checkpoint != "" {
@@ -214,9 +254,11 @@ func (s *State) Apply(r events.Record) {
 			t.State = Preempting // until the scheduler's requeued
 		}
 	case events.Requeued:
+		if why := s.fence(e.Epoch); why != "" {
+			return why
+		}
 		if t.State.Terminal() || t.State == Queued {
-			s.Ignored++
-			return
+			return s.ignore("requeued: task is " + string(t.State))
 		}
 		s.endRun(t, at)
 		s.release(t)
@@ -225,34 +267,83 @@ func (s *State) Apply(r events.Record) {
 		s.q.add(t)
 		t.Node, t.PID = "", 0
 	case events.Completed:
-		s.finish(t, at, Completed)
+		if why := s.fromNode(t, "completed", e.Node); why != "" {
+			return why
+		}
+		return s.finish(t, at, Completed)
 	case events.Failed:
 		if t.State != Cancelled && (t.State.Terminal() || t.State == Queued) {
-			s.Ignored++
-			return
+			return s.ignore("failed: task is " + string(t.State))
+		}
+		if why := s.fromNode(t, "failed", e.Node); why != "" {
+			return why
 		}
 		t.ExitCode, t.Error, t.StderrTail = e.ExitCode, e.Error, e.StderrTail
-		s.finish(t, at, Failed)
+		return s.finish(t, at, Failed)
 	}
+	return ""
 }
 
-func (s *State) submitted(seq uint64, e events.Submitted) {
+// ignore counts a fact that contradicts the state (first in log order
+// wins) and returns why.
+func (s *State) ignore(why string) string {
+	s.Ignored++
+	return why
+}
+
+// fence refuses a scheduling decision from a leader older than the newest
+// this fold has seen (the lease's epoch, see events.Dispatched.Epoch); a
+// newer epoch becomes the newest. Epoch 0, a log written before epochs,
+// is accepted until the first fenced decision.
+func (s *State) fence(epoch uint64) string {
+	if epoch < s.Epoch {
+		return s.ignore(fmt.Sprintf("decision of leader epoch %d after epoch %d: a deposed leader", epoch, s.Epoch))
+	}
+	s.Epoch = epoch
+	return ""
+}
+
+// fromNode refuses a lifecycle report about a task holding GPUs from a
+// node the task is not placed on.
+func (s *State) fromNode(t *Task, what, node string) string {
+	if !t.HoldsGPUs() || t.holdsOn(node) {
+		return ""
+	}
+	return s.ignore(fmt.Sprintf("%s: reported by node %q, but the task runs on %s", what, node, t.Node))
+}
+
+func (s *State) submitted(seq uint64, at time.Time, fromLog bool, e events.Submitted) string {
 	if d, dup := s.Tasks[e.TaskID]; dup {
-		s.Ignored++
 		if seq > d.LastSeq {
 			d.LastSeq = seq // the stream's expected-sequence check counts it
 		}
-		return
+		return s.ignore("submitted: task " + e.TaskID + " exists already")
 	}
 	p, err := ParsePriority(e.Priority)
 	if err != nil {
-		p = Low
+		p = Low // a class this build does not know waits as the lowest
+	}
+	switch {
+	case e.GPUs < 1:
+		return s.skipSubmit(e, "gpus: must be ≥ 1")
+	case e.Hours < 0 || math.IsNaN(e.Hours) || math.IsInf(e.Hours, 0):
+		return s.skipSubmit(e, "hours: must be a finite number ≥ 0")
+	case e.GraceS < 0 || math.IsNaN(e.GraceS) || math.IsInf(e.GraceS, 0):
+		return s.skipSubmit(e, "grace_s: must be a finite number ≥ 0")
+	case e.MinGPUMemMiB < 0:
+		return s.skipSubmit(e, "min_gpu_mem_mib: must be ≥ 0")
+	}
+	// The place in line is the log's time of the submission when the log
+	// has one: a submitter whose clock is off moves nobody in the queue.
+	subAt := e.SubmittedAt
+	if !at.IsZero() && fromLog {
+		subAt = at
 	}
 	t := &Task{
 		ID: e.TaskID, Name: e.Name, Team: e.Team, Priority: p, GPUs: e.GPUs, Hours: e.Hours,
 		Hypothesis: e.Hypothesis, Command: e.Command, Preemptible: e.Preemptible, PreemptSignal: e.PreemptSignal,
 		GraceS: e.GraceS, GPUModel: e.GPUModel, MinGPUMemMiB: e.MinGPUMemMiB, IdempotencyKey: e.IdempotencyKey,
-		SubmittedAt: e.SubmittedAt, SubmitSeq: seq, State: Queued, LastSeq: seq, Dir: e.Dir,
+		SubmittedAt: subAt, SubmitSeq: seq, State: Queued, LastSeq: seq, Dir: e.Dir,
 	}
 	s.Tasks[t.ID] = t
 	s.track(t)
@@ -263,21 +354,30 @@ func (s *State) submitted(seq uint64, e events.Submitted) {
 			s.Idem[k] = t.ID
 		}
 	}
+	return ""
 }
 
-func (s *State) finish(t *Task, at time.Time, to TaskState) {
+// skipSubmit refuses a submission whose data breaks a rule no submitter
+// lets through. The task does not exist, so a later valid submission
+// of the same id may still create it.
+func (s *State) skipSubmit(e events.Submitted, why string) string {
+	s.Skipped++
+	return "submitted: invalid data: " + why
+}
+
+func (s *State) finish(t *Task, at time.Time, to TaskState) string {
 	if t.State == Cancelled {
 		s.endRun(t, at)
 		s.release(t)
-		return
+		return ""
 	}
 	if t.State.Terminal() || t.State == Queued {
-		s.Ignored++
-		return
+		return s.ignore(fmt.Sprintf("%s: task is %s", to, t.State))
 	}
 	s.endRun(t, at)
 	s.release(t)
 	t.State, t.EndedAt = to, at
+	return ""
 }
 
 func (s *State) endRun(t *Task, at time.Time) {

@@ -151,7 +151,7 @@ func TestApplyTaskTransitions(t *testing.T) {
 			want: view{State: domain.Queued, Owner: none, Ignored: 1},
 		},
 		"started twice: ignored": {
-			log:  []events.Event{n1, t1, d1, st1, events.Started{TaskID: "t1", PID: 1}},
+			log:  []events.Event{n1, t1, d1, st1, events.Started{TaskID: "t1", Node: "n1", PID: 1}},
 			want: view{State: domain.Running, GPUs: []string{g(0), g(1)}, Owner: held, Node: "n1", PID: 4242, Ignored: 1},
 		},
 		"completed: releases its GPUs": {
@@ -167,15 +167,15 @@ func TestApplyTaskTransitions(t *testing.T) {
 			want: view{State: domain.Failed, Owner: none, Node: "n1"},
 		},
 		"completed while queued: ignored": {
-			log:  []events.Event{n1, t1, events.Completed{TaskID: "t1"}},
+			log:  []events.Event{n1, t1, events.Completed{TaskID: "t1", Node: "n1"}},
 			want: view{State: domain.Queued, Owner: none, Ignored: 1},
 		},
 		"completed twice: ignored": {
-			log:  []events.Event{n1, t1, d1, st1, events.Completed{TaskID: "t1"}, events.Completed{TaskID: "t1"}},
+			log:  []events.Event{n1, t1, d1, st1, events.Completed{TaskID: "t1", Node: "n1"}, events.Completed{TaskID: "t1", Node: "n1"}},
 			want: view{State: domain.Completed, Owner: none, Node: "n1", PID: 4242, Ignored: 1},
 		},
 		"completed frees GPUs for the next task": {
-			log:  []events.Event{n1, t1, t2, d1, st1, events.Completed{TaskID: "t1"}, dt.Dispatch("t2", dt.On("n1", 0, 1))},
+			log:  []events.Event{n1, t1, t2, d1, st1, events.Completed{TaskID: "t1", Node: "n1"}, dt.Dispatch("t2", dt.On("n1", 0, 1))},
 			task: "t2",
 			want: view{State: domain.Dispatched, GPUs: []string{g(0), g(1)}, Owner: map[string]string{g(0): "t2", g(1): "t2"}, Node: "n1"},
 		},
@@ -192,11 +192,11 @@ func TestApplyTaskTransitions(t *testing.T) {
 			want: view{State: domain.Cancelled, GPUs: []string{g(0), g(1)}, Holding: true, Owner: held, Node: "n1", PID: 4242},
 		},
 		"cancelled while running, then failed: released, still cancelled": {
-			log:  []events.Event{n1, t1, d1, st1, events.Cancelled{TaskID: "t1"}, events.Failed{TaskID: "t1", ExitCode: 143}},
+			log:  []events.Event{n1, t1, d1, st1, events.Cancelled{TaskID: "t1"}, events.Failed{TaskID: "t1", Node: "n1", ExitCode: 143}},
 			want: view{State: domain.Cancelled, Owner: none, Node: "n1", PID: 4242},
 		},
 		"cancelled while running, then completed: released, still cancelled": {
-			log:  []events.Event{n1, t1, d1, st1, events.Cancelled{TaskID: "t1"}, events.Completed{TaskID: "t1"}},
+			log:  []events.Event{n1, t1, d1, st1, events.Cancelled{TaskID: "t1"}, events.Completed{TaskID: "t1", Node: "n1"}},
 			want: view{State: domain.Cancelled, Owner: none, Node: "n1", PID: 4242},
 		},
 		"cancelled while running: its GPUs stay unavailable": {
@@ -221,7 +221,7 @@ func TestApplyTaskTransitions(t *testing.T) {
 			want: view{State: domain.Cancelled, Owner: none, Ignored: 1},
 		},
 		"cancelled after completed: ignored": {
-			log:  []events.Event{n1, t1, d1, st1, events.Completed{TaskID: "t1"}, events.Cancelled{TaskID: "t1"}},
+			log:  []events.Event{n1, t1, d1, st1, events.Completed{TaskID: "t1", Node: "n1"}, events.Cancelled{TaskID: "t1"}},
 			want: view{State: domain.Completed, Owner: none, Node: "n1", PID: 4242, Ignored: 1},
 		},
 		"preempt requested while running: preempting": {
@@ -265,7 +265,7 @@ func TestApplyTaskTransitions(t *testing.T) {
 			want: view{State: domain.Queued, Owner: none, Ignored: 1},
 		},
 		"requeued after completed: ignored": {
-			log:  []events.Event{n1, t1, d1, st1, events.Completed{TaskID: "t1"}, rq1},
+			log:  []events.Event{n1, t1, d1, st1, events.Completed{TaskID: "t1", Node: "n1"}, rq1},
 			want: view{State: domain.Completed, Owner: none, Node: "n1", PID: 4242, Ignored: 1},
 		},
 		"requeued, then dispatched again elsewhere": {
@@ -275,7 +275,7 @@ func TestApplyTaskTransitions(t *testing.T) {
 				PreemptFor: "t9", Checkpoint: "ckpt/step-120", ResumeFrom: "ckpt/step-120", Preemptions: 1},
 		},
 		"event for a task never submitted: ignored": {
-			log:  []events.Event{n1, events.Completed{TaskID: "t1"}, events.Cancelled{TaskID: "t1"}, ck1},
+			log:  []events.Event{n1, events.Completed{TaskID: "t1", Node: "n1"}, events.Cancelled{TaskID: "t1"}, ck1},
 			want: view{Owner: none, Ignored: 3},
 		},
 	}
@@ -437,12 +437,12 @@ func TestApplyKeepsPlaceInLine(t *testing.T) {
 func TestApplyRunClock(t *testing.T) {
 	log := dt.NewLog().Append(dt.Node("n1").GPUs(1).Available(), dt.Task().Submitted(), dt.Dispatch("t1", dt.On("n1", 0)))
 	t0 := dt.Epoch.Add(time.Hour)
-	log.At(t0).Append(events.Started{TaskID: "t1", PID: 1})
+	log.At(t0).Append(events.Started{TaskID: "t1", Node: "n1", PID: 1})
 	log.At(t0.Add(90 * time.Second)).Append(events.PreemptRequested{TaskID: "t1"})
-	log.At(t0.Add(100 * time.Second)).Append(events.Preempted{TaskID: "t1", LostGPUSeconds: 30})
+	log.At(t0.Add(100 * time.Second)).Append(events.Preempted{TaskID: "t1", Node: "n1", LostGPUSeconds: 30})
 	log.At(t0.Add(200*time.Second)).Append(events.Requeued{TaskID: "t1"}, dt.Dispatch("t1", dt.On("n1", 0)))
-	log.At(t0.Add(300 * time.Second)).Append(events.Started{TaskID: "t1", PID: 2})
-	log.At(t0.Add(310 * time.Second)).Append(events.Completed{TaskID: "t1"})
+	log.At(t0.Add(300 * time.Second)).Append(events.Started{TaskID: "t1", Node: "n1", PID: 2})
+	log.At(t0.Add(310 * time.Second)).Append(events.Completed{TaskID: "t1", Node: "n1"})
 	task := log.Fold().Tasks["t1"]
 	type clock struct {
 		FirstStarted, StartedAt, EndedAt time.Time
@@ -475,7 +475,7 @@ func TestApplyLastSeq(t *testing.T) {
 		dt.Node("n1").GPUs(1).Available(),                // 1
 		dt.Task().ID("t1").Submitted(),                   // 2
 		dt.Task().ID("t2").Submitted(),                   // 3
-		events.Completed{TaskID: "t1"},                   // 4: ignored (queued)
+		events.Completed{TaskID: "t1", Node: "n1"},                   // 4: ignored (queued)
 		dt.Dispatch("t1", dt.On("n1", 0)),                // 5
 		dt.UnknownTask("t1", "resized"),                  // 6: unknown
 		dt.Dispatch("t2", dt.On("n1", 0)),                // 7: ignored (held)
@@ -778,7 +778,7 @@ func TestActiveAndInState(t *testing.T) {
 	st := fold(dt.Node("n1").GPUs(4).Available(),
 		dt.Task().ID("t3").Submitted(), dt.Task().ID("t1").Submitted(), dt.Task().ID("t2").Submitted(), dt.Task().ID("t4").Submitted(),
 		dt.Dispatch("t2", dt.On("n1", 0)), dt.Dispatch("t1", dt.On("n1", 1)), dt.Dispatch("t4", dt.On("n1", 2)),
-		events.Started{TaskID: "t1"}, events.Started{TaskID: "t4"}, events.Cancelled{TaskID: "t4"},
+		events.Started{TaskID: "t1", Node: "n1"}, events.Started{TaskID: "t4", Node: "n1"}, events.Cancelled{TaskID: "t4"},
 	)
 	cases := map[string]struct {
 		got, want []string
@@ -857,21 +857,21 @@ func TestApplyPreemptedContradicting(t *testing.T) {
 			want: fields{State: domain.Queued, Ignored: 1},
 		},
 		"completed": {
-			log:  []events.Event{n1, t1, d1, events.Started{TaskID: "t1"}, events.Completed{TaskID: "t1"}, pd},
+			log:  []events.Event{n1, t1, d1, events.Started{TaskID: "t1", Node: "n1"}, events.Completed{TaskID: "t1", Node: "n1"}, pd},
 			want: fields{State: domain.Completed, Ignored: 1},
 		},
 		"failed": {
-			log:  []events.Event{n1, t1, d1, events.Failed{TaskID: "t1", ExitCode: 1}, pd},
+			log:  []events.Event{n1, t1, d1, events.Failed{TaskID: "t1", Node: "n1", ExitCode: 1}, pd},
 			want: fields{State: domain.Failed, Ignored: 1},
 		},
 		"preempted twice": {
-			log: []events.Event{n1, t1, d1, events.Started{TaskID: "t1"}, events.PreemptRequested{TaskID: "t1"},
-				events.Preempted{TaskID: "t1", Checkpoint: "first"}, pd},
+			log: []events.Event{n1, t1, d1, events.Started{TaskID: "t1", Node: "n1"}, events.PreemptRequested{TaskID: "t1"},
+				events.Preempted{TaskID: "t1", Node: "n1", Checkpoint: "first"}, pd},
 			want: fields{State: domain.Preempting, Preemptions: 1, Checkpoint: "first", Ignored: 1},
 		},
 		"requeued, then a late duplicate": {
-			log: []events.Event{n1, t1, d1, events.Started{TaskID: "t1"}, events.PreemptRequested{TaskID: "t1"},
-				events.Preempted{TaskID: "t1", Checkpoint: "first"}, events.Requeued{TaskID: "t1"}, pd},
+			log: []events.Event{n1, t1, d1, events.Started{TaskID: "t1", Node: "n1"}, events.PreemptRequested{TaskID: "t1"},
+				events.Preempted{TaskID: "t1", Node: "n1", Checkpoint: "first"}, events.Requeued{TaskID: "t1"}, pd},
 			want: fields{State: domain.Queued, Preemptions: 1, Checkpoint: "first", Ignored: 1},
 		},
 	}
@@ -891,8 +891,8 @@ func TestApplyPreemptedContradicting(t *testing.T) {
 // must not overwrite the task's exit code, error and stderr.
 func TestApplyIgnoredFailedChangesNothing(t *testing.T) {
 	log := []events.Event{dt.Node("n1").GPUs(1).Available(), dt.Task().Submitted(), dt.Dispatch("t1", dt.On("n1", 0)),
-		events.Started{TaskID: "t1"}, events.Completed{TaskID: "t1"},
-		events.Failed{TaskID: "t1", ExitCode: 137, Error: "killed", StderrTail: "oom"}}
+		events.Started{TaskID: "t1", Node: "n1"}, events.Completed{TaskID: "t1", Node: "n1"},
+		events.Failed{TaskID: "t1", Node: "n1", ExitCode: 137, Error: "killed", StderrTail: "oom"}}
 	st := fold(log...)
 	task := st.Tasks["t1"]
 	type fields struct {

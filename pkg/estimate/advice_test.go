@@ -59,7 +59,7 @@ func (f *fixture) submit(at time.Time, bs ...*dt.TaskBuilder) *fixture {
 // running submits b at at and starts it at once on p.
 func (f *fixture) running(at time.Time, b *dt.TaskBuilder, p events.Placement) *fixture {
 	s := b.SubmittedAt(at).Submitted()
-	return f.at(at, s, dt.Dispatch(s.TaskID, p), events.Started{TaskID: s.TaskID})
+	return f.at(at, s, dt.Dispatch(s.TaskID, p), events.Started{TaskID: s.TaskID, Node: p.Node})
 }
 
 // task is a 1-GPU, 1-hour MEDIUM task id of team "vision".
@@ -436,7 +436,7 @@ func TestAlertCounter(t *testing.T) {
 				t.Fatalf("alerts before: %d", s.Alerts)
 			}
 			at := T0.Add(tc.started)
-			f.at(at, events.Completed{TaskID: "r"}, dt.Dispatch("q", dt.On("n1", 0)), events.Started{TaskID: "q"})
+			f.at(at, events.Completed{TaskID: "r", Node: "n1"}, dt.Dispatch("q", dt.On("n1", 0)), events.Started{TaskID: "q", Node: "n1"})
 			if s := f.est.Stats(); s.Alerts != tc.want || s.N != 1 {
 				t.Errorf("stats %+v, want %d alerts of 1 judged", s, tc.want)
 			}

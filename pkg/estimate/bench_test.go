@@ -29,7 +29,7 @@ func benchLog(_ testing.TB, nodes, queued int) *logb {
 			gs = append(gs, fmt.Sprintf("n%d-g%d", n, i))
 		}
 		l.add(t0, events.Dispatched{TaskID: id, Placements: []events.Placement{{Node: fmt.Sprintf("n%d", n), GPUs: gs}}})
-		l.add(t0, events.Started{TaskID: id})
+		l.add(t0, events.Started{TaskID: id, Node: fmt.Sprintf("n%d", n)})
 	}
 	prios := []string{"low", "medium", "medium", "high"}
 	for i := 0; i < queued; i++ {

@@ -118,10 +118,10 @@ func (e *Estimator) Observe(st *domain.State, r events.Record) {
 		if len(e.recent) > 4096 {
 			e.recent = append(e.recent[:0], e.recent[2048:]...)
 		}
-		e.atSubmit[t.ID] = e.estimateAtSubmit(st, t.ID, r.Envelope.Time)
+		e.atSubmit[t.ID] = e.estimateAtSubmit(st, t.ID, r.At())
 	case events.Started:
 		t := st.Tasks[ev.TaskID]
-		if t == nil || !t.FirstStarted.Equal(r.Envelope.Time) {
+		if t == nil || !t.FirstStarted.Equal(r.At()) {
 			return
 		}
 		p, ok := e.atSubmit[t.ID]

@@ -52,7 +52,7 @@ func (l *logb) run(at time.Time, id string) {
 	for _, d := range res.Decisions {
 		if d.TaskID == id && d.Kind == policy.Dispatch {
 			l.add(at, events.Dispatched{TaskID: id, Placements: d.Placements})
-			l.add(at, events.Started{TaskID: id})
+			l.add(at, events.Started{TaskID: id, Node: d.Placements[0].Node})
 			return
 		}
 	}
@@ -126,7 +126,7 @@ func TestPredictorLearnsRatio(t *testing.T) {
 		l.submit(at, id, "medium", 8, 2)
 		l.run(at, id)
 		at = at.Add(time.Hour)
-		l.add(at, events.Completed{TaskID: id})
+		l.add(at, events.Completed{TaskID: id, Node: l.st.Tasks[id].Node})
 	}
 	task := &domain.Task{Name: "tnew", Team: "a", Hours: 2}
 	if got := l.est.Pred.Total(task, 0.5); got < 59*time.Minute || got > 61*time.Minute {

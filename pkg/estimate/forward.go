@@ -209,8 +209,8 @@ func (f *fwd) run() map[string]time.Time {
 			t := sim.Tasks[d.TaskID]
 			switch d.Kind {
 			case policy.Dispatch:
-				f.apply(events.Dispatched{TaskID: t.ID, Placements: d.Placements})
-				f.apply(events.Started{TaskID: t.ID})
+				f.apply(events.Dispatched{TaskID: t.ID, Placements: d.Placements, Epoch: sim.Epoch})
+				f.apply(events.Started{TaskID: t.ID, Node: t.Node})
 				if waiting[t.ID] {
 					starts[t.ID] = f.vnow
 					delete(waiting, t.ID)
@@ -222,9 +222,9 @@ func (f *fwd) run() map[string]time.Time {
 				f.fresh[t] = true
 				heap.Push(&f.ends, end{at: f.vnow.Add(predict(t)), id: t.ID, dispatch: t.DispatchSeq})
 			case policy.Preempt:
-				f.apply(events.PreemptRequested{TaskID: t.ID, For: d.For})
-				f.apply(events.Preempted{TaskID: t.ID})
-				f.apply(events.Requeued{TaskID: t.ID})
+				f.apply(events.PreemptRequested{TaskID: t.ID, For: d.For, Epoch: sim.Epoch})
+				f.apply(events.Preempted{TaskID: t.ID, Node: t.Node})
+				f.apply(events.Requeued{TaskID: t.ID, Epoch: sim.Epoch})
 				delete(f.total, t)
 				f.fresh[t] = true
 				replan = true
@@ -265,10 +265,10 @@ func (f *fwd) run() map[string]time.Time {
 		for _, e := range batch {
 			t := sim.Tasks[e.id]
 			if t.State == domain.Preempting {
-				f.apply(events.Preempted{TaskID: t.ID})
-				f.apply(events.Requeued{TaskID: t.ID})
+				f.apply(events.Preempted{TaskID: t.ID, Node: t.Node})
+				f.apply(events.Requeued{TaskID: t.ID, Epoch: sim.Epoch})
 			} else {
-				f.apply(events.Completed{TaskID: t.ID})
+				f.apply(events.Completed{TaskID: t.ID, Node: t.Node})
 			}
 		}
 		for _, a := range newArrivals {

@@ -43,7 +43,7 @@ func playQueue(t *testing.T, workers int) (map[string]estimate.Estimate, estimat
 				kept = append(kept, r)
 				continue
 			}
-			l.add(r.end, events.Completed{TaskID: r.id})
+			l.add(r.end, events.Completed{TaskID: r.id, Node: l.st.Tasks[r.id].Node})
 		}
 		live = kept
 		id := fmt.Sprintf("t%03d", i)
@@ -59,7 +59,7 @@ func playQueue(t *testing.T, workers int) (map[string]estimate.Estimate, estimat
 				continue
 			}
 			l.add(now, events.Dispatched{TaskID: d.TaskID, Placements: d.Placements})
-			l.add(now, events.Started{TaskID: d.TaskID})
+			l.add(now, events.Started{TaskID: d.TaskID, Node: d.Placements[0].Node})
 			tk := l.st.Tasks[d.TaskID]
 			run := time.Duration(tk.Hours * float64(time.Hour) * (0.3 + rng.Float64()))
 			live = append(live, running{d.TaskID, now.Add(run)})

@@ -160,8 +160,12 @@ func appendPlainString(b []byte, s string) ([]byte, bool) {
 // Record is one decoded entry of the log. Envelope.Data shares the bytes
 // of the Stored it was decoded from.
 type Record struct {
-	Seq      uint64
-	Subject  string
+	Seq     uint64
+	Subject string
+	// Time is the log's own time of the record (the stream's stored
+	// timestamp), set by DecodeRecord and ReadAll: the fold's clock. The
+	// envelope's time is the writer's and is never trusted for order.
+	Time     time.Time
 	Envelope Envelope
 	Event    Event
 }

@@ -1049,7 +1049,7 @@ func (s *scan) checklistUpdated() (Event, bool) {
 }
 
 var (
-	dispatchedKeys = []string{"task_id", "placements", "based_on_seq", "resume_from", "reason", "backfill"}
+	dispatchedKeys = []string{"task_id", "placements", "based_on_seq", "resume_from", "reason", "backfill", "epoch"}
 	placementKeys  = []string{"node", "gpus"}
 )
 
@@ -1078,6 +1078,9 @@ func (s *scan) dispatched() (Event, bool) {
 		case "backfill":
 			e.Backfill, ok = s.bool()
 			return 1 << 5, ok
+		case "epoch":
+			e.Epoch, ok = s.uint()
+			return 1 << 6, ok
 		}
 		return 0, true
 	})
@@ -1155,7 +1158,7 @@ func (s *scan) started() (Event, bool) {
 	return e, ok
 }
 
-var preemptRequestedKeys = []string{"task_id", "for", "policy", "reason", "grace_s", "based_on_seq"}
+var preemptRequestedKeys = []string{"task_id", "for", "policy", "reason", "grace_s", "based_on_seq", "epoch"}
 
 func (s *scan) preemptRequested() (Event, bool) {
 	var (
@@ -1182,6 +1185,9 @@ func (s *scan) preemptRequested() (Event, bool) {
 		case "based_on_seq":
 			e.BasedOnSeq, ok = s.uint()
 			return 1 << 5, ok
+		case "epoch":
+			e.Epoch, ok = s.uint()
+			return 1 << 6, ok
 		}
 		return 0, true
 	})
@@ -1253,7 +1259,7 @@ func (s *scan) preempted() (Event, bool) {
 	return e, ok
 }
 
-var requeuedKeys = []string{"task_id", "reason", "resume_from"}
+var requeuedKeys = []string{"task_id", "reason", "resume_from", "epoch"}
 
 func (s *scan) requeued() (Event, bool) {
 	var (
@@ -1271,6 +1277,9 @@ func (s *scan) requeued() (Event, bool) {
 		case "resume_from":
 			ok = s.text(&t, 2)
 			return 1 << 2, ok
+		case "epoch":
+			e.Epoch, ok = s.uint()
+			return 1 << 3, ok
 		}
 		return 0, true
 	})
@@ -1457,7 +1466,23 @@ func (s *scan) drained() (Event, bool) {
 	return Drained{Node: n, Reason: r}, ok
 }
 
+var lostKeys = []string{"node", "reason", "epoch"}
+
 func (s *scan) lost() (Event, bool) {
-	n, r, ok := s.nodeReason()
-	return Lost{Node: n, Reason: r}, ok
+	var e Lost
+	ok := s.members(lostKeys, func(k []byte) (bit uint32, ok bool) {
+		switch string(k) {
+		case "node":
+			e.Node, ok = s.str(true)
+			return 1 << 0, ok
+		case "reason":
+			e.Reason, ok = s.str(true)
+			return 1 << 1, ok
+		case "epoch":
+			e.Epoch, ok = s.uint()
+			return 1 << 2, ok
+		}
+		return 0, true
+	})
+	return e, ok
 }

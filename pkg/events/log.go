@@ -111,8 +111,9 @@ func AppendAll(ctx context.Context, l Log, ms []Msg) []Result {
 }
 
 // ReadAll decodes every record from seq from on and calls fn, in log
-// order; it returns the first error of the read, a decode or fn, and the
-// log's last sequence as Read does.
+// order; it returns the first error of the read or of fn, and the log's
+// last sequence as Read does. A record that does not decode never stops
+// it: fn gets it as an Invalid event (DecodeRecord).
 //
 // A long read decodes and calls fn on a second goroutine, overlapping
 // them with the read itself: after the first pipelineAfter messages, which
@@ -141,10 +142,7 @@ func ReadAll(ctx context.Context, l Log, from uint64, filter string, fn func(Rec
 	last, err := l.Read(ctx, from, filter, func(s Stored) error {
 		if p == nil {
 			if n++; n <= pipelineAfter {
-				r, err := d.Decode(s)
-				if err == nil {
-					err = fn(r)
-				}
+				err := fn(d.record(s))
 				ferr = err
 				return err
 			}
@@ -190,7 +188,7 @@ const (
 	pipelineBatch = 256
 )
 
-var errPipeline = errors.New("events: read stopped by a decode or callback error")
+var errPipeline = errors.New("events: read stopped by a callback error")
 
 type pipeline struct {
 	work   chan []Stored
@@ -207,11 +205,7 @@ func startPipeline(d *decoder, fn func(Record) error) *pipeline {
 		for b := range p.work {
 			if p.err == nil {
 				for _, s := range b {
-					r, err := d.Decode(s)
-					if err == nil {
-						err = fn(r)
-					}
-					if err != nil {
+					if err := fn(d.record(s)); err != nil {
 						p.err = err
 						p.failed.Store(true)
 						break

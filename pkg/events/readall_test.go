@@ -14,7 +14,8 @@ import (
 
 // TestReadAll: short reads are handled inline, long ones through the
 // decoding goroutine; either way fn sees every record once, in log order,
-// and the first decode or fn error ends the read and is returned.
+// an undecodable one as an Invalid event that never stops the read, and
+// the first fn error ends the read and is returned.
 func TestReadAll(t *testing.T) {
 	const n = 3000
 	l := memlog.New()
@@ -39,20 +40,30 @@ func TestReadAll(t *testing.T) {
 		filter  string
 		stopAt  uint64 // fn fails here; 0: never
 		wantN   int    // records fn saw
+		wantBad int    // of them Invalid
 		wantErr string // "" for no error
 	}{
-		"short, inline":              {from: 1, filter: "gpuq.task.t7.>", wantN: 1},
-		"short, from the middle":     {from: 2001, stopAt: 0, wantN: 499, wantErr: "events: seq 2500"},
-		"long, up to a decode error": {from: 1, wantN: 2499, wantErr: "events: seq 2500"},
-		"long, fn fails early":       {from: 1, stopAt: 10, wantN: 10, wantErr: "stop"},
-		"long, fn fails late":        {from: 1, stopAt: 2000, wantN: 2000, wantErr: "stop"},
-		"long, past the bad record":  {from: 2501, wantN: 500},
+		"short, inline":                {from: 1, filter: "gpuq.task.t7.>", wantN: 1},
+		"short, over the bad record":   {from: 2001, stopAt: 0, wantN: 1000, wantBad: 1},
+		"long, over the bad record":    {from: 1, wantN: n, wantBad: 1},
+		"long, fn fails early":         {from: 1, stopAt: 10, wantN: 10, wantErr: "stop"},
+		"long, fn fails late":          {from: 1, stopAt: 2000, wantN: 2000, wantErr: "stop"},
+		"long, fn fails past the bad":  {from: 1, stopAt: 2700, wantN: 2700, wantBad: 1, wantErr: "stop"},
+		"long, past the bad record":    {from: 2501, wantN: 500},
+		"bad record alone, by subject": {from: 1, filter: "gpuq.task.t2500.>", wantN: 1, wantBad: 1},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			var seqs []uint64
+			bad := 0
 			last, err := events.ReadAll(ctx, l, tc.from, tc.filter, func(r events.Record) error {
 				seqs = append(seqs, r.Seq)
+				if inv, ok := r.Event.(events.Invalid); ok {
+					bad++
+					if r.Seq != 2500 || !strings.HasPrefix(inv.Reason, "undecodable: seq 2500") {
+						return fmt.Errorf("seq %d invalid: %s", r.Seq, inv.Reason)
+					}
+				}
 				if want := fmt.Sprintf("t%d", r.Seq); r.Event.Key() != want {
 					return fmt.Errorf("seq %d holds %s, want %s", r.Seq, r.Event.Key(), want)
 				}
@@ -67,8 +78,8 @@ func TestReadAll(t *testing.T) {
 			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.wantErr)) {
 				t.Fatalf("err = %v, want %q", err, tc.wantErr)
 			}
-			if len(seqs) != tc.wantN {
-				t.Fatalf("fn saw %d records, want %d", len(seqs), tc.wantN)
+			if len(seqs) != tc.wantN || bad != tc.wantBad {
+				t.Fatalf("fn saw %d records, %d invalid; want %d, %d", len(seqs), bad, tc.wantN, tc.wantBad)
 			}
 			for i := 1; i < len(seqs); i++ {
 				if seqs[i] <= seqs[i-1] {

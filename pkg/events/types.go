@@ -98,6 +98,10 @@ type Dispatched struct {
 	ResumeFrom string      `json:"resume_from,omitempty"`
 	Reason     string      `json:"reason,omitempty"`
 	Backfill   bool        `json:"backfill,omitempty"`
+	// Epoch is the deciding leader's lease epoch: the fold refuses a
+	// decision of an epoch older than the newest it has seen, so a leader
+	// that was paused past its lease decides nothing (0: unfenced).
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // Started: an agent started the task's process.
@@ -116,6 +120,7 @@ type PreemptRequested struct {
 	Reason     string  `json:"reason"`
 	GraceS     float64 `json:"grace_s"`
 	BasedOnSeq uint64  `json:"based_on_seq"`
+	Epoch      uint64  `json:"epoch,omitempty"` // as Dispatched.Epoch
 }
 
 // Checkpointed: the job saved a checkpoint it can resume from.
@@ -141,6 +146,7 @@ type Requeued struct {
 	TaskID     string `json:"task_id"`
 	Reason     string `json:"reason"`
 	ResumeFrom string `json:"resume_from,omitempty"`
+	Epoch      uint64 `json:"epoch,omitempty"` // as Dispatched.Epoch
 }
 
 // Completed: the task's process exited 0.
@@ -193,6 +199,7 @@ type Drained struct {
 type Lost struct {
 	Node   string `json:"node"`
 	Reason string `json:"reason"`
+	Epoch  uint64 `json:"epoch,omitempty"` // as Dispatched.Epoch
 }
 
 func (Submitted) EventType() Type        { return TypeSubmitted }

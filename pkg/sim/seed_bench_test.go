@@ -29,9 +29,9 @@ func BenchmarkSeedFormula(b *testing.B) {
 		id := fmt.Sprintf("done-%d", i)
 		apply(events.Submitted{TaskID: id, Priority: "medium", GPUs: 1, Hours: 1, SubmittedAt: at})
 		apply(events.Dispatched{TaskID: id, Placements: []events.Placement{{Node: "n1", GPUs: []string{"g0"}}}})
-		apply(events.Started{TaskID: id})
+		apply(events.Started{TaskID: id, Node: "n1"})
 		at = at.Add(time.Second)
-		apply(events.Completed{TaskID: id})
+		apply(events.Completed{TaskID: id, Node: "n1"})
 	}
 	for i := range 200 {
 		apply(events.Submitted{TaskID: fmt.Sprintf("q-%d", i), Priority: "medium", GPUs: 1, Hours: 1, SubmittedAt: at})

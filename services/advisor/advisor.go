@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,6 +16,7 @@ import (
 	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/policy"
+	"github.com/gpuq/gpuq/pkg/service"
 )
 
 // Config of the advisor.
@@ -31,11 +31,12 @@ type Config struct {
 	Ready  func()
 }
 
-// Advisor is one running advisor.
+// Advisor is one running advisor: the runtime's fold of the log (which
+// also guards the estimator and the advice last published) and its
+// reactions.
 type Advisor struct {
 	cfg    Config
-	mu     sync.Mutex
-	st     *domain.State
+	fold   *service.Fold
 	est    *estimate.Estimator
 	last   map[string]estimate.Advice
 	alerts int // alerts raised (transitions into alert), for operators
@@ -52,83 +53,61 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Policy == nil {
 		cfg.Policy = policy.New(policy.Options{})
 	}
-	a := &Advisor{cfg: cfg, st: domain.NewState(), est: estimate.NewEstimator(cfg.Policy), last: map[string]estimate.Advice{}}
+	a := &Advisor{cfg: cfg, est: estimate.NewEstimator(cfg.Policy), last: map[string]estimate.Advice{}}
+	a.fold = service.New("advisor", cfg.Log, cfg.Logger, nil)
 	if _, err := cfg.JS.CreateOrUpdateStream(ctx, events.AdviceStream(1)); err != nil {
 		return err
 	}
-	// 1. Fold the log; the estimator replays its own history with it.
-	if _, err := events.ReadAll(ctx, cfg.Log, 1, "", func(r events.Record) error { a.apply(r); return nil }); err != nil {
-		return err
-	}
-	f, err := cfg.Log.Follow(ctx, a.st.Seq+1, "")
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	recs := events.Pump(ctx, f, 1024)
-	// 2. Answer estimate and stats requests.
-	if cfg.NC != nil {
-		for op, h := range map[string]nats.MsgHandler{api.OpEstimate: a.onEstimate, api.OpStats: a.onStats} {
-			sub, err := cfg.NC.QueueSubscribe(api.SubjectPrefix+op, api.AdvisorQueueGroup, h)
-			if err != nil {
-				return err
-			}
-			defer sub.Drain()
+	var subs []*nats.Subscription
+	defer func() {
+		for _, sub := range subs {
+			_ = sub.Drain()
 		}
-	}
-	if cfg.Ready != nil {
-		cfg.Ready()
-	}
-	tick := time.NewTicker(cfg.Tick)
-	defer tick.Stop()
-	for {
-		// 3. Publish what changed materially.
-		a.publish(ctx)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		case m, ok := <-recs:
-			if !ok {
-				return ctx.Err()
+	}()
+	return a.fold.Run(ctx, service.Hooks{
+		// The estimator replays its own history with the fold.
+		Applied: func(st *domain.State, r events.Record, skipped string) {
+			if skipped == "" {
+				a.est.Observe(st, r)
 			}
-			a.applyStored(m)
-		drain:
-			for {
-				select {
-				case m, ok := <-recs:
-					if !ok {
-						break drain
+		},
+		// Answer estimate and stats requests once the log is folded.
+		CaughtUp: func(context.Context) error {
+			if cfg.NC != nil {
+				for op, h := range map[string]nats.MsgHandler{api.OpEstimate: a.onEstimate, api.OpStats: a.onStats} {
+					sub, err := cfg.NC.QueueSubscribe(api.SubjectPrefix+op, api.AdvisorQueueGroup, h)
+					if err != nil {
+						return err
 					}
-					a.applyStored(m)
-				default:
-					break drain
+					subs = append(subs, sub)
 				}
 			}
-		}
-	}
-}
-
-func (a *Advisor) applyStored(m events.Stored) {
-	r, err := events.Decode(m)
-	if err != nil {
-		a.cfg.Logger.Error().Err(err).Msg("advisor: undecodable event skipped")
-		return
-	}
-	a.apply(r)
-}
-
-func (a *Advisor) apply(r events.Record) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.st.Apply(r)
-	a.est.Observe(a.st, r)
+			if cfg.Ready != nil {
+				cfg.Ready()
+			}
+			return nil
+		},
+		// Publish what changed materially.
+		React: func(ctx context.Context) error { a.publish(ctx); return nil },
+		Tick:  cfg.Tick,
+	})
 }
 
 func (a *Advisor) publish(ctx context.Context) {
-	now := a.cfg.Now()
-	a.mu.Lock()
-	adv := a.est.Advise(a.st, now)
+	var out []estimate.Advice
+	a.fold.Read(func(st *domain.State) { out = a.changed(st, a.cfg.Now()) })
+	for _, v := range out {
+		b, _ := json.Marshal(v)
+		if _, err := a.cfg.JS.Publish(ctx, events.AdviceSubject(v.TaskID), b); err != nil && ctx.Err() == nil {
+			a.cfg.Logger.Warn().Err(err).Str("task", v.TaskID).Msg("advisor: publish failed")
+		}
+	}
+}
+
+// changed is the advice that changed materially since it was last
+// published (the fold's lock held).
+func (a *Advisor) changed(st *domain.State, now time.Time) []estimate.Advice {
+	adv := a.est.Advise(st, now)
 	var out []estimate.Advice
 	seen := map[string]bool{}
 	for _, v := range adv {
@@ -156,7 +135,7 @@ func (a *Advisor) publish(ctx context.Context) {
 	}
 	sort.Strings(gone)
 	for _, id := range gone {
-		v, ok := a.est.AdviseOne(a.st, id, now)
+		v, ok := a.est.AdviseOne(st, id, now)
 		if !ok {
 			delete(a.last, id)
 			continue
@@ -171,13 +150,7 @@ func (a *Advisor) publish(ctx context.Context) {
 		}
 		out = append(out, v)
 	}
-	a.mu.Unlock()
-	for _, v := range out {
-		b, _ := json.Marshal(v)
-		if _, err := a.cfg.JS.Publish(ctx, events.AdviceSubject(v.TaskID), b); err != nil && ctx.Err() == nil {
-			a.cfg.Logger.Warn().Err(err).Str("task", v.TaskID).Msg("advisor: publish failed")
-		}
-	}
+	return out
 }
 
 func reply(m *nats.Msg, result any, err *api.Error) {
@@ -226,21 +199,28 @@ func (a *Advisor) Estimate(req api.EstimateRequest, now time.Time) (estimate.Adv
 	if req.WhatIfGPUs < 0 {
 		return estimate.Advice{}, &api.Error{Msg: "must be ≥ 1", Field: "what_if_gpus"}
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	t := a.st.Tasks[req.TaskID]
+	var (
+		v    estimate.Advice
+		aerr *api.Error
+	)
+	a.fold.Read(func(st *domain.State) { v, aerr = a.estimate(st, req, prio, now) })
+	return v, aerr
+}
+
+func (a *Advisor) estimate(st *domain.State, req api.EstimateRequest, prio domain.Priority, now time.Time) (estimate.Advice, *api.Error) {
+	t := st.Tasks[req.TaskID]
 	if t == nil {
 		return estimate.Advice{}, &api.Error{Msg: fmt.Sprintf("task %s not found", req.TaskID), NotFound: true}
 	}
 	if req.WhatIfGPUs == 0 && prio == 0 {
-		v, _ := a.est.AdviseOne(a.st, req.TaskID, now)
+		v, _ := a.est.AdviseOne(st, req.TaskID, now)
 		return v, nil
 	}
 	if t.State != domain.Queued {
 		return estimate.Advice{}, &api.Error{Msg: "what-ifs are for queued tasks; this one is " + string(t.State), Field: "task_id"}
 	}
 	// The hypothetical task: the change applied to a copy, advised there.
-	c := a.st.CloneLive()
+	c := st.CloneLive()
 	am := events.Amended{TaskID: t.ID, GPUs: req.WhatIfGPUs}
 	if prio.Valid() {
 		am.Priority = prio.String()
@@ -259,8 +239,9 @@ type StatsReply struct {
 }
 
 func (a *Advisor) onStats(m *nats.Msg) {
-	a.mu.Lock()
-	s := StatsReply{Stats: a.est.Stats(), AlertsRaised: a.alerts, Queued: len(a.st.Queued())}
-	a.mu.Unlock()
+	var s StatsReply
+	a.fold.Read(func(st *domain.State) {
+		s = StatsReply{Stats: a.est.Stats(), AlertsRaised: a.alerts, Queued: len(st.Queued())}
+	})
 	reply(m, s, nil)
 }

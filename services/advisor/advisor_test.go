@@ -19,7 +19,7 @@ import (
 	"github.com/gpuq/gpuq/pkg/embedded/embeddedtest"
 	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
-	evjs "github.com/gpuq/gpuq/pkg/events/jetstream"
+	"github.com/gpuq/gpuq/pkg/events/memlog"
 	"github.com/gpuq/gpuq/pkg/policy"
 )
 
@@ -48,7 +48,7 @@ func (c *clock) Set(t time.Time) {
 type env struct {
 	t      *testing.T
 	ctx    context.Context
-	log    *evjs.Log
+	log    *memlog.Log
 	clk    *clock
 	cli    *api.Client
 	advice chan *nats.Msg
@@ -60,15 +60,16 @@ func start(t *testing.T, before ...events.Event) *env {
 	svcNC := embeddedtest.Connect(t, srv, "advisor")
 	cliNC := embeddedtest.Connect(t, srv, "cli")
 	ctx, cancel := context.WithCancel(context.Background())
-	log, err := evjs.Open(ctx, svcNC, evjs.StreamConfig{MemoryStorage: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The log is in memory, stamped by the fake clock: the fold's clock is
+	// the log's. The advice stream is real JetStream.
+	clk := &clock{t: t0}
+	log := memlog.New()
+	log.Now = clk.Now
 	js, err := jetstream.New(svcNC)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, ctx: ctx, log: log, clk: &clock{t: t0}, cli: &api.Client{NC: cliNC, Timeout: 10 * time.Second},
+	e := &env{t: t, ctx: ctx, log: log, clk: clk, cli: &api.Client{NC: cliNC, Timeout: 10 * time.Second},
 		advice: make(chan *nats.Msg, 64)}
 	sub, err := cliNC.ChanSubscribe(events.AdviceSubject("q"), e.advice)
 	if err != nil {
@@ -170,7 +171,7 @@ func cluster() []events.Event {
 	r := dt.Task().ID("r").Name("r").GPUs(6).Hours(1).Priority(domain.High).Preemptible(false).Submitted()
 	return []events.Event{
 		dt.Node("n1").GPUs(8).Available(),
-		r, dt.Dispatch("r", dt.On("n1", 0, 1, 2, 3, 4, 5)), events.Started{TaskID: "r"},
+		r, dt.Dispatch("r", dt.On("n1", 0, 1, 2, 3, 4, 5)), events.Started{TaskID: "r", Node: "n1"},
 		dt.Task().ID("q").Name("q").GPUs(4).Hours(1).Priority(domain.Low).Submitted(),
 	}
 }
@@ -334,9 +335,9 @@ func TestAdvicePublishedOnChange(t *testing.T) {
 
 	// The task leaves the queue, then starts, in separate batches: an
 	// advice when it is dispatched, and a last one when it runs.
-	e.append(events.Completed{TaskID: "r"})
+	e.append(events.Completed{TaskID: "r", Node: "n1"})
 	e.folded(e.append(dt.Dispatch("q", dt.On("n1", 0, 1, 2, 3))))
-	e.append(events.Started{TaskID: "q"})
+	e.append(events.Started{TaskID: "q", Node: "n1"})
 	var states []string
 	for {
 		a := e.next()

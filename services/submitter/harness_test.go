@@ -36,6 +36,14 @@ func (c *clock) Now() time.Time {
 	return c.t
 }
 
+// last is the time Now returned last: the log stamps an append with the
+// writer's own time.
+func (c *clock) last() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
 // harness is a server on a log, folding and following it, without NATS or
 // an HTTP listener.
 type harness struct {
@@ -53,11 +61,21 @@ func testLogger(t *testing.T) zerolog.Logger {
 // newHarness starts a server on l (a fresh memlog when nil).
 func newHarness(t *testing.T, l events.Log) *harness {
 	t.Helper()
+	clk := &clock{t: t0}
 	if l == nil {
 		l = memlog.New()
 	}
+	// The fold's clock is the log's: a memlog stamps with the harness's
+	// clock.
+	ml, _ := l.(*memlog.Log)
+	if il, ok := l.(*interceptLog); ok {
+		ml, _ = il.Log.(*memlog.Log)
+	}
+	if ml != nil {
+		ml.Now = clk.last
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := newServer(Config{Log: l, Limits: testLimits, Logger: testLogger(t), Now: (&clock{t: t0}).Now})
+	s := newServer(Config{Log: l, Limits: testLimits, Logger: testLogger(t), Now: clk.Now})
 	if err := s.catchUp(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -145,7 +145,7 @@ func TestRunJetStream(t *testing.T) {
 	}
 
 	// 6. Amend with the expected-sequence guard on JetStream.
-	if err := cli.Call(api.OpAmend, api.AmendRequest{TaskID: sub.TaskID, GPUs: 4}, &v); err != nil || v.GPUs != 4 || !v.SubmittedAt.Equal(t0.Add(time.Second)) {
+	if err := cli.Call(api.OpAmend, api.AmendRequest{TaskID: sub.TaskID, GPUs: 4}, &v); err != nil || v.GPUs != 4 || v.SubmittedAt.IsZero() || time.Since(v.SubmittedAt) > time.Minute {
 		t.Errorf("amend: %v %+v", err, v)
 	}
 

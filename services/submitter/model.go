@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,7 +19,7 @@ type model struct {
 	mu      sync.Mutex
 	st      *domain.State
 	applied uint64        // last sequence folded, undecodable records included
-	bad     int           // undecodable records skipped
+	bad     int           // records the fold skipped
 	changed chan struct{} // closed and replaced whenever applied advances
 	logger  zerolog.Logger
 }
@@ -30,43 +29,23 @@ func newModel(logger zerolog.Logger) *model {
 }
 
 // apply folds one stored message. Messages at or below the applied sequence
-// (a redelivery after a re-follow) are ignored. A message that does not
-// decode is skipped and counted, but the fold advances past it, so waiters
-// are not stuck behind it.
+// (a redelivery after a re-follow) are ignored. A record the fold cannot
+// apply is skipped, logged and counted exactly as in every other service
+// (domain.State.Apply), and the fold advances past it, so waiters are not
+// stuck behind it.
 func (m *model) apply(s events.Stored) {
-	r, err := events.Decode(s)
+	r := events.DecodeRecord(s)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if s.Seq <= m.applied {
 		return
 	}
-	_, unknown := r.Event.(events.Unknown)
-	if err != nil {
+	if why := m.st.Apply(r); why != "" {
 		m.bad++
-		m.logger.Error().Err(err).Uint64("seq", s.Seq).Str("subject", s.Subject).Msg("skipping undecodable record")
-	} else {
-		m.st.Apply(r)
-	}
-	if err != nil || unknown {
-		m.touchTask(s)
+		m.logger.Warn().Uint64("seq", s.Seq).Str("subject", s.Subject).Str("reason", why).Msg("record skipped")
 	}
 	m.applied = s.Seq
 	m.signal()
-}
-
-// touchTask moves a task's LastSeq to a record the fold skipped (it did
-// not decode, or its type or version is newer than this build). JetStream's
-// expected-sequence check counts every message on the task's subjects, so
-// without this every guarded append on the task would conflict forever.
-func (m *model) touchTask(s events.Stored) {
-	rest, ok := strings.CutPrefix(s.Subject, events.TaskPrefix)
-	if !ok {
-		return
-	}
-	id, _, _ := strings.Cut(rest, ".")
-	if t := m.st.Tasks[id]; t != nil && s.Seq > t.LastSeq {
-		t.LastSeq = s.Seq
-	}
 }
 
 // advanceTo records that every sequence up to seq has been seen (e.g. the

@@ -529,8 +529,8 @@ func TestQueue(t *testing.T) {
 	gone := sub("gone", "high")
 	h.dispatch(run)
 	h.dispatch(done)
-	h.appendEvent(events.Started{TaskID: done, Node: "n", PID: 1})
-	h.appendEvent(events.Completed{TaskID: done})
+	h.appendEvent(events.Started{TaskID: done, Node: "node-" + done[len(done)-6:], PID: 1})
+	h.appendEvent(events.Completed{TaskID: done, Node: "node-" + done[len(done)-6:]})
 	if _, err := h.s.cancel(h.ctx, api.IDRequest{TaskID: gone}); err != nil {
 		t.Fatal(err)
 	}
@@ -626,7 +626,7 @@ func TestUndecodableRecord(t *testing.T) {
 	h.s.m.mu.Lock()
 	bad := h.s.m.bad
 	h.s.m.mu.Unlock()
-	if bad != 1 {
-		t.Errorf("bad = %d, want 1", bad)
+	if bad != 2 {
+		t.Errorf("bad = %d, want 2 (the undecodable record and the unknown type)", bad)
 	}
 }

@@ -1,0 +1,317 @@
+// Package service is the one runtime every gpuq service folds the log
+// with: it reads the log into a domain.State, follows it, re-opens a
+// failed follow with backoff (a NATS reconnect, a server restart), hands
+// each folded record and each batch to the service's reaction, skips
+// every record the fold cannot apply in exactly the same way, and keeps
+// the counters that health checks and metrics read.
+//
+// A service says what to do with a fact (Hooks); the runtime does the
+// rest, once. It never exits on anything a client can publish: a record
+// that does not decode, has an unknown type or version, is too large,
+// carries invalid data or is impossible in its task's state is logged
+// once with its sequence and subject, counted, and still counts for the
+// expected sequence of the task its subject names (domain.State.Apply).
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/events"
+)
+
+// Hooks are a service's reactions. Every hook is optional.
+type Hooks struct {
+	// Applied is called for every record right after it is folded, with
+	// the fold's lock held and the reason it was skipped ("" when it was
+	// applied). It must not block.
+	Applied func(st *domain.State, r events.Record, skipped string)
+	// CaughtUp is called once, after the initial read, before following.
+	CaughtUp func(ctx context.Context) error
+	// React is called, without the lock, after each batch of followed
+	// records and at every Tick. An error ends Run with that error (the
+	// service's own decision, e.g. a lost lease); nothing in the log can
+	// cause one.
+	React func(ctx context.Context) error
+	// Tick is how often React runs without new records (0: only after
+	// records).
+	Tick time.Duration
+}
+
+// Skip is one record the fold did not apply.
+type Skip struct {
+	Seq     uint64 `json:"seq"`
+	Subject string `json:"subject"`
+	Reason  string `json:"reason"`
+}
+
+// Counters are the runtime's figures, safe to read at any time.
+type Counters struct {
+	Applied    atomic.Uint64 // records folded and applied
+	Skipped    atomic.Uint64 // records folded and skipped
+	Reconnects atomic.Uint64 // follows re-opened after a failure
+	StreamLast atomic.Uint64 // the log's last sequence when last asked
+	LastTime   atomic.Int64  // the log time of the last record folded (Unix ns)
+}
+
+// Fold is a service's state and its place in the log. Every access to
+// the state goes through Read or the hooks.
+type Fold struct {
+	name   string
+	log    events.Log
+	logger zerolog.Logger
+
+	mu      sync.Mutex
+	st      *domain.State
+	changed chan struct{} // closed and replaced whenever the fold advances
+	ready   atomic.Bool
+	// Counters of this fold.
+	Counters Counters
+}
+
+// New returns a fold of log named for the service, from st (a restored
+// snapshot: the fold goes on at st.Seq+1) or from the start (st nil).
+func New(name string, log events.Log, logger zerolog.Logger, st *domain.State) *Fold {
+	if st == nil {
+		st = domain.NewState()
+	}
+	return &Fold{name: name, log: log, logger: logger, st: st, changed: make(chan struct{})}
+}
+
+// Read runs fn with the state locked. fn must not block and must not keep
+// pointers into the state after it returns.
+func (f *Fold) Read(fn func(st *domain.State)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f.st)
+}
+
+// Seq is the last sequence folded.
+func (f *Fold) Seq() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.st.Seq
+}
+
+// Ready reports whether the initial read is done.
+func (f *Fold) Ready() bool { return f.ready.Load() }
+
+// Lag is how far the fold is behind the log: sequences, and the log time
+// between the last record folded and now.
+func (f *Fold) Lag(now time.Time) (seqs uint64, behind time.Duration) {
+	last, at := f.Counters.StreamLast.Load(), f.Seq()
+	if last > at {
+		seqs = last - at
+		if t := f.Counters.LastTime.Load(); t > 0 {
+			behind = now.Sub(time.Unix(0, t))
+		}
+	}
+	return seqs, behind
+}
+
+// Healthz answers 200 once the fold has caught up, 503 before.
+func (f *Fold) Healthz(w http.ResponseWriter, _ *http.Request) {
+	if !f.Ready() {
+		http.Error(w, f.name+": folding the log", http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// apply folds one stored message. A message at or below the folded
+// sequence (a redelivery after a re-follow) is ignored.
+func (f *Fold) apply(s events.Stored, h *Hooks) { f.applyRecord(events.DecodeRecord(s), h) }
+
+// applyRecord folds one decoded record (see apply).
+func (f *Fold) applyRecord(r events.Record, h *Hooks) {
+	f.mu.Lock()
+	if r.Seq <= f.st.Seq && f.st.Seq > 0 {
+		f.mu.Unlock()
+		return
+	}
+	why := f.st.Apply(r)
+	if h.Applied != nil {
+		h.Applied(f.st, r, why)
+	}
+	close(f.changed)
+	f.changed = make(chan struct{})
+	f.mu.Unlock()
+	if !r.Time.IsZero() {
+		f.Counters.LastTime.Store(r.Time.UnixNano())
+	}
+	if why != "" {
+		f.Counters.Skipped.Add(1)
+		f.logger.Warn().Uint64("seq", r.Seq).Str("subject", r.Subject).Str("reason", why).Msg(f.name + ": record skipped")
+		return
+	}
+	f.Counters.Applied.Add(1)
+}
+
+// WaitFor blocks until the fold has reached seq, ctx ends, or bound
+// passes (ErrBehind).
+func (f *Fold) WaitFor(ctx context.Context, seq uint64, bound time.Duration) error {
+	var timeout <-chan time.Time
+	for {
+		f.mu.Lock()
+		at, ch := f.st.Seq, f.changed
+		f.mu.Unlock()
+		if at >= seq {
+			return nil
+		}
+		if timeout == nil {
+			t := time.NewTimer(bound)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timeout:
+			return fmt.Errorf("%w (folded up to %d, want %d)", ErrBehind, at, seq)
+		}
+	}
+}
+
+// ErrBehind: the fold did not reach a sequence in time.
+var ErrBehind = errors.New("service: the fold is behind the log")
+
+// Backoff bounds of a re-opened follow.
+const (
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 5 * time.Second
+)
+
+// Run folds the log, then follows it until ctx ends or a hook fails. A
+// read or a follow that fails is retried from the next unfolded sequence
+// with backoff, forever: NATS going away is never a reason to exit.
+func (f *Fold) Run(ctx context.Context, h Hooks) error {
+	backoff := minBackoff
+	// 1. The initial read, retried until it succeeds.
+	for {
+		from := f.Seq() + 1
+		last, err := events.ReadAll(ctx, f.log, from, "", func(r events.Record) error { f.applyRecord(r, &h); return nil })
+		if err == nil {
+			f.Counters.StreamLast.Store(last)
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		f.logger.Warn().Err(err).Dur("retry_in", backoff).Msg(f.name + ": reading the log failed")
+		if !sleep(ctx, backoff) {
+			return nil
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+	f.logger.Info().Uint64("seq", f.Seq()).Uint64("skipped", f.Counters.Skipped.Load()).Msg(f.name + ": log folded")
+	if h.CaughtUp != nil {
+		if err := h.CaughtUp(ctx); err != nil {
+			return err
+		}
+	}
+	f.ready.Store(true)
+	defer f.ready.Store(false)
+
+	// 2. Follow, with the reaction after each batch and at each tick.
+	recs := make(chan events.Stored, 1024)
+	go f.follow(ctx, recs)
+	var tick <-chan time.Time
+	if h.Tick > 0 {
+		t := time.NewTicker(h.Tick)
+		defer t.Stop()
+		tick = t.C
+	}
+	react := func() error {
+		if h.React == nil {
+			return nil
+		}
+		return h.React(ctx)
+	}
+	if err := react(); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick:
+		case m := <-recs:
+			f.apply(m, &h)
+		drain:
+			for {
+				select {
+				case m := <-recs:
+					f.apply(m, &h)
+				default:
+					break drain
+				}
+			}
+		}
+		if err := react(); err != nil {
+			return err
+		}
+	}
+}
+
+// follow moves followed messages into recs until ctx ends, re-opening a
+// failed follow from the next unfolded sequence with backoff.
+func (f *Fold) follow(ctx context.Context, recs chan<- events.Stored) {
+	backoff := minBackoff
+	next := f.Seq() + 1
+	for ctx.Err() == nil {
+		fl, err := f.log.Follow(ctx, next, "")
+		if err == nil {
+			for {
+				var m events.Stored
+				m, err = fl.Next(ctx)
+				if err != nil {
+					break
+				}
+				select {
+				case recs <- m:
+				case <-ctx.Done():
+					fl.Close()
+					return
+				}
+				next = m.Seq + 1
+				if m.Seq > f.Counters.StreamLast.Load() {
+					f.Counters.StreamLast.Store(m.Seq)
+				}
+				backoff = minBackoff
+			}
+			fl.Close()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		f.Counters.Reconnects.Add(1)
+		f.logger.Warn().Err(err).Dur("retry_in", backoff).Msg(f.name + ": following the log failed; re-opening")
+		if !sleep(ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, maxBackoff)
+		if n, err := f.log.LastSeq(ctx); err == nil {
+			f.Counters.StreamLast.Store(n)
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
