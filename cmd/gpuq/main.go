@@ -73,7 +73,7 @@ func newRoot() *cobra.Command {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{exitInvalid, fmt.Errorf("%w\n%s", err, c.UsageString())}
 	})
-	root.AddCommand(newDev(), newSubmit(), newShow(), newQueue(), newHistory(), newCancel(), newAmend(),
+	root.AddCommand(newDev(), newAudit(), newSubmit(), newShow(), newQueue(), newHistory(), newCancel(), newAmend(),
 		newChecklist(), newCheckpoint(), newWatch(), newEstimate(), newWait(), newStats(), newBench(), newSim())
 	return root
 }

@@ -475,7 +475,7 @@ func TestApplyLastSeq(t *testing.T) {
 		dt.Node("n1").GPUs(1).Available(),                // 1
 		dt.Task().ID("t1").Submitted(),                   // 2
 		dt.Task().ID("t2").Submitted(),                   // 3
-		events.Completed{TaskID: "t1", Node: "n1"},                   // 4: ignored (queued)
+		events.Completed{TaskID: "t1", Node: "n1"},       // 4: ignored (queued)
 		dt.Dispatch("t1", dt.On("n1", 0)),                // 5
 		dt.UnknownTask("t1", "resized"),                  // 6: unknown
 		dt.Dispatch("t2", dt.On("n1", 0)),                // 7: ignored (held)

@@ -315,3 +315,19 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// Skipped folds the whole log as every service does and lists the
+// records the fold skipped, in log order, with the reason each was
+// skipped: what `gpuq audit skipped` shows. It is a pure function of the
+// log, so it lists each bad record once, whoever asks and whenever.
+func Skipped(ctx context.Context, log events.Log) ([]Skip, error) {
+	st := domain.NewState()
+	out := []Skip{}
+	_, err := events.ReadAll(ctx, log, 1, "", func(r events.Record) error {
+		if why := st.Apply(r); why != "" {
+			out = append(out, Skip{Seq: r.Seq, Subject: r.Subject, Reason: why})
+		}
+		return nil
+	})
+	return out, err
+}

@@ -148,7 +148,7 @@ func (a *Agent) run(ctx context.Context) error {
 		return err
 	}
 	// 1. Fold the log.
-	if _, err := events.ReadAll(ctx, log, 1, "", func(r events.Record) error { a.st.Apply(r); return nil }); err != nil {
+	if _, err := events.ReadAll(ctx, log, 1, "", func(r events.Record) error { a.fold(r); return nil }); err != nil {
 		return err
 	}
 	// 2. Announce the inventory.
@@ -206,13 +206,14 @@ func (a *Agent) run(ctx context.Context) error {
 	}
 }
 
-func (a *Agent) apply(m events.Stored) {
-	r, err := events.Decode(m)
-	if err != nil {
-		a.cfg.Logger.Error().Err(err).Msg("gpuagent: undecodable event skipped")
-		return
+// apply folds one followed record; a record the fold cannot apply is
+// skipped as in every service (domain.State.Apply).
+func (a *Agent) apply(m events.Stored) { a.fold(events.DecodeRecord(m)) }
+
+func (a *Agent) fold(r events.Record) {
+	if why := a.st.Apply(r); why != "" {
+		a.cfg.Logger.Warn().Uint64("seq", r.Seq).Str("subject", r.Subject).Str("reason", why).Msg("gpuagent: record skipped")
 	}
-	a.st.Apply(r)
 }
 
 func (a *Agent) beat(ctx context.Context, kv jetstream.KeyValue) {

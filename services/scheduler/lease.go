@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -15,12 +16,20 @@ const leaseKey = "scheduler"
 // lease is the leader lease: a key in a KV bucket whose entries expire
 // after the TTL. The holder creates the key and renews it with Update on
 // its revision; a standby's Create fails until the key has expired.
+//
+// The lease's epoch is the key's revision when this instance created it:
+// the bucket's revisions only grow, so every new holder has a larger
+// epoch than every earlier one. Decisions carry it and the fold refuses a
+// decision of an older epoch than the newest it has seen (fencing).
 type lease struct {
 	kv       jetstream.KeyValue
 	instance string
 	ttl      time.Duration
 	cancel   context.CancelFunc
 	done     chan struct{}
+	epoch    uint64
+	renewed  atomic.Int64 // monotonic ns (since start) of the last renewal
+	start    time.Time
 }
 
 func newLease(ctx context.Context, js jetstream.JetStream, instance string, ttl time.Duration) (*lease, error) {
@@ -29,7 +38,16 @@ func newLease(ctx context.Context, js jetstream.JetStream, instance string, ttl 
 	if err != nil {
 		return nil, err
 	}
-	return &lease{kv: kv, instance: instance, ttl: ttl}, nil
+	return &lease{kv: kv, instance: instance, ttl: ttl, start: time.Now()}, nil
+}
+
+// valid reports whether the lease still certainly holds: the last renewal
+// was less than two thirds of the TTL ago, on the monotonic clock, which
+// goes on while a process is stopped. A leader paused past its lease
+// (SIGSTOP, a long GC, a frozen VM) finds it invalid the moment it runs
+// again, before any renewal could tell it, and decides nothing.
+func (l *lease) valid() bool {
+	return time.Since(l.start)-time.Duration(l.renewed.Load()) < l.ttl*2/3
 }
 
 // acquire blocks until this instance holds the lease; the returned context
@@ -39,7 +57,8 @@ func (l *lease) acquire(ctx context.Context) (context.Context, error) {
 		rev, err := l.kv.Create(ctx, leaseKey, []byte(l.instance))
 		if err == nil {
 			lctx, cancel := context.WithCancel(ctx)
-			l.cancel, l.done = cancel, make(chan struct{})
+			l.cancel, l.done, l.epoch = cancel, make(chan struct{}), rev
+			l.renewed.Store(int64(time.Since(l.start)))
 			go l.renew(lctx, cancel, rev)
 			return lctx, nil
 		}
@@ -58,13 +77,17 @@ func (l *lease) acquire(ctx context.Context) (context.Context, error) {
 
 func (l *lease) renew(ctx context.Context, lost context.CancelFunc, rev uint64) {
 	defer close(l.done)
-	t := time.NewTicker(l.ttl / 3)
+	t := time.NewTicker(l.ttl / 4)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			if !l.valid() {
+				lost() // paused past the lease: another may hold it
+				return
+			}
 			r, err := l.kv.Update(ctx, leaseKey, []byte(l.instance), rev)
 			if err != nil {
 				if ctx.Err() == nil {
@@ -73,6 +96,7 @@ func (l *lease) renew(ctx context.Context, lost context.CancelFunc, rev uint64) 
 				return
 			}
 			rev = r
+			l.renewed.Store(int64(time.Since(l.start)))
 		}
 	}
 }

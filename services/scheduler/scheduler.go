@@ -16,6 +16,7 @@ import (
 	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/policy"
+	"github.com/gpuq/gpuq/pkg/service"
 )
 
 // Config of a scheduler instance.
@@ -44,11 +45,12 @@ type Config struct {
 type Scheduler struct {
 	cfg   Config
 	mu    sync.Mutex
-	state *domain.State
+	fold  *service.Fold // of the current leadership term; nil on standby
 	lead  bool
-	seen  map[string]time.Time // node heartbeats
-	pred  *estimate.Predictor  // run times learned from the log, for backfill
-	snaps *snapshots           // nil: no snapshots
+	seen  map[string]time.Time // node heartbeats, on the server's clock
+	clock serverClock
+	pred  *estimate.Predictor // run times learned from the log, for backfill
+	snaps *snapshots          // nil: no snapshots
 }
 
 // New returns an instance; Run starts it.
@@ -75,7 +77,7 @@ func New(cfg Config) *Scheduler {
 		h, _ := os.Hostname()
 		cfg.Instance = fmt.Sprintf("%s-%d", h, os.Getpid())
 	}
-	return &Scheduler{cfg: cfg}
+	return &Scheduler{cfg: cfg, clock: serverClock{local: cfg.Now}}
 }
 
 // Run blocks until ctx ends: wait for the lease, lead while it holds.
@@ -96,13 +98,13 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			}
 			return err
 		}
-		s.cfg.Logger.Info().Str("instance", s.cfg.Instance).Msg("scheduler: leading")
-		err = s.lead_(lctx)
+		s.cfg.Logger.Info().Str("instance", s.cfg.Instance).Uint64("epoch", lease.epoch).Msg("scheduler: leading")
+		err = s.lead_(lctx, lease)
 		lease.release()
 		if ctx.Err() != nil {
 			return nil
 		}
-		s.cfg.Logger.Warn().Err(err).Msg("scheduler: lost leadership; standing by")
+		s.cfg.Logger.Warn().Err(err).Uint64("epoch", lease.epoch).Msg("scheduler: stepped down; standing by")
 	}
 	return nil
 }
@@ -110,11 +112,14 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // Snapshot returns a copy of the live state (nil before the first fold).
 func (s *Scheduler) Snapshot() *domain.State {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.state == nil {
+	f, lead := s.fold, s.lead
+	s.mu.Unlock()
+	if f == nil || !lead {
 		return nil
 	}
-	return s.state.Clone()
+	var c *domain.State
+	f.Read(func(st *domain.State) { c = st.Clone() })
+	return c
 }
 
 // Leading reports whether this instance holds the lease.
@@ -124,121 +129,103 @@ func (s *Scheduler) Leading() bool {
 	return s.lead
 }
 
-func (s *Scheduler) lead_(ctx context.Context) error {
-	log := s.cfg.Log
-	// 1. Fold the whole log, or the snapshot and the log after it.
-	st, pred, from := s.snaps.restore(ctx, log)
-	s.pred = pred
-	if _, err := events.ReadAll(ctx, log, from, "", func(r events.Record) error { s.fold(st, r); return nil }); err != nil {
-		return err
-	}
-	defer s.snaps.final(st, s.pred)
-	s.snaps.take(ctx, st, s.pred) // a long fold is worth a snapshot at once
-	// Every known node gets a full timeout to show its heartbeat.
-	seen := map[string]time.Time{}
-	for name := range st.Nodes {
-		seen[name] = s.cfg.Now()
-	}
-	s.mu.Lock()
-	s.state, s.lead, s.seen = st, true, seen
-	s.mu.Unlock()
-	if err := s.watchHeartbeats(ctx); err != nil {
-		return err
-	}
-	defer func() { s.mu.Lock(); s.lead = false; s.mu.Unlock() }()
+// Errors that end a leadership term.
+var (
+	errLeaseExpired = errors.New("scheduler: the lease may have expired (renewal overdue)")
+	errHeartbeats   = errors.New("scheduler: the heartbeat watcher ended")
+)
 
-	// 2. Follow the log from the next sequence.
-	f, err := log.Follow(ctx, st.Seq+1, "")
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	recs := make(chan events.Stored, 1024)
-	ferr := make(chan error, 1)
-	go func() {
-		for {
-			m, err := f.Next(ctx)
-			if err != nil {
-				ferr <- err
-				return
-			}
-			recs <- m
-		}
+// lead_ is one leadership term: the runtime folds the log (from the
+// newest snapshot) and follows it; after each batch and each tick the
+// scheduler decides. It steps down — returns — as soon as the lease's
+// renewal is overdue or fails, or the heartbeat watcher ends, so it
+// never decides on a lease that may be someone else's or on a frozen view
+// of the nodes.
+func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
+	st, pred, _ := s.snaps.restore(ctx, s.cfg.Log)
+	s.pred = pred
+	fold := service.New("scheduler", s.cfg.Log, s.cfg.Logger, st)
+	s.mu.Lock()
+	s.fold = fold
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.fold, s.lead = nil, false
+		s.mu.Unlock()
 	}()
-	if s.cfg.Ready != nil {
-		s.cfg.Ready()
-	}
-	tick := time.NewTicker(s.cfg.Tick)
-	defer tick.Stop()
+	hbDone := make(chan struct{})
 	var waitFor uint64 // our last append; no pass until folded
-	for {
-		// 3. Decide and append, unless our own appends are still in flight.
-		if st.Seq >= waitFor {
-			last, err := s.pass(ctx, st)
-			if err != nil {
-				return err
-			}
-			if last > waitFor {
-				waitFor = last
-			}
-		}
-		// 4. Wait for new events (or a tick), then apply all that are there.
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-ferr:
-			return err
-		case <-tick.C:
-		case m := <-recs:
-			if err := s.apply(st, m); err != nil {
-				return err
-			}
-		drain:
-			for {
-				select {
-				case m := <-recs:
-					if err := s.apply(st, m); err != nil {
-						return err
-					}
-				default:
-					break drain
+	err := fold.Run(ctx, service.Hooks{
+		Applied: func(st *domain.State, r events.Record, skipped string) {
+			s.clock.observe(r.Time)
+			s.snaps.saw(r)
+			if c, ok := r.Event.(events.Completed); ok && skipped == "" {
+				if t := st.Tasks[c.TaskID]; t != nil {
+					s.pred.Observe(t)
 				}
 			}
-			s.snaps.take(ctx, st, s.pred)
-		}
+		},
+		CaughtUp: func(ctx context.Context) error {
+			fold.Read(func(st *domain.State) {
+				s.snaps.take(ctx, st, s.pred) // a long fold is worth a snapshot at once
+				// Every known node gets a full timeout to show its heartbeat.
+				seen := map[string]time.Time{}
+				for name := range st.Nodes {
+					seen[name] = s.clock.now()
+				}
+				s.mu.Lock()
+				s.seen, s.lead = seen, true
+				s.mu.Unlock()
+			})
+			if err := s.watchHeartbeats(ctx, hbDone); err != nil {
+				return err
+			}
+			if s.cfg.Ready != nil {
+				s.cfg.Ready()
+			}
+			return nil
+		},
+		React: func(ctx context.Context) error {
+			select {
+			case <-hbDone:
+				return errHeartbeats
+			default:
+			}
+			if !lease.valid() {
+				return errLeaseExpired
+			}
+			var err error
+			fold.Read(func(st *domain.State) {
+				s.snaps.take(ctx, st, s.pred)
+				if st.Seq < waitFor {
+					return
+				}
+				var last uint64
+				last, err = s.pass(ctx, st, lease)
+				waitFor = max(waitFor, last)
+			})
+			return err
+		},
+		Tick: s.cfg.Tick,
+	})
+	fold.Read(func(st *domain.State) { s.snaps.final(st, s.pred) })
+	if err == nil {
+		err = ctx.Err()
 	}
-}
-
-func (s *Scheduler) apply(st *domain.State, m events.Stored) error {
-	r, err := events.Decode(m)
-	if err != nil {
-		s.cfg.Logger.Error().Err(err).Uint64("seq", m.Seq).Msg("scheduler: undecodable event skipped")
-		st.Seq = m.Seq
-		return nil
-	}
-	s.mu.Lock()
-	s.fold(st, r)
-	s.mu.Unlock()
-	return nil
-}
-
-// fold applies a record and learns run times from completions.
-func (s *Scheduler) fold(st *domain.State, r events.Record) {
-	st.Apply(r)
-	s.snaps.saw(r)
-	if c, ok := r.Event.(events.Completed); ok {
-		if t := st.Tasks[c.TaskID]; t != nil {
-			s.pred.Observe(t)
-		}
-	}
+	return err
 }
 
 // pass runs the pure policy and the protocol reactions and appends their
 // events, all published before any ack is awaited when the log can batch
 // (events.AppendAll: each is stored or refused as if appended alone, in
 // order); it returns the highest sequence appended.
-func (s *Scheduler) pass(ctx context.Context, st *domain.State) (uint64, error) {
-	now := s.cfg.Now()
+//
+// Its clock is the server's (serverClock): node ages and the policy's
+// "now" are judged on the log's and the heartbeats' own timestamps.
+// Every decision carries the lease's epoch; if the lease is no longer
+// certainly held when the pass is ready to append, nothing is appended.
+func (s *Scheduler) pass(ctx context.Context, st *domain.State, lease *lease) (uint64, error) {
+	now := s.clock.now()
 	s.mu.Lock()
 	live := decide.Liveness{LastSeen: s.seen, Timeout: s.cfg.NodeTimeout}
 	if s.cfg.NodeTimeout < 0 {
@@ -249,9 +236,14 @@ func (s *Scheduler) pass(ctx context.Context, st *domain.State) (uint64, error) 
 	if len(cmds) == 0 {
 		return 0, nil
 	}
+	if !lease.valid() {
+		return 0, errLeaseExpired
+	}
 	msgs := make([]events.Msg, 0, len(cmds))
 	sent := make([]int, 0, len(cmds)) // msgs[j] is cmds[sent[j]]
 	for i, c := range cmds {
+		c.Event = withEpoch(c.Event, lease.epoch)
+		cmds[i] = c
 		subj, data, _, err := events.Encode(c.Event, events.Meta{Time: now})
 		if err != nil {
 			s.cfg.Logger.Error().Err(err).Str("event", string(c.Event.EventType())).Msg("scheduler: append failed")
@@ -282,8 +274,29 @@ func (s *Scheduler) pass(ctx context.Context, st *domain.State) (uint64, error) 
 	return last, nil
 }
 
-// watchHeartbeats follows the agents' heartbeat bucket into s.seen.
-func (s *Scheduler) watchHeartbeats(ctx context.Context) error {
+// withEpoch stamps a decision with the leader's epoch.
+func withEpoch(e events.Event, epoch uint64) events.Event {
+	switch v := e.(type) {
+	case events.Dispatched:
+		v.Epoch = epoch
+		return v
+	case events.PreemptRequested:
+		v.Epoch = epoch
+		return v
+	case events.Requeued:
+		v.Epoch = epoch
+		return v
+	case events.Lost:
+		v.Epoch = epoch
+		return v
+	}
+	return e
+}
+
+// watchHeartbeats follows the agents' heartbeat bucket into s.seen, on
+// the server's clock (the entries' own timestamps); done is closed when
+// the watch ends before ctx, which ends the leadership term.
+func (s *Scheduler) watchHeartbeats(ctx context.Context, done chan<- struct{}) error {
 	kv, err := s.cfg.JS.CreateOrUpdateKeyValue(ctx, events.HeartbeatKV(0))
 	if err != nil {
 		return err
@@ -293,6 +306,7 @@ func (s *Scheduler) watchHeartbeats(ctx context.Context) error {
 		return err
 	}
 	go func() {
+		defer close(done)
 		defer w.Stop()
 		for {
 			select {
@@ -300,16 +314,20 @@ func (s *Scheduler) watchHeartbeats(ctx context.Context) error {
 				return
 			case e, ok := <-w.Updates():
 				if !ok {
+					if ctx.Err() == nil {
+						s.cfg.Logger.Error().Msg("scheduler: heartbeat watch ended; stepping down")
+					}
 					return
 				}
 				if e == nil || e.Operation() != jetstream.KeyValuePut {
 					continue
 				}
-				s.mu.Lock()
-				// The server's time of the heartbeat, or ours if it is older
-				// than our start (a standby taking over must not declare
-				// nodes lost from heartbeats it never waited for).
 				at := e.Created()
+				s.clock.observe(at)
+				s.mu.Lock()
+				// A standby taking over must not declare nodes lost from
+				// heartbeats it never waited for: an older beat than the
+				// start of the term leaves the term's start.
 				if prev, ok := s.seen[e.Key()]; !ok || at.After(prev) {
 					s.seen[e.Key()] = at
 				}
@@ -318,4 +336,39 @@ func (s *Scheduler) watchHeartbeats(ctx context.Context) error {
 		}
 	}()
 	return nil
+}
+
+// serverClock is the server's time as this process last saw it (a
+// record's stored time, a heartbeat's), advanced by the local monotonic
+// clock since: it never depends on the local wall clock being right.
+// Before anything is observed it is the local clock.
+type serverClock struct {
+	local func() time.Time
+	mu    sync.Mutex
+	at    time.Time // a server timestamp
+	seen  time.Time // local time when it was observed
+}
+
+func (c *serverClock) observe(at time.Time) {
+	if at.IsZero() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() || at.After(c.estimate()) {
+		c.at, c.seen = at, c.local()
+	}
+}
+
+func (c *serverClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.estimate()
+}
+
+func (c *serverClock) estimate() time.Time {
+	if c.at.IsZero() {
+		return c.local()
+	}
+	return c.at.Add(c.local().Sub(c.seen))
 }
