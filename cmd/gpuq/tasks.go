@@ -386,7 +386,15 @@ func newCheckpoint() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "checkpoint --ref REF",
 		Short: "Report a saved checkpoint (from inside a job: task from GPUQ_TASK_ID)",
-		Args:  cobra.NoArgs,
+		Long: "Report a saved checkpoint (from inside a job: task from GPUQ_TASK_ID).\n\n" +
+			"The submitter records it only while the task is running or preempting;\n" +
+			"any other state is refused (exit 2), an unknown task is exit 3.",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return invalid("ref", fmt.Sprintf("give it with --ref; checkpoint takes no arguments (got %q)", args))
+			}
+			return nil
+		},
 		RunE: func(c *cobra.Command, _ []string) error {
 			if task == "" {
 				task = os.Getenv("GPUQ_TASK_ID")
@@ -397,23 +405,21 @@ func newCheckpoint() *cobra.Command {
 			if !events.ValidKey(task) {
 				return invalid("task", "must not contain spaces, '.', '*' or '>'")
 			}
-			if strings.TrimSpace(ref) == "" {
-				return invalid("ref", "is required: where the checkpoint was saved")
+			req := api.CheckpointRequest{TaskID: task, Ref: ref}
+			if err := req.Validate(); err != nil {
+				return &exitError{exitInvalid, err}
 			}
-			l, done, err := attach(&f)
+			cl, done, err := f.client()
 			if err != nil {
 				return err
 			}
 			defer done()
-			if !taskExists(c.Context(), l, task) {
-				return &exitError{exitNotFound, fmt.Errorf("task %s not found", task)}
-			}
-			ack, err := events.Append(c.Context(), l, events.Checkpointed{TaskID: task, Ref: ref}, events.Meta{Time: time.Now()}, "", nil)
-			if err != nil {
+			var out api.CheckpointReply
+			if err := cl.Call(api.OpCheckpoint, req, &out); err != nil {
 				return err
 			}
 			if f.json {
-				return printJSON(os.Stdout, map[string]any{"task_id": task, "ref": ref, "seq": ack.Seq})
+				return printJSON(os.Stdout, map[string]any{"task_id": out.TaskID, "ref": out.Ref, "seq": out.Seq, "state": out.State})
 			}
 			return nil
 		},

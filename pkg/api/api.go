@@ -4,13 +4,18 @@
 //
 // Requests go to gpuq.api.v1.<op> (queue group "submitter"); every reply is
 // a Reply: either a result or {"error": "...", "field": "..."}. A reply with
-// a Field is the caller's fault (CLI exit code 2, HTTP 400); without one it
-// is the server's (exit 1, HTTP 5xx) or NotFound (HTTP 404).
+// a Field is the caller's fault (CLI exit code 2, HTTP 400, or 409 when the
+// task's state does not allow the operation, e.g. a checkpoint of a queued
+// task); without one it is the server's (exit 1, HTTP 5xx) or NotFound
+// (HTTP 404).
 package api
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/gpuq/gpuq/pkg/domain"
 )
@@ -25,6 +30,7 @@ const (
 	OpAmend       = "amend"
 	OpChecklist   = "checklist"
 	OpHistory     = "history"
+	OpCheckpoint  = "checkpoint"
 	QueueGroup    = "submitter"
 )
 
@@ -68,6 +74,43 @@ type ChecklistRequest struct {
 	TaskID string `json:"task_id"`
 	Item   string `json:"item"`
 	Done   bool   `json:"done"`
+}
+
+// CheckpointRequest reports a checkpoint the task's job saved. It is
+// accepted only while the task is running or preempting.
+type CheckpointRequest struct {
+	TaskID string `json:"task_id"`
+	Ref    string `json:"ref"`
+}
+
+// MaxCheckpointRef bounds CheckpointRequest.Ref, in bytes (Linux's PATH_MAX).
+const MaxCheckpointRef = 4096
+
+// Validate checks the ref; the task id and state are the server's to check.
+// The ref is kept as given: it reaches the next run as GPUQ_RESUME_FROM, so
+// it must be usable as an environment variable's value.
+func (r CheckpointRequest) Validate() error {
+	if strings.TrimSpace(r.Ref) == "" {
+		return &domain.FieldError{Field: "ref", Rule: "must not be empty: say where the checkpoint was saved"}
+	}
+	if len(r.Ref) > MaxCheckpointRef {
+		return &domain.FieldError{Field: "ref", Rule: fmt.Sprintf("must be at most %d bytes (got %d)", MaxCheckpointRef, len(r.Ref))}
+	}
+	for i, c := range r.Ref {
+		if unicode.IsControl(c) {
+			return &domain.FieldError{Field: "ref", Rule: fmt.Sprintf("must not contain control characters (got %q at byte %d)", c, i)}
+		}
+	}
+	return nil
+}
+
+// CheckpointReply answers an accepted checkpoint: Seq is the sequence of
+// its checkpointed event, State the task's state when it was accepted.
+type CheckpointReply struct {
+	TaskID string `json:"task_id"`
+	Ref    string `json:"ref"`
+	Seq    uint64 `json:"seq"`
+	State  string `json:"state"`
 }
 
 // TaskView is a task as people and scripts see it.

@@ -1,14 +1,14 @@
 // Package submitter is gpuq's write gateway for people and CI. It validates
 // requests, appends the facts they cause (submitted, amended, cancelled,
-// checklist_updated) to the audit log, and answers queries from a read model
-// that is a fold of that log.
+// checklist_updated, checkpointed) to the audit log, and answers queries
+// from a read model that is a fold of that log.
 //
 // # Transports
 //
 // The same internal operations are served two ways. Over NATS,
 // request/reply on gpuq.api.v1.<op> (queue group api.QueueGroup), ops
-// submit, show, queue, cancel, amend, checklist and history; every answer is
-// an api.Reply. Over HTTP, when Config.HTTPAddr is set:
+// submit, show, queue, cancel, amend, checklist, checkpoint and history;
+// every answer is an api.Reply. Over HTTP, when Config.HTTPAddr is set:
 //
 //	POST /v1/tasks                 submit      201, 200 for a duplicate
 //	GET  /v1/tasks[?all=true]      queue
@@ -16,6 +16,7 @@
 //	POST /v1/tasks/{id}/cancel     cancel      body optional: {"by": "..."}
 //	POST /v1/tasks/{id}/amend      amend
 //	POST /v1/tasks/{id}/checklist  checklist
+//	POST /v1/tasks/{id}/checkpoint checkpoint  {"ref": "..."}, from the task's job
 //	GET  /v1/tasks/{id}/history    the task's events, in log order
 //	GET  /healthz                  200 {"status":"ok"} once ready, 503 before
 //
@@ -27,13 +28,20 @@
 // tasks holding or about to hold GPUs (dispatched, running, preempting),
 // then queued tasks, both in queue order (domain.Task.Before), then terminal
 // tasks by the time they ended. The checklist may be marked in any state;
-// amend applies to queued tasks only; cancel to any task not yet ended.
+// amend applies to queued tasks only; cancel to any task not yet ended;
+// checkpoint to running or preempting tasks only (the job reports where it
+// saved one; any other state answers 409 naming task_id, as nothing runs
+// that could have saved it). A checkpoint's ref must be non-blank, at most
+// api.MaxCheckpointRef bytes and free of control characters (it becomes the
+// next run's GPUQ_RESUME_FROM); it is kept as given.
 //
 // A success answers the result JSON itself; a failure answers
 // {"error": "...", "field": "...", "not_found": true} with 400 (a field or the
-// body is wrong), 404 (no such task or route), 405, 409 (the task kept
-// changing under a cancel or amend), 413 (body over 1 MiB), 503 (starting,
-// or the read model is behind the log) or 500.
+// body is wrong), 404 (no such task or route), 405, 409 (a checkpoint of a
+// task that is not running or preempting, with field task_id; or, without a
+// field, the task kept changing under a cancel, amend or checkpoint), 413
+// (body over 1 MiB), 503 (starting, or the read model is behind the log) or
+// 500. Over NATS the same errors carry the same field and not_found.
 //
 // # Read model and consistency
 //
@@ -53,10 +61,12 @@
 // id "submit:<team>:<key>", so concurrent retries are de-duplicated by the
 // stream, and a duplicate ack is answered with the original task's id.
 //
-// Cancel and amend append with an expected last sequence on the task's
-// subjects (gpuq.task.<id>.>): if another writer (the scheduler, another
-// submitter) appended to the task meanwhile, the append is refused, the
-// service catches up, decides again and retries a few times.
+// Cancel, amend and checkpoint append with an expected last sequence on the
+// task's subjects (gpuq.task.<id>.>): if another writer (the scheduler, an
+// agent, another submitter) appended to the task meanwhile, the append is
+// refused, the service catches up, decides again and retries a few times. A
+// checkpoint is not de-duplicated: a job's retry appends it again (the
+// latest wins, and its time is the one that counts for lost work).
 //
 // # Concurrency and shutdown
 //

@@ -23,17 +23,19 @@ func (s *server) handler() http.Handler {
 	mux.HandleFunc("POST /v1/tasks/{id}/cancel", s.httpCancel)
 	mux.HandleFunc("POST /v1/tasks/{id}/amend", s.httpAmend)
 	mux.HandleFunc("POST /v1/tasks/{id}/checklist", s.httpChecklist)
+	mux.HandleFunc("POST /v1/tasks/{id}/checkpoint", s.httpCheckpoint)
 	mux.HandleFunc("GET /v1/tasks/{id}/history", s.httpHistory)
 	// The same paths without a method answer 405 in JSON (ServeMux's own
 	// 405 is plain text); anything else is a JSON 404.
 	for path, allow := range map[string]string{
-		"/healthz":                 "GET, HEAD",
-		"/v1/tasks":                "GET, HEAD, POST",
-		"/v1/tasks/{id}":           "GET, HEAD",
-		"/v1/tasks/{id}/cancel":    "POST",
-		"/v1/tasks/{id}/amend":     "POST",
-		"/v1/tasks/{id}/checklist": "POST",
-		"/v1/tasks/{id}/history":   "GET, HEAD",
+		"/healthz":                  "GET, HEAD",
+		"/v1/tasks":                 "GET, HEAD, POST",
+		"/v1/tasks/{id}":            "GET, HEAD",
+		"/v1/tasks/{id}/cancel":     "POST",
+		"/v1/tasks/{id}/amend":      "POST",
+		"/v1/tasks/{id}/checklist":  "POST",
+		"/v1/tasks/{id}/checkpoint": "POST",
+		"/v1/tasks/{id}/history":    "GET, HEAD",
 	} {
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
@@ -182,6 +184,20 @@ func (s *server) httpChecklist(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := s.checklist(r.Context(), req)
 	s.respond(w, "checklist", res, err)
+}
+
+func (s *server) httpCheckpoint(w http.ResponseWriter, r *http.Request) {
+	var req api.CheckpointRequest
+	err := readBody(w, r, &req)
+	if err == nil {
+		err = pathID(r, &req.TaskID)
+	}
+	if err != nil {
+		s.fail(w, "checkpoint", err)
+		return
+	}
+	res, err := s.checkpoint(r.Context(), req)
+	s.respond(w, "checkpoint", res, err)
 }
 
 func (s *server) httpHistory(w http.ResponseWriter, r *http.Request) {

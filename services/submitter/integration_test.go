@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -194,7 +195,46 @@ func TestRunJetStream(t *testing.T) {
 		t.Errorf("http unknown: %d %s", code, b)
 	}
 
-	// 9. Clean shutdown.
+	// 9. Checkpoint over NATS and HTTP, guarded by the task's state: refused
+	// while queued, accepted once an agent reports it started.
+	ck := api.CheckpointRequest{TaskID: hs.TaskID, Ref: "/ckpt/vit/step-1"}
+	if err := cli.Call(api.OpCheckpoint, ck, nil); !api.IsInvalid(err) || err.(*api.Error).Field != "task_id" {
+		t.Errorf("checkpoint while queued: err = %v, want a refusal naming task_id", err)
+	}
+	if code, b := httpDo("POST", "/v1/tasks/"+hs.TaskID+"/checkpoint", ck); code != 409 {
+		t.Errorf("http checkpoint while queued: %d %s, want 409", code, b)
+	}
+	gpus := make([]events.GPU, 8)
+	var uuids []string
+	for i := range gpus {
+		gpus[i] = events.GPU{UUID: fmt.Sprintf("GPU-%d", i), Model: "A100", MemoryMiB: 81920, Healthy: true}
+		uuids = append(uuids, gpus[i].UUID)
+	}
+	for _, e := range []events.Event{
+		events.Available{Node: "n1", GPUs: gpus, FreeGPUs: 8},
+		events.Dispatched{TaskID: hs.TaskID, Placements: []events.Placement{{Node: "n1", GPUs: uuids}}},
+		events.Started{TaskID: hs.TaskID, Node: "n1", PID: 1},
+	} {
+		if _, err := events.Append(ctx, log, e, events.Meta{Time: t0}, "", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ckr api.CheckpointReply
+	if err := cli.Call(api.OpCheckpoint, ck, &ckr); err != nil || ckr.State != "running" || ckr.Seq == 0 {
+		t.Errorf("checkpoint while running: %v %+v", err, ckr)
+	}
+	ck.Ref = "/ckpt/vit/step-2"
+	if code, b := httpDo("POST", "/v1/tasks/"+hs.TaskID+"/checkpoint", ck); code != 200 {
+		t.Errorf("http checkpoint while running: %d %s", code, b)
+	}
+	if err := cli.Call(api.OpShow, api.IDRequest{TaskID: hs.TaskID}, &v); err != nil || v.Checkpoint != "/ckpt/vit/step-2" {
+		t.Errorf("show after checkpoints: %v, checkpoint %q", err, v.Checkpoint)
+	}
+	if err := cli.Call(api.OpCheckpoint, api.CheckpointRequest{TaskID: "nope", Ref: "/c"}, nil); !api.IsNotFound(err) {
+		t.Errorf("checkpoint unknown: %v", err)
+	}
+
+	// 10. Clean shutdown.
 	cancel()
 	select {
 	case err := <-done:

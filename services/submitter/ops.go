@@ -280,13 +280,19 @@ type decision struct {
 // it is afterwards. When the append is refused because the task changed,
 // it catches up and decides again, at most appendAttempts times.
 func (s *server) mutate(ctx context.Context, id string, decide func(t *domain.Task) (decision, error)) (api.TaskView, error) {
+	v, _, err := s.mutateSeq(ctx, id, decide)
+	return v, err
+}
+
+// mutateSeq is mutate that also answers the sequence of the appended event.
+func (s *server) mutateSeq(ctx context.Context, id string, decide func(t *domain.Task) (decision, error)) (api.TaskView, uint64, error) {
 	if err := checkID(id); err != nil {
-		return api.TaskView{}, err
+		return api.TaskView{}, 0, err
 	}
 	now := s.now()
 	for attempt := 1; ; attempt++ {
 		if err := s.sync(ctx); err != nil {
-			return api.TaskView{}, err
+			return api.TaskView{}, 0, err
 		}
 		var (
 			d     decision
@@ -300,10 +306,10 @@ func (s *server) mutate(ctx context.Context, id string, decide func(t *domain.Ta
 			}
 		})
 		if !found {
-			return api.TaskView{}, notFound(id)
+			return api.TaskView{}, 0, notFound(id)
 		}
 		if err != nil {
-			return api.TaskView{}, err
+			return api.TaskView{}, 0, err
 		}
 		ack, err := events.Append(ctx, s.log, d.event, events.Meta{Time: now}, "", d.expect)
 		if errors.Is(err, events.ErrConflict) {
@@ -311,19 +317,19 @@ func (s *server) mutate(ctx context.Context, id string, decide func(t *domain.Ta
 				s.logger.Debug().Str("task_id", id).Int("attempt", attempt).Msg("task changed meanwhile; deciding again")
 				continue
 			}
-			return api.TaskView{}, &opError{Status: http.StatusConflict,
+			return api.TaskView{}, 0, &opError{Status: http.StatusConflict,
 				Msg: fmt.Sprintf("task %s kept changing during %d attempts; try again", id, attempt)}
 		}
 		if err != nil {
-			return api.TaskView{}, err
+			return api.TaskView{}, 0, err
 		}
 		s.logger.Info().Str("task_id", id).Str("event", string(d.event.EventType())).Uint64("seq", ack.Seq).Msg("appended")
 		if err := s.m.waitFor(ctx, ack.Seq, s.syncTimeout); err != nil {
-			return api.TaskView{}, err
+			return api.TaskView{}, 0, err
 		}
 		var v api.TaskView
 		s.m.read(func(st *domain.State) { v = view(st.Tasks[id]) })
-		return v, nil
+		return v, ack.Seq, nil
 	}
 }
 
@@ -415,6 +421,35 @@ func (s *server) checklist(ctx context.Context, req api.ChecklistRequest) (api.T
 	return s.mutate(ctx, req.TaskID, func(t *domain.Task) (decision, error) {
 		return decision{event: events.ChecklistUpdated{TaskID: t.ID, Item: req.Item, Done: req.Done}}, nil
 	})
+}
+
+// checkpoint records the checkpoint a task's job saved, only while the task
+// is running or preempting: a queued or ended task has no job that could
+// have saved one, and its next run (or none) must not resume from a ref
+// anyone else made up. The append is guarded like cancel's, so a task that
+// ended or was requeued between the check and the append is decided again.
+// A retry of the same ref is appended again: the latest checkpoint wins and
+// its time moves, which is right when a job overwrites one path.
+func (s *server) checkpoint(ctx context.Context, req api.CheckpointRequest) (api.CheckpointReply, error) {
+	if err := checkID(req.TaskID); err != nil {
+		return api.CheckpointReply{}, err
+	}
+	if err := req.Validate(); err != nil {
+		return api.CheckpointReply{}, err
+	}
+	var state domain.TaskState
+	_, seq, err := s.mutateSeq(ctx, req.TaskID, func(t *domain.Task) (decision, error) {
+		if t.State != domain.Running && t.State != domain.Preempting {
+			return decision{}, &opError{Status: http.StatusConflict, Field: "task_id",
+				Msg: fmt.Sprintf("task %s is %s: a checkpoint is accepted only while it runs or is being preempted", t.ID, t.State)}
+		}
+		state = t.State
+		return decision{events.Checkpointed{TaskID: t.ID, Ref: req.Ref}, expectTask(t)}, nil
+	})
+	if err != nil {
+		return api.CheckpointReply{}, err
+	}
+	return api.CheckpointReply{TaskID: req.TaskID, Ref: req.Ref, Seq: seq, State: string(state)}, nil
 }
 
 // history lists a task's events in log order.

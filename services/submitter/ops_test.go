@@ -630,3 +630,275 @@ func TestUndecodableRecord(t *testing.T) {
 		t.Errorf("bad = %d, want 2 (the undecodable record and the unknown type)", bad)
 	}
 }
+
+// Task states a checkpoint test can put the submitted task in, as the
+// scheduler and an agent would.
+func toRunning(h *harness, id string) {
+	h.dispatch(id)
+	h.appendEvent(events.Started{TaskID: id, Node: "n", PID: 1})
+}
+
+func toPreempting(h *harness, id string) {
+	toRunning(h, id)
+	h.appendEvent(events.PreemptRequested{TaskID: id, For: "other", Policy: "critical-only", Reason: "r"})
+}
+
+func toCompleted(h *harness, id string) {
+	toRunning(h, id)
+	h.appendEvent(events.Completed{TaskID: id})
+}
+
+func TestCheckpoint(t *testing.T) {
+	const ref = "/ckpt/step-42.pt"
+	type setup func(h *harness, il *interceptLog, id string)
+	cases := map[string]struct {
+		setup      setup
+		req        api.CheckpointRequest // TaskID filled with the task's unless set; "-" means empty
+		want       func(id string, seq uint64) api.CheckpointReply
+		wantStatus int
+		wantField  string
+		wantMsg    string // for errors; %s is the task id
+		wantNF     bool
+		wantEvents int // checkpointed events in the log afterwards
+	}{
+		"running ok": {
+			setup: func(h *harness, _ *interceptLog, id string) { toRunning(h, id) },
+			req:   api.CheckpointRequest{Ref: ref},
+			want: func(id string, seq uint64) api.CheckpointReply {
+				return api.CheckpointReply{TaskID: id, Ref: ref, Seq: seq, State: "running"}
+			},
+			wantEvents: 1,
+		},
+		"preempting ok": {
+			setup: func(h *harness, _ *interceptLog, id string) { toPreempting(h, id) },
+			req:   api.CheckpointRequest{Ref: ref},
+			want: func(id string, seq uint64) api.CheckpointReply {
+				return api.CheckpointReply{TaskID: id, Ref: ref, Seq: seq, State: "preempting"}
+			},
+			wantEvents: 1,
+		},
+		"ref kept as given": {
+			setup: func(h *harness, _ *interceptLog, id string) { toRunning(h, id) },
+			req:   api.CheckpointRequest{Ref: " s3://bucket/run 1/ckpt ✓ "},
+			want: func(id string, seq uint64) api.CheckpointReply {
+				return api.CheckpointReply{TaskID: id, Ref: " s3://bucket/run 1/ckpt ✓ ", Seq: seq, State: "running"}
+			},
+			wantEvents: 1,
+		},
+		"duplicate retry": {
+			// The job retried after losing the first answer: both are
+			// accepted and appended; the latest (the same ref) wins.
+			setup: func(h *harness, _ *interceptLog, id string) {
+				toRunning(h, id)
+				if _, err := h.s.checkpoint(h.ctx, api.CheckpointRequest{TaskID: id, Ref: ref}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			req: api.CheckpointRequest{Ref: ref},
+			want: func(id string, seq uint64) api.CheckpointReply {
+				return api.CheckpointReply{TaskID: id, Ref: ref, Seq: seq, State: "running"}
+			},
+			wantEvents: 2,
+		},
+		"conflict, then retry": {
+			setup: func(h *harness, il *interceptLog, id string) {
+				toRunning(h, id)
+				il.set(func(m events.Msg) bool { return m.Expect != nil }, func(ctx context.Context, inner events.Log, _ events.Msg) {
+					if _, err := events.Append(ctx, inner, events.ChecklistUpdated{TaskID: id, Item: domain.ItemDocumentation, Done: true}, events.Meta{Time: t0}, "", nil); err != nil {
+						t.Error(err)
+					}
+				})
+			},
+			req: api.CheckpointRequest{Ref: ref},
+			want: func(id string, seq uint64) api.CheckpointReply {
+				return api.CheckpointReply{TaskID: id, Ref: ref, Seq: seq, State: "running"}
+			},
+			wantEvents: 1,
+		},
+		"preempted meanwhile, then retry": {
+			setup: func(h *harness, il *interceptLog, id string) {
+				toRunning(h, id)
+				il.set(func(m events.Msg) bool { return m.Expect != nil }, func(ctx context.Context, inner events.Log, _ events.Msg) {
+					if _, err := events.Append(ctx, inner, events.PreemptRequested{TaskID: id, For: "x"}, events.Meta{Time: t0}, "", nil); err != nil {
+						t.Error(err)
+					}
+				})
+			},
+			req: api.CheckpointRequest{Ref: ref},
+			want: func(id string, seq uint64) api.CheckpointReply {
+				return api.CheckpointReply{TaskID: id, Ref: ref, Seq: seq, State: "preempting"}
+			},
+			wantEvents: 1,
+		},
+		"completed meanwhile": {
+			setup: func(h *harness, il *interceptLog, id string) {
+				toRunning(h, id)
+				il.set(func(m events.Msg) bool { return m.Expect != nil }, func(ctx context.Context, inner events.Log, _ events.Msg) {
+					if _, err := events.Append(ctx, inner, events.Completed{TaskID: id}, events.Meta{Time: t0}, "", nil); err != nil {
+						t.Error(err)
+					}
+				})
+			},
+			req:        api.CheckpointRequest{Ref: ref},
+			wantStatus: http.StatusConflict, wantField: "task_id",
+			wantMsg: "task %s is completed: a checkpoint is accepted only while it runs or is being preempted",
+		},
+		"queued rejected": {
+			req:        api.CheckpointRequest{Ref: ref},
+			wantStatus: http.StatusConflict, wantField: "task_id",
+			wantMsg: "task %s is queued: a checkpoint is accepted only while it runs or is being preempted",
+		},
+		"dispatched rejected": {
+			setup:      func(h *harness, _ *interceptLog, id string) { h.dispatch(id) },
+			req:        api.CheckpointRequest{Ref: ref},
+			wantStatus: http.StatusConflict, wantField: "task_id",
+			wantMsg: "task %s is dispatched: a checkpoint is accepted only while it runs or is being preempted",
+		},
+		"completed rejected": {
+			setup:      func(h *harness, _ *interceptLog, id string) { toCompleted(h, id) },
+			req:        api.CheckpointRequest{Ref: ref},
+			wantStatus: http.StatusConflict, wantField: "task_id",
+			wantMsg: "task %s is completed: a checkpoint is accepted only while it runs or is being preempted",
+		},
+		"cancelled while running rejected": {
+			setup: func(h *harness, _ *interceptLog, id string) {
+				toRunning(h, id)
+				h.appendEvent(events.Cancelled{TaskID: id})
+			},
+			req:        api.CheckpointRequest{Ref: ref},
+			wantStatus: http.StatusConflict, wantField: "task_id",
+			wantMsg: "task %s is cancelled: a checkpoint is accepted only while it runs or is being preempted",
+		},
+		"requeued rejected": {
+			setup: func(h *harness, _ *interceptLog, id string) {
+				toPreempting(h, id)
+				h.appendEvent(events.Preempted{TaskID: id, Node: "n"})
+				h.appendEvent(events.Requeued{TaskID: id})
+			},
+			req:        api.CheckpointRequest{Ref: ref},
+			wantStatus: http.StatusConflict, wantField: "task_id",
+			wantMsg: "task %s is queued: a checkpoint is accepted only while it runs or is being preempted",
+		},
+		"unknown task": {
+			req:        api.CheckpointRequest{TaskID: "no-such-task", Ref: ref},
+			wantStatus: http.StatusNotFound, wantMsg: "task no-such-task not found", wantNF: true,
+		},
+		"id with wildcards": {
+			req:        api.CheckpointRequest{TaskID: "a.>", Ref: ref},
+			wantStatus: http.StatusNotFound, wantMsg: "task a.> not found", wantNF: true,
+		},
+		"empty id": {
+			req:        api.CheckpointRequest{TaskID: "-", Ref: ref},
+			wantStatus: http.StatusBadRequest, wantField: "task_id", wantMsg: "is required",
+		},
+		"empty ref": {
+			setup:      func(h *harness, _ *interceptLog, id string) { toRunning(h, id) },
+			wantStatus: http.StatusBadRequest, wantField: "ref", wantMsg: "must not be empty: say where the checkpoint was saved",
+		},
+		"blank ref": {
+			setup:      func(h *harness, _ *interceptLog, id string) { toRunning(h, id) },
+			req:        api.CheckpointRequest{Ref: " \t "},
+			wantStatus: http.StatusBadRequest, wantField: "ref", wantMsg: "must not be empty: say where the checkpoint was saved",
+		},
+		"ref with a newline": {
+			setup:      func(h *harness, _ *interceptLog, id string) { toRunning(h, id) },
+			req:        api.CheckpointRequest{Ref: "/ckpt/a\nb"},
+			wantStatus: http.StatusBadRequest, wantField: "ref", wantMsg: "must not contain control characters (got '\\n' at byte 7)",
+		},
+		"ref with a NUL": {
+			setup:      func(h *harness, _ *interceptLog, id string) { toRunning(h, id) },
+			req:        api.CheckpointRequest{Ref: "/ckpt/a\x00b"},
+			wantStatus: http.StatusBadRequest, wantField: "ref", wantMsg: "must not contain control characters (got '\\x00' at byte 7)",
+		},
+		"ref too long": {
+			setup:      func(h *harness, _ *interceptLog, id string) { toRunning(h, id) },
+			req:        api.CheckpointRequest{Ref: "/" + strings.Repeat("x", api.MaxCheckpointRef)},
+			wantStatus: http.StatusBadRequest, wantField: "ref", wantMsg: "must be at most 4096 bytes (got 4097)",
+		},
+		"empty ref on an unknown task": {
+			req:        api.CheckpointRequest{TaskID: "nope"},
+			wantStatus: http.StatusBadRequest, wantField: "ref", wantMsg: "must not be empty: say where the checkpoint was saved",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			il := &interceptLog{Log: memlog.New()}
+			h := newHarness(t, il)
+			id := h.submit(validReq()).TaskID
+			if tc.setup != nil {
+				tc.setup(h, il, id)
+			}
+			req := tc.req
+			switch req.TaskID {
+			case "":
+				req.TaskID = id
+			case "-":
+				req.TaskID = ""
+			}
+			got, err := h.s.checkpoint(h.ctx, req)
+			il.mu.Lock()
+			if il.match != nil && !il.fired {
+				t.Error("the competing writer never ran")
+			}
+			il.mu.Unlock()
+			var refs []string
+			var lastSeq uint64
+			if _, rerr := events.ReadAll(h.ctx, h.log, 1, events.TaskSubjects(id), func(r events.Record) error {
+				if c, ok := r.Event.(events.Checkpointed); ok {
+					refs, lastSeq = append(refs, c.Ref), r.Seq
+				}
+				return nil
+			}); rerr != nil {
+				t.Fatal(rerr)
+			}
+			if len(refs) != tc.wantEvents {
+				t.Errorf("%d checkpointed events in the log (%q), want %d", len(refs), refs, tc.wantEvents)
+			}
+			if tc.want != nil {
+				if err != nil {
+					t.Fatalf("checkpoint: %v", err)
+				}
+				if diff := cmp.Diff(tc.want(id, lastSeq), got); diff != "" {
+					t.Errorf("reply (-want +got):\n%s", diff)
+				}
+				if v := h.show(id); v.Checkpoint != req.Ref {
+					t.Errorf("show: checkpoint %q, want %q", v.Checkpoint, req.Ref)
+				}
+				return
+			}
+			oe := asOpError(err)
+			wantMsg := tc.wantMsg
+			if strings.Contains(wantMsg, "%s") {
+				wantMsg = strings.ReplaceAll(wantMsg, "%s", id)
+			}
+			if err == nil || oe.Status != tc.wantStatus || oe.Field != tc.wantField || oe.Msg != wantMsg || oe.NotFound != tc.wantNF {
+				t.Errorf("err = %#v, want status %d field %q msg %q notfound %v", oe, tc.wantStatus, tc.wantField, wantMsg, tc.wantNF)
+			}
+			if v := h.show(id); v.Checkpoint != "" {
+				t.Errorf("show: checkpoint %q after a refused checkpoint, want none", v.Checkpoint)
+			}
+		})
+	}
+}
+
+func TestCheckpointKeepsConflicting(t *testing.T) {
+	// A running task that changes on every attempt: 409 without a field
+	// (the caller did nothing wrong), and nothing of ours was appended.
+	il := &interceptLog{Log: memlog.New()}
+	h := newHarness(t, il)
+	id := h.submit(validReq()).TaskID
+	toRunning(h, id)
+	il.repeat = true
+	il.set(func(m events.Msg) bool { return m.Expect != nil }, func(ctx context.Context, inner events.Log, _ events.Msg) {
+		if _, err := events.Append(ctx, inner, events.ChecklistUpdated{TaskID: id, Item: domain.ItemCodeReview}, events.Meta{Time: t0}, "", nil); err != nil {
+			t.Error(err)
+		}
+	})
+	_, err := h.s.checkpoint(h.ctx, api.CheckpointRequest{TaskID: id, Ref: "/c"})
+	if oe := asOpError(err); oe.Status != http.StatusConflict || oe.Field != "" {
+		t.Fatalf("err = %#v, want 409 without a field", oe)
+	}
+	if v := h.show(id); v.Checkpoint != "" {
+		t.Errorf("checkpoint %q, want none", v.Checkpoint)
+	}
+}

@@ -18,7 +18,7 @@ import (
 
 // ops are the NATS operations this service answers, each on
 // api.SubjectPrefix + op.
-var ops = []string{api.OpSubmit, api.OpShow, api.OpQueue, api.OpCancel, api.OpAmend, api.OpChecklist, api.OpHistory}
+var ops = []string{api.OpSubmit, api.OpShow, api.OpQueue, api.OpCancel, api.OpAmend, api.OpChecklist, api.OpHistory, api.OpCheckpoint}
 
 // decodeBody reads one JSON value into v, rejecting unknown fields and
 // trailing data. An empty body leaves v as it is (the zero request).
@@ -83,6 +83,8 @@ func (s *server) dispatch(ctx context.Context, op string, data []byte) (res any,
 		return call(data, func(r api.AmendRequest) (api.TaskView, error) { return s.amend(ctx, r) })
 	case api.OpChecklist:
 		return call(data, func(r api.ChecklistRequest) (api.TaskView, error) { return s.checklist(ctx, r) })
+	case api.OpCheckpoint:
+		return call(data, func(r api.CheckpointRequest) (api.CheckpointReply, error) { return s.checkpoint(ctx, r) })
 	case api.OpHistory:
 		return call(data, func(r api.IDRequest) ([]api.HistoryEntry, error) { return s.history(ctx, r.TaskID) })
 	}

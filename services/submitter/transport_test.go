@@ -233,3 +233,147 @@ func TestNATSHandler(t *testing.T) {
 		})
 	}
 }
+
+// checkpointCase is one checkpoint request, run through each transport on a
+// fresh harness whose one task setup has put in some state.
+type checkpointCase struct {
+	setup      func(h *harness, id string)
+	id         string // default: the task's
+	body       string // the request body; %s is the task id
+	wantStatus int    // HTTP status; 200 for a success
+	wantField  string
+	wantNF     bool
+	wantState  string // for a success
+	wantEvents int    // checkpointed events afterwards
+}
+
+func checkpointCases() map[string]checkpointCase {
+	const body = `{"ref": "/ckpt/step-7"}`
+	return map[string]checkpointCase{
+		"running ok":    {setup: toRunning, body: body, wantStatus: 200, wantState: "running", wantEvents: 1},
+		"preempting ok": {setup: toPreempting, body: body, wantStatus: 200, wantState: "preempting", wantEvents: 1},
+		"duplicate retry": {
+			setup: func(h *harness, id string) {
+				toRunning(h, id)
+				if _, err := h.s.checkpoint(h.ctx, api.CheckpointRequest{TaskID: id, Ref: "/ckpt/step-7"}); err != nil {
+					h.t.Fatal(err)
+				}
+			},
+			body: body, wantStatus: 200, wantState: "running", wantEvents: 2,
+		},
+		"queued rejected":    {body: body, wantStatus: 409, wantField: "task_id"},
+		"completed rejected": {setup: toCompleted, body: body, wantStatus: 409, wantField: "task_id"},
+		"unknown task":       {id: "nope", body: body, wantStatus: 404, wantNF: true},
+		"empty ref":          {setup: toRunning, body: `{"ref": ""}`, wantStatus: 400, wantField: "ref"},
+		"no ref":             {setup: toRunning, body: `{}`, wantStatus: 400, wantField: "ref"},
+		"ref not a string":   {setup: toRunning, body: `{"ref": 7}`, wantStatus: 400, wantField: "ref"},
+		"unknown field":      {setup: toRunning, body: `{"ref": "/c", "step": 7}`, wantStatus: 400, wantField: "body"},
+	}
+}
+
+// checkpointed lists the refs of the task's checkpointed events.
+func (h *harness) checkpointed(id string) []string {
+	h.t.Helper()
+	refs := []string{}
+	if _, err := events.ReadAll(h.ctx, h.log, 1, events.TaskSubjects(id), func(r events.Record) error {
+		if c, ok := r.Event.(events.Checkpointed); ok {
+			refs = append(refs, c.Ref)
+		}
+		return nil
+	}); err != nil {
+		h.t.Fatal(err)
+	}
+	return refs
+}
+
+// check checks a checkpoint's answer, from either transport.
+func (tc checkpointCase) check(t *testing.T, h *harness, id string, res []byte, field string, notFound bool, msg string) {
+	t.Helper()
+	if n := len(h.checkpointed(id)); n != tc.wantEvents {
+		t.Errorf("%d checkpointed events, want %d", n, tc.wantEvents)
+	}
+	if tc.wantStatus != 200 {
+		if msg == "" || field != tc.wantField || notFound != tc.wantNF {
+			t.Errorf("error %q field %q not_found %v, want field %q not_found %v", msg, field, notFound, tc.wantField, tc.wantNF)
+		}
+		return
+	}
+	var r api.CheckpointReply
+	if err := json.Unmarshal(res, &r); err != nil {
+		t.Fatalf("result %s: %v", res, err)
+	}
+	want := api.CheckpointReply{TaskID: id, Ref: "/ckpt/step-7", Seq: h.lastSeq(), State: tc.wantState}
+	if diff := cmp.Diff(want, r); diff != "" {
+		t.Errorf("reply (-want +got):\n%s", diff)
+	}
+}
+
+func TestNATSCheckpoint(t *testing.T) {
+	for name, tc := range checkpointCases() {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			id := h.submit(validReq()).TaskID
+			if tc.setup != nil {
+				tc.setup(h, id)
+			}
+			target := id
+			if tc.id != "" {
+				target = tc.id
+			}
+			// The NATS request carries the id in the body.
+			var body map[string]any
+			if err := json.Unmarshal([]byte(tc.body), &body); err != nil {
+				t.Fatal(err)
+			}
+			body["task_id"] = target
+			r := h.natsCall(api.OpCheckpoint, mustJSON(t, body))
+			if (r.Error == "") != (tc.wantStatus == 200) {
+				t.Fatalf("reply %+v, want status %d", r, tc.wantStatus)
+			}
+			tc.check(t, h, id, r.Result, r.Field, r.NotFound, r.Error)
+			if tc.wantStatus == 409 && !strings.Contains(r.Error, "a checkpoint is accepted only while it runs or is being preempted") {
+				t.Errorf("error %q does not say when a checkpoint is accepted", r.Error)
+			}
+		})
+	}
+}
+
+func TestHTTPCheckpoint(t *testing.T) {
+	cases := checkpointCases()
+	cases["id mismatch"] = checkpointCase{setup: toRunning, body: `{"task_id": "other", "ref": "/c"}`, wantStatus: 400, wantField: "task_id"}
+	cases["id in the body too"] = checkpointCase{setup: toRunning, body: `{"task_id": "%s", "ref": "/ckpt/step-7"}`,
+		wantStatus: 200, wantState: "running", wantEvents: 1}
+	cases["empty body"] = checkpointCase{setup: toRunning, wantStatus: 400, wantField: "ref"}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			id := h.submit(validReq()).TaskID
+			if tc.setup != nil {
+				tc.setup(h, id)
+			}
+			target := id
+			if tc.id != "" {
+				target = tc.id
+			}
+			w := h.httpCall("POST", "/v1/tasks/"+target+"/checkpoint", strings.ReplaceAll(tc.body, "%s", id))
+			if w.Code != tc.wantStatus {
+				t.Fatalf("status = %d, want %d; body %s", w.Code, tc.wantStatus, w.Body)
+			}
+			if ct := w.Header().Get("Content-Type"); ct != "application/json" {
+				t.Errorf("content type %q", ct)
+			}
+			var r api.Reply
+			if tc.wantStatus != 200 {
+				r = errReply(t, w)
+			}
+			tc.check(t, h, id, w.Body.Bytes(), r.Field, r.NotFound, r.Error)
+		})
+	}
+	t.Run("wrong method", func(t *testing.T) {
+		h := newHarness(t, nil)
+		w := h.httpCall("GET", "/v1/tasks/x/checkpoint", "")
+		if w.Code != 405 || w.Header().Get("Allow") != "POST" {
+			t.Errorf("got %d Allow %q, want 405 Allow POST", w.Code, w.Header().Get("Allow"))
+		}
+	})
+}

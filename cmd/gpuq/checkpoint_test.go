@@ -1,0 +1,183 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpuq/gpuq/pkg/api"
+	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/events"
+)
+
+// runCLI runs one gpuq command in this process; it answers the exit code
+// and what the command printed on stdout.
+func runCLI(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = w
+	out := make(chan string)
+	go func() {
+		var b bytes.Buffer
+		_, _ = io.Copy(&b, r)
+		out <- b.String()
+	}()
+	root := newRoot()
+	root.SetArgs(args)
+	err = root.Execute()
+	os.Stdout = stdout
+	w.Close()
+	printed := <-out
+	r.Close()
+	if err != nil {
+		t.Logf("gpuq %v: %v", args, err)
+		return code(err), printed
+	}
+	return 0, printed
+}
+
+// TestCheckpointCLI: `gpuq checkpoint` goes through the submitter, which
+// accepts it only while the task runs or is preempting; the exit codes are
+// the CLI's: 2 for a bad argument or a refused state, 3 for an unknown task.
+func TestCheckpointCLI(t *testing.T) {
+	s := newStack(t)
+	s.submitter()
+	cl := s.client()
+	n := 0
+	// task submits a task and moves it as the scheduler and an agent would.
+	task := func(to ...events.Event) string {
+		t.Helper()
+		var r api.SubmitReply
+		if err := cl.Call(api.OpSubmit, domain.Request{Name: "ck", Team: "t", GPUs: 1, Hours: 1, Hypothesis: "h", Command: "c"}, &r); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		node, gpu := "node-"+string(rune('a'+n)), "GPU-"+r.TaskID
+		for _, e := range append([]events.Event{
+			events.Available{Node: node, GPUs: []events.GPU{{UUID: gpu, Model: "A100", MemoryMiB: 40960, Healthy: true}}, FreeGPUs: 1},
+			events.Dispatched{TaskID: r.TaskID, Placements: []events.Placement{{Node: node, GPUs: []string{gpu}}}},
+		}, to...) {
+			if _, err := events.Append(s.ctx, s.log, withID(e, r.TaskID), events.Meta{Time: time.Now()}, "", nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return r.TaskID
+	}
+	started := events.Started{Node: "n", PID: 1}
+	queued := func() string {
+		t.Helper()
+		var r api.SubmitReply
+		if err := cl.Call(api.OpSubmit, domain.Request{Name: "q", Team: "t", GPUs: 1, Hours: 1, Hypothesis: "h", Command: "c"}, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r.TaskID
+	}
+	url := s.srv.URL()
+	cases := map[string]struct {
+		task     func() string // "" for none
+		env      bool          // the id comes from GPUQ_TASK_ID
+		args     []string      // after the task
+		repeat   bool          // run it twice (a retry)
+		wantCode int
+		wantRef  string // the task's checkpoint afterwards; "" for none
+		wantJSON map[string]any
+	}{
+		"running ok":    {task: func() string { return task(started) }, args: []string{"--ref", "/ck/1"}, wantRef: "/ck/1"},
+		"preempting ok": {task: func() string { return task(started, events.PreemptRequested{For: "x"}) }, args: []string{"--ref", "/ck/2"}, wantRef: "/ck/2"},
+		"json": {task: func() string { return task(started) }, args: []string{"--ref", "/ck/3", "--json"}, wantRef: "/ck/3",
+			wantJSON: map[string]any{"ref": "/ck/3", "state": "running"}},
+		"task from GPUQ_TASK_ID": {task: func() string { return task(started) }, env: true, args: []string{"--ref", "/ck/4"}, wantRef: "/ck/4"},
+		"duplicate retry":        {task: func() string { return task(started) }, args: []string{"--ref", "/ck/5"}, repeat: true, wantRef: "/ck/5"},
+		"queued rejected":        {task: queued, args: []string{"--ref", "/ck/6"}, wantCode: exitInvalid},
+		"dispatched rejected":    {task: func() string { return task() }, args: []string{"--ref", "/ck/7"}, wantCode: exitInvalid},
+		"completed rejected":     {task: func() string { return task(started, events.Completed{}) }, args: []string{"--ref", "/ck/8"}, wantCode: exitInvalid},
+		"unknown task":           {task: func() string { return "no-such-task" }, args: []string{"--ref", "/ck/9"}, wantCode: exitNotFound},
+		"empty ref":              {task: func() string { return task(started) }, args: []string{"--ref", " "}, wantCode: exitInvalid},
+		"no ref":                 {task: func() string { return task(started) }, wantCode: exitInvalid},
+		"ref with a newline":     {task: func() string { return task(started) }, args: []string{"--ref", "/ck\n10"}, wantCode: exitInvalid},
+		"no task":                {env: true, task: func() string { return "" }, args: []string{"--ref", "/ck/11"}, wantCode: exitInvalid},
+		"task id with a dot":     {task: func() string { return "a.b" }, args: []string{"--ref", "/ck/12"}, wantCode: exitInvalid},
+		"an argument":            {task: func() string { return task(started) }, args: []string{"extra", "--ref", "/ck/13"}, wantCode: exitInvalid},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			id := tc.task()
+			args := []string{"checkpoint", "--nats", url}
+			if tc.env {
+				t.Setenv("GPUQ_TASK_ID", id)
+			} else {
+				t.Setenv("GPUQ_TASK_ID", "")
+				args = append(args, "--task", id)
+			}
+			args = append(args, tc.args...)
+			times := 1
+			if tc.repeat {
+				times = 2
+			}
+			var (
+				got int
+				out string
+			)
+			for range times {
+				got, out = runCLI(t, args...)
+			}
+			if got != tc.wantCode {
+				t.Errorf("exit code %d, want %d", got, tc.wantCode)
+			}
+			if tc.wantJSON != nil {
+				var m map[string]any
+				if err := json.Unmarshal([]byte(out), &m); err != nil {
+					t.Fatalf("output %q: %v", out, err)
+				}
+				if seq, ok := m["seq"].(float64); !ok || seq == 0 {
+					t.Errorf("seq %v, want the event's sequence", m["seq"])
+				}
+				delete(m, "seq")
+				tc.wantJSON["task_id"] = id
+				if diff := cmp.Diff(tc.wantJSON, m); diff != "" {
+					t.Errorf("json (-want +got):\n%s", diff)
+				}
+			} else if out != "" {
+				t.Errorf("printed %q, want nothing", out)
+			}
+			if !events.ValidKey(id) || id == "" {
+				return
+			}
+			var v api.TaskView
+			if err := cl.Call(api.OpShow, api.IDRequest{TaskID: id}, &v); err != nil && !api.IsNotFound(err) {
+				t.Fatal(err)
+			}
+			if v.Checkpoint != tc.wantRef {
+				t.Errorf("checkpoint %q, want %q", v.Checkpoint, tc.wantRef)
+			}
+		})
+	}
+}
+
+// withID sets the task id of a task event built without one.
+func withID(e events.Event, id string) events.Event {
+	switch e := e.(type) {
+	case events.Dispatched:
+		e.TaskID = id
+		return e
+	case events.Started:
+		e.TaskID = id
+		return e
+	case events.PreemptRequested:
+		e.TaskID = id
+		return e
+	case events.Completed:
+		e.TaskID = id
+		return e
+	}
+	return e
+}
