@@ -560,7 +560,7 @@ func (s *State) TotalGPUs() (total, free int) {
 
 // Clone returns a deep copy; what-ifs run on clones.
 func (s *State) Clone() *State {
-	c := &State{Seq: s.Seq, Skipped: s.Skipped, Ignored: s.Ignored, LastTime: s.LastTime,
+	c := &State{Seq: s.Seq, Skipped: s.Skipped, Ignored: s.Ignored, LastTime: s.LastTime, Epoch: s.Epoch,
 		Tasks: make(map[string]*Task, len(s.Tasks)), Nodes: make(map[string]*Node, len(s.Nodes)),
 		Owner: make(map[string]string, len(s.Owner)), Idem: make(map[string]string, len(s.Idem))}
 	slab := make([]Task, len(s.Tasks)) // one allocation for every task
@@ -578,7 +578,7 @@ func (s *State) Clone() *State {
 // still holding GPUs) and every node: what a forward simulation needs,
 // at a cost that does not grow with the log's history.
 func (s *State) CloneLive() *State {
-	c := &State{Seq: s.Seq, LastTime: s.LastTime, Tasks: make(map[string]*Task, len(s.live)),
+	c := &State{Seq: s.Seq, LastTime: s.LastTime, Epoch: s.Epoch, Tasks: make(map[string]*Task, len(s.live)),
 		Nodes: make(map[string]*Node, len(s.Nodes)), Owner: make(map[string]string, len(s.Owner)), Idem: map[string]string{}}
 	slab := make([]Task, len(s.live)) // one allocation for every task
 	i := 0
