@@ -66,6 +66,14 @@ func TestCheckpointCLI(t *testing.T) {
 			events.Available{Node: node, GPUs: []events.GPU{{UUID: gpu, Model: "A100", MemoryMiB: 40960, Healthy: true}}, FreeGPUs: 1},
 			events.Dispatched{TaskID: r.TaskID, Placements: []events.Placement{{Node: node, GPUs: []string{gpu}}}},
 		}, to...) {
+			switch v := e.(type) { // reported by the node the task runs on
+			case events.Started:
+				v.Node = node
+				e = v
+			case events.Completed:
+				v.Node = node
+				e = v
+			}
 			if _, err := events.Append(s.ctx, s.log, withID(e, r.TaskID), events.Meta{Time: time.Now()}, "", nil); err != nil {
 				t.Fatal(err)
 			}

@@ -635,7 +635,7 @@ func TestUndecodableRecord(t *testing.T) {
 // scheduler and an agent would.
 func toRunning(h *harness, id string) {
 	h.dispatch(id)
-	h.appendEvent(events.Started{TaskID: id, Node: "n", PID: 1})
+	h.appendEvent(events.Started{TaskID: id, Node: "node-" + id[len(id)-6:], PID: 1})
 }
 
 func toPreempting(h *harness, id string) {
@@ -645,7 +645,7 @@ func toPreempting(h *harness, id string) {
 
 func toCompleted(h *harness, id string) {
 	toRunning(h, id)
-	h.appendEvent(events.Completed{TaskID: id})
+	h.appendEvent(events.Completed{TaskID: id, Node: "node-" + id[len(id)-6:]})
 }
 
 func TestCheckpoint(t *testing.T) {
@@ -734,7 +734,7 @@ func TestCheckpoint(t *testing.T) {
 			setup: func(h *harness, il *interceptLog, id string) {
 				toRunning(h, id)
 				il.set(func(m events.Msg) bool { return m.Expect != nil }, func(ctx context.Context, inner events.Log, _ events.Msg) {
-					if _, err := events.Append(ctx, inner, events.Completed{TaskID: id}, events.Meta{Time: t0}, "", nil); err != nil {
+					if _, err := events.Append(ctx, inner, events.Completed{TaskID: id, Node: "node-" + id[len(id)-6:]}, events.Meta{Time: t0}, "", nil); err != nil {
 						t.Error(err)
 					}
 				})
