@@ -16,3 +16,15 @@ const (
 	ReadGCPercent  = readGCPercent
 	ReadGCHeadroom = readGCHeadroom
 )
+
+// Registered is a zero value of every type Decode knows (taskTypes and
+// nodeTypes), by wire name.
+func Registered() map[Type]Event {
+	out := make(map[Type]Event, len(taskTypes)+len(nodeTypes))
+	for _, types := range []map[Type]func() Event{taskTypes, nodeTypes} {
+		for t, mk := range types {
+			out[t] = deref(mk())
+		}
+	}
+	return out
+}
