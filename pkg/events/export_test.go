@@ -1,5 +1,7 @@
 package events
 
+import "reflect"
+
 // DecodeSlow is Decode with encoding/json only: the reference for the fast
 // decoder.
 var DecodeSlow = decodeSlow
@@ -28,3 +30,6 @@ func Registered() map[Type]Event {
 	}
 	return out
 }
+
+// WireNames is wireNames of v's struct type.
+func WireNames(v any) []string { return appendWireNames(nil, reflect.TypeOf(v)) }

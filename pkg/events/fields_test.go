@@ -61,14 +61,18 @@ var timeType = reflect.TypeFor[time.Time]()
 
 // wireName is the JSON key encoding/json uses for f, or false if it skips f.
 func wireName(f reflect.StructField) (string, bool) {
+	tag := f.Tag.Get("json")
+	name, _, _ := strings.Cut(tag, ",")
+	if f.Anonymous && name == "" && tag != "-" && f.Type.Kind() == reflect.Struct {
+		return "", true // embedded: its fields are the struct's own
+	}
 	if !f.IsExported() {
 		return "", false
 	}
-	tag := f.Tag.Get("json")
 	if tag == "-" {
 		return "", false
 	}
-	if name, _, _ := strings.Cut(tag, ","); name != "" {
+	if name != "" {
 		return name, true
 	}
 	return f.Name, true
@@ -278,7 +282,11 @@ func diffs(want, got reflect.Value, path, wire string) []string {
 		var out []string
 		for i := range want.NumField() {
 			if name, ok := wireName(want.Type().Field(i)); ok {
-				out = append(out, diffs(want.Field(i), got.Field(i), path+"."+want.Type().Field(i).Name, wire+"."+name)...)
+				w := wire
+				if name != "" {
+					w += "." + name
+				}
+				out = append(out, diffs(want.Field(i), got.Field(i), path+"."+want.Type().Field(i).Name, w)...)
 			}
 		}
 		return out
@@ -474,5 +482,63 @@ func TestEveryEventTypeRegistered(t *testing.T) {
 	}
 	if got, want := len(events.Registered()), len(allTypes()); got != want {
 		t.Errorf("%d types registered, %d in TaskTypes and NodeTypes", got, want)
+	}
+}
+
+type (
+	wireInner struct {
+		Deep string `json:"deep"`
+	}
+	wireOuter struct {
+		Tagged    string `json:"tagged,omitempty"`
+		Untagged  int
+		OptsOnly  bool     `json:",omitempty"`
+		Skipped   string   `json:"-"`
+		Dash      string   `json:"-,"`
+		hidden    string   //nolint:unused // unexported: not on the wire
+		Nested    []GPUish `json:"nested"`
+		wireInner          // embedded: its fields are promoted
+		*Ptr
+	}
+	GPUish struct{ UUID string }
+	Ptr    struct {
+		ViaPointer int `json:"via_pointer"`
+	}
+)
+
+// TestWireNamesOfStructs: the fast decoder's names of a struct's keys are
+// encoding/json's.
+func TestWireNamesOfStructs(t *testing.T) {
+	cases := map[string]struct {
+		v    any
+		want []string
+	}{
+		"tags, Go names, skips, embedded": {wireOuter{}, []string{"tagged", "Untagged", "OptsOnly", "-", "nested", "deep", "via_pointer"}},
+		"an event":                        {events.Completed{}, []string{"task_id", "node"}},
+		"nested":                          {events.Dispatched{}, []string{"task_id", "placements", "based_on_seq", "resume_from", "reason", "backfill", "epoch"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if d := cmp.Diff(tc.want, events.WireNames(tc.v)); d != "" {
+				t.Errorf("WireNames (-want +got):\n%s", d)
+			}
+			// Every name is a key encoding/json writes for a value with
+			// every field set.
+			v := reflect.New(reflect.TypeOf(tc.v)).Elem()
+			(&filler{src: &distinct{}, fatalf: t.Fatalf}).fill(v, "v")
+			b, err := json.Marshal(v.Interface())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var keys map[string]json.RawMessage
+			if err := json.Unmarshal(b, &keys); err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range events.WireNames(tc.v) {
+				if _, ok := keys[n]; !ok {
+					t.Errorf("%q is not a key of %s", n, b)
+				}
+			}
+		})
 	}
 }
