@@ -1,5 +1,7 @@
 package events
 
+import "reflect"
+
 // DecodeSlow is Decode with encoding/json only: the reference for the fast
 // decoder.
 var DecodeSlow = decodeSlow
@@ -16,3 +18,18 @@ const (
 	ReadGCPercent  = readGCPercent
 	ReadGCHeadroom = readGCHeadroom
 )
+
+// Registered is a zero value of every type Decode knows (taskTypes and
+// nodeTypes), by wire name.
+func Registered() map[Type]Event {
+	out := make(map[Type]Event, len(taskTypes)+len(nodeTypes))
+	for _, types := range []map[Type]func() Event{taskTypes, nodeTypes} {
+		for t, mk := range types {
+			out[t] = deref(mk())
+		}
+	}
+	return out
+}
+
+// WireNames is wireNames of v's struct type.
+func WireNames(v any) []string { return appendWireNames(nil, reflect.TypeOf(v)) }

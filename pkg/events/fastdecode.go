@@ -3,7 +3,9 @@ package events
 import (
 	"bytes"
 	"encoding/binary"
+	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode"
@@ -21,13 +23,21 @@ import (
 // runs encoding/json (decodeSlow) on the same bytes. It gives up on any
 // syntax error; null in the envelope, in an array or in a map (null for a
 // payload field is its zero value, as for encoding/json on a fresh value);
-// a known key twice; a key with an escape; an unknown key that
-// encoding/json would match to a field case-insensitively; a number that
+// a known key twice; a key with an escape; a key it does not read that
+// encoding/json would match to a field, exactly or case-insensitively (the
+// names come from the struct tags, see wireNames); a number that
 // is not an integer where the field is one, or out of range; a value of
 // the wrong JSON type; a missing id, type, v, time or data; and a time that
 // Time.UnmarshalJSON refuses. What it accepts covers everything Encode
 // writes. TestDecodeEqualsJSON and the property tests in
-// fastdecode_test.go hold it to that.
+// fastdecode_test.go hold it to that, and TestEveryFieldDecodes to every
+// field of every event type, found by reflection: a field added to an
+// event and not to its decoder below fails there by name (and until then
+// falls back to encoding/json rather than decoding as zero).
+//
+// Keys that name no field are skipped, as encoding/json skips them: a
+// newer writer's extra fields are dropped by both paths alike, and cost
+// the fast path nothing.
 //
 // Repeated short strings (teams, nodes, GPU UUIDs, models, reasons, the
 // exported environment) are interned per decoder, so a fold keeps one
@@ -157,7 +167,40 @@ func (d *decoder) decode(m Stored) (r Record, ok bool) {
 	return r, true
 }
 
-var envelopeKeys = []string{"id", "type", "v", "time", "causation_id", "data"}
+var envelopeKeys = wireNames[Envelope]()
+
+// wireNames lists the keys encoding/json decodes into a T, from its struct
+// tags: each field's tag name, or its Go name where the tag has none; the
+// fields of embedded structs included, `json:"-"` and unexported fields
+// not. They are the names for the unknown-key check of members and
+// decode: a key that names a field of T but that T's decoder does not
+// read makes it give up, so that a field added to an event and not yet to
+// its decoder goes to encoding/json (slower) instead of decoding as its
+// zero value (wrong). A name too many only makes the decoder give up more.
+func wireNames[T any]() []string { return appendWireNames(nil, reflect.TypeFor[T]()) }
+
+func appendWireNames(names []string, t reflect.Type) []string {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		name, _, _ := strings.Cut(tag, ",")
+		ft := f.Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		switch {
+		case tag == "-":
+		case f.Anonymous && name == "" && ft.Kind() == reflect.Struct:
+			names = appendWireNames(names, ft)
+		case !f.IsExported():
+		case name != "":
+			names = append(names, name)
+		default:
+			names = append(names, f.Name)
+		}
+	}
+	return names
+}
 
 // known: Decode decodes this type and version (everything else is Unknown).
 func known(t Type, v int) bool {
@@ -829,8 +872,9 @@ func (s *scan) env() (map[string]string, bool) {
 // members calls fn for each member of an object; fn reads the value and
 // returns the key's bit in the object's field set (0 for an unknown key it
 // skipped) and whether it succeeded. A known key seen twice gives up
-// (encoding/json would merge the two values). names lists the object's
-// keys for the case-insensitive check of unknown keys.
+// (encoding/json would merge the two values). names lists the keys of the
+// object's struct (wireNames): a key fn skipped that is one of them, or
+// one of them but for case, gives up too.
 func (s *scan) members(names []string, fn func(key []byte) (uint32, bool)) bool {
 	if !s.objStart() {
 		return false
@@ -898,8 +942,7 @@ func (s *scan) payload(t Type) (Event, bool) {
 	return nil, false
 }
 
-var submittedKeys = []string{"task_id", "name", "team", "priority", "gpus", "hours", "hypothesis", "command", "preemptible",
-	"preempt_signal", "grace_s", "gpu_model", "min_gpu_mem_mib", "idempotency_key", "submitted_at", "env", "dir"}
+var submittedKeys = wireNames[Submitted]()
 
 func (s *scan) submitted() (Event, bool) {
 	var (
@@ -971,7 +1014,7 @@ func (s *scan) submitted() (Event, bool) {
 	return e, ok
 }
 
-var amendedKeys = []string{"task_id", "gpus", "priority", "hours", "hypothesis"}
+var amendedKeys = wireNames[Amended]()
 
 func (s *scan) amended() (Event, bool) {
 	var (
@@ -1006,7 +1049,7 @@ func (s *scan) amended() (Event, bool) {
 	return e, ok
 }
 
-var cancelledKeys = []string{"task_id", "by", "reason"}
+var cancelledKeys = wireNames[Cancelled]()
 
 func (s *scan) cancelled() (Event, bool) {
 	var e Cancelled
@@ -1027,7 +1070,7 @@ func (s *scan) cancelled() (Event, bool) {
 	return e, ok
 }
 
-var checklistKeys = []string{"task_id", "item", "done"}
+var checklistKeys = wireNames[ChecklistUpdated]()
 
 func (s *scan) checklistUpdated() (Event, bool) {
 	var e ChecklistUpdated
@@ -1049,8 +1092,8 @@ func (s *scan) checklistUpdated() (Event, bool) {
 }
 
 var (
-	dispatchedKeys = []string{"task_id", "placements", "based_on_seq", "resume_from", "reason", "backfill", "epoch"}
-	placementKeys  = []string{"node", "gpus"}
+	dispatchedKeys = wireNames[Dispatched]()
+	placementKeys  = wireNames[Placement]()
 )
 
 func (s *scan) dispatched() (Event, bool) {
@@ -1126,7 +1169,7 @@ func (s *scan) placements() ([]Placement, bool) {
 	return out, true
 }
 
-var startedKeys = []string{"task_id", "node", "pid", "log_dir"}
+var startedKeys = wireNames[Started]()
 
 func (s *scan) started() (Event, bool) {
 	var (
@@ -1158,7 +1201,7 @@ func (s *scan) started() (Event, bool) {
 	return e, ok
 }
 
-var preemptRequestedKeys = []string{"task_id", "for", "policy", "reason", "grace_s", "based_on_seq", "epoch"}
+var preemptRequestedKeys = wireNames[PreemptRequested]()
 
 func (s *scan) preemptRequested() (Event, bool) {
 	var (
@@ -1197,7 +1240,7 @@ func (s *scan) preemptRequested() (Event, bool) {
 	return e, ok
 }
 
-var checkpointedKeys = []string{"task_id", "ref"}
+var checkpointedKeys = wireNames[Checkpointed]()
 
 func (s *scan) checkpointed() (Event, bool) {
 	var (
@@ -1221,7 +1264,7 @@ func (s *scan) checkpointed() (Event, bool) {
 	return e, ok
 }
 
-var preemptedKeys = []string{"task_id", "node", "checkpoint", "forced", "lost_gpu_seconds", "exit_code"}
+var preemptedKeys = wireNames[Preempted]()
 
 func (s *scan) preempted() (Event, bool) {
 	var (
@@ -1259,7 +1302,7 @@ func (s *scan) preempted() (Event, bool) {
 	return e, ok
 }
 
-var requeuedKeys = []string{"task_id", "reason", "resume_from", "epoch"}
+var requeuedKeys = wireNames[Requeued]()
 
 func (s *scan) requeued() (Event, bool) {
 	var (
@@ -1289,7 +1332,7 @@ func (s *scan) requeued() (Event, bool) {
 	return e, ok
 }
 
-var completedKeys = []string{"task_id", "node"}
+var completedKeys = wireNames[Completed]()
 
 func (s *scan) completed() (Event, bool) {
 	var e Completed
@@ -1307,7 +1350,7 @@ func (s *scan) completed() (Event, bool) {
 	return e, ok
 }
 
-var failedKeys = []string{"task_id", "node", "exit_code", "error", "stderr_tail"}
+var failedKeys = wireNames[Failed]()
 
 func (s *scan) failed() (Event, bool) {
 	var (
@@ -1343,8 +1386,8 @@ func (s *scan) failed() (Event, bool) {
 }
 
 var (
-	availableKeys = []string{"node", "gpus", "free_gpus", "boot_id", "driver"}
-	gpuKeys       = []string{"uuid", "index", "model", "memory_mib", "healthy"}
+	availableKeys = wireNames[Available]()
+	gpuKeys       = wireNames[GPU]()
 )
 
 func (s *scan) available() (Event, bool) {
@@ -1423,7 +1466,7 @@ func (s *scan) gpus() ([]GPU, bool) {
 	return out, true
 }
 
-var unhealthyKeys = []string{"node", "gpus", "reason"}
+var unhealthyKeys = wireNames[Unhealthy]()
 
 func (s *scan) unhealthy() (Event, bool) {
 	var e Unhealthy
@@ -1444,10 +1487,13 @@ func (s *scan) unhealthy() (Event, bool) {
 	return e, ok
 }
 
-var nodeReasonKeys = []string{"node", "reason"}
+var (
+	drainedKeys = wireNames[Drained]()
+	lostKeys    = wireNames[Lost]()
+)
 
-func (s *scan) nodeReason() (node, reason string, ok bool) {
-	ok = s.members(nodeReasonKeys, func(k []byte) (bit uint32, ok bool) {
+func (s *scan) nodeReason(names []string) (node, reason string, ok bool) {
+	ok = s.members(names, func(k []byte) (bit uint32, ok bool) {
 		switch string(k) {
 		case "node":
 			node, ok = s.str(true)
@@ -1462,11 +1508,9 @@ func (s *scan) nodeReason() (node, reason string, ok bool) {
 }
 
 func (s *scan) drained() (Event, bool) {
-	n, r, ok := s.nodeReason()
+	n, r, ok := s.nodeReason(drainedKeys)
 	return Drained{Node: n, Reason: r}, ok
 }
-
-var lostKeys = []string{"node", "reason", "epoch"}
 
 func (s *scan) lost() (Event, bool) {
 	var e Lost
