@@ -97,12 +97,8 @@ type endWalk struct {
 // tasks and ends as endings (or pc.ends once built), in endBefore order.
 func (pc *pass) walkEnds() *endWalk {
 	w := &endWalk{pc: pc}
-	if pc.ends != nil || pc.slowEnds {
-		if pc.ends != nil {
-			w.old = append(endHeap(nil), pc.ends...)
-		} else {
-			w.old = pc.endings()
-		}
+	if pc.ends != nil {
+		w.old = append(endHeap(nil), pc.ends...)
 		w.old.init()
 		return w
 	}
@@ -113,10 +109,7 @@ func (pc *pass) walkEnds() *endWalk {
 	w.buf = keyBufs.Get().(*[]endKey)
 	keys := (*w.buf)[:0]
 	s := pc.s
-	lim := topEnds
-	if pc.topEnds > 0 {
-		lim = min(pc.topEnds, topEnds)
-	}
+	const lim = topEnds
 	push := func(k endKey) {
 		keys = append(keys, k)
 		// Keep the lim earliest in a max-heap at w.top[:w.nTop].
@@ -315,12 +308,33 @@ func (pc *pass) addEnd(t *domain.Task, ps []events.Placement) {
 // GPU only if it is predicted to end by then. When t cannot fit even after
 // every holding task ends, there is no reservation.
 func (pc *pass) reserve(t *domain.Task) {
-	// GPUs held back for preemptors are not the head's.
-	future := pc.unheld()
-	if !pc.noArena {
-		// future is the walk's alone: add cuts its lists from an arena.
-		future.arena = arenaPool.Get().(*gpuArena)
+	at, ps, ok := pc.reservation(t)
+	if !ok {
+		return
 	}
+	pc.hasRes = true
+	for _, p := range ps {
+		for _, g := range p.GPUs {
+			pc.free.reserved[g] = at
+			pc.owner[g] = t.ID
+			pc.noteReserved(g)
+		}
+	}
+	if pc.res.Waiting != nil {
+		w := pc.res.Waiting[t.ID]
+		w.ReservedAt = at
+		pc.res.Waiting[t.ID] = w
+	}
+}
+
+// reservation is reserve's what-if, changing nothing in the pass: when
+// and where t, the first blocked task, would start; false when it cannot
+// fit even after every holding task ends.
+func (pc *pass) reservation(t *domain.Task) (time.Time, []events.Placement, bool) {
+	// GPUs held back for preemptors are not the head's.
+	future := pc.free.cloneUnheld()
+	// future is the walk's alone: add cuts its lists from an arena.
+	future.arena = arenaPool.Get().(*gpuArena)
 	defer future.release()
 	at := pc.in.Now
 	ps, ok := place(t, future, pc.s, time.Time{})
@@ -353,22 +367,7 @@ func (pc *pass) reserve(t *domain.Task) {
 		}
 		w.release()
 	}
-	if !ok {
-		return
-	}
-	pc.hasRes = true
-	for _, p := range ps {
-		for _, g := range p.GPUs {
-			pc.free.reserved[g] = at
-			pc.owner[g] = t.ID
-			pc.noteReserved(g)
-		}
-	}
-	if pc.res.Waiting != nil {
-		w := pc.res.Waiting[t.ID]
-		w.ReservedAt = at
-		pc.res.Waiting[t.ID] = w
-	}
+	return at, ps, ok
 }
 
 // fitsOn reports whether t fits on one of the placements' nodes.
@@ -419,33 +418,6 @@ func gangFits(g int, f *freeMap) bool {
 		}
 	}
 	return need == 0 || max(partial, left) >= need
-}
-
-// unheld is a copy of the free map less the GPUs held for preemptors
-// (freeMap.cloneUnheld); with slowPreempt, each held GPU is looked up in
-// the free map and taken from the copy, as before cloneUnheld.
-func (pc *pass) unheld() *freeMap {
-	if !pc.slowPreempt {
-		return pc.free.cloneUnheld()
-	}
-	c := pc.free.clone()
-	for g, at := range pc.free.reserved {
-		if at.IsZero() {
-			c.take([]events.Placement{{Node: nodeOf(pc.free, g), GPUs: []string{g}}})
-		}
-	}
-	return c
-}
-
-func nodeOf(f *freeMap, gpu string) string {
-	for i, gs := range f.gpus {
-		for _, g := range gs {
-			if g.UUID == gpu {
-				return f.avail[i]
-			}
-		}
-	}
-	return ""
 }
 
 // holdReserved reserves, for t and for good in this pass, the free GPUs of

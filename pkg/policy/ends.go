@@ -38,7 +38,7 @@ import (
 // index's arithmetic) and not before the index's clock.
 func (pc *pass) estimatedEnds() bool {
 	now := pc.in.Now
-	return pc.in.Predict == nil && pc.topEnds == 0 && !pc.noEndIndex && !pc.cap.scratch && now == now.Round(0) && !now.Before(pc.s.EndsAsOf())
+	return pc.in.Predict == nil && now == now.Round(0) && !now.Before(pc.s.EndsAsOf())
 }
 
 // estBufs are a walk's buffers, pooled across passes.

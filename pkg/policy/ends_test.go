@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,35 +17,25 @@ import (
 
 // The reservation walk that keeps the earliest ends sorted while it
 // predicts every holder (and heapifies the rest only when it needs more)
-// decides and explains the same, byte for byte, as the walk of every
-// holder's ending from a heap — with the default number kept and with 1–3
-// kept, so that walks past the kept ones are exercised — over random
-// states played forward.
+// yields, at every step of a pass and once the pass has placed and
+// preempted, the ends of every holder sorted (Policy.PlanChecked), over
+// random states played forward. Walks past the kept ends are exercised by
+// TestPropEndIndexSameWalk, whose clusters have up to 96 holders.
 func TestPropEndWalkSameDecisions(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		c := genWorld(t)
 		c.submitMore(t, 40)
 		o := genOptions(t)
-		p := policy.New(o)
-		top := rapid.IntRange(1, 3).Draw(t, "top")
-		for step := 0; step < 4; step++ {
-			want := p.SlowEnds(true, 0).Plan(c.input())
-			for _, q := range []*policy.Policy{p, p.SlowEnds(false, top)} {
-				r := q.Plan(c.input())
-				if diff := cmp.Diff(want, r, cmpopts.EquateEmpty()); diff != "" {
-					t.Fatalf("step %d (top %d): the end walk changes the pass (-slow +fast):\n%s\nworld:\n%s", step, top, diff, dump(c.st, o, c.now))
-				}
-			}
-			c.play(want)
-			c.playOn(t)
-		}
+		c.playChecked(t, o, policy.New(o), 4, "the end walk", nil)
 	})
 }
 
 // The reservation walk that reads the fold's end index (without
 // Input.Predict: the user's estimates) decides and explains the same, byte
-// for byte, as the walks that predict every holder, over random states
-// played forward: tasks past their estimate, ties, tasks dispatched and not
+// for byte, as the walk that predicts every holder (Input.Predict giving
+// the user's estimate: the same predictions, and no reading of the index),
+// and its walks are the reference's at every step (Policy.PlanChecked),
+// over random states played forward: tasks past their estimate, ties, tasks dispatched and not
 // started, and passes whose now is before the last event's time (the walk
 // then predicts every holder).
 func TestPropEndIndexSameDecisions(t *testing.T) {
@@ -59,9 +50,14 @@ func TestPropEndIndexSameDecisions(t *testing.T) {
 			if rapid.IntRange(0, 5).Draw(t, "skew") == 0 {
 				in.Now = in.Now.Add(-time.Duration(rapid.IntRange(1, 90).Draw(t, "back")) * time.Second)
 			}
-			want := p.WithoutEndIndex().Plan(in)
-			for _, q := range []*policy.Policy{p, p.SlowEnds(true, 0)} {
-				r := q.Plan(in)
+			every := in
+			every.Predict = (*domain.Task).EstimatedRun
+			want := p.Plan(every)
+			r, bad := p.PlanChecked(in)
+			if len(bad) > 0 {
+				t.Fatalf("step %d: the pass differs from its references:\n%s\nworld:\n%s", step, strings.Join(bad, "\n"), dump(c.st, o, c.now))
+			}
+			for _, r := range []policy.Result{r, p.Plan(in)} {
 				if diff := cmp.Diff(want, r, cmpopts.EquateEmpty()); diff != "" {
 					t.Fatalf("step %d: the end index changes the pass (-every holder +index):\n%s\nworld:\n%s", step, diff, dump(c.st, o, c.now))
 				}
@@ -94,9 +90,11 @@ func TestPropEndIndexSameDecisions(t *testing.T) {
 	})
 }
 
-// The walk from the fold's end index yields every holder's end in the same
-// order, with the same remaining times, as the walks that predict every
-// holder, on random busy clusters: many holders, started at random times
+// The walk from the fold's end index, and the walk that predicts every
+// holder and keeps the earliest sorted (Input.Predict giving the user's
+// estimate; with more holders than it keeps, it heapifies the rest), yield
+// every holder's end in the same order, with the same remaining times, as
+// the reference's sort of every holder's end, on random busy clusters: many holders, started at random times
 // with random estimates (many past them, many ending at the same time),
 // some not started, some yielding, over passes as time moves on.
 func TestPropEndIndexSameWalk(t *testing.T) {
@@ -129,10 +127,12 @@ func TestPropEndIndexSameWalk(t *testing.T) {
 			} else if !p.UsesEndIndex(in) {
 				t.Fatalf("step %d: the pass does not read the end index", step)
 			}
-			want := p.WithoutEndIndex().WalkEnds(in)
-			for name, q := range map[string]*policy.Policy{"index": p, "slow": p.SlowEnds(true, 0)} {
-				if diff := cmp.Diff(want, q.WalkEnds(in)); diff != "" {
-					t.Fatalf("step %d: the %s walk differs (-every holder +%s):\n%s", step, name, name, diff)
+			want := p.RefWalkEnds(in)
+			every := in
+			every.Predict = (*domain.Task).EstimatedRun
+			for name, in := range map[string]policy.Input{"index": in, "every-holder": every} {
+				if diff := cmp.Diff(want, p.WalkEnds(in)); diff != "" {
+					t.Fatalf("step %d: the %s walk differs (-reference +%s):\n%s", step, name, name, diff)
 				}
 			}
 			c.advance(time.Duration(rapid.IntRange(0, 240).Draw(t, "dt")) * time.Minute)

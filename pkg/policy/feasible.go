@@ -3,7 +3,6 @@ package policy
 import (
 	"math"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -235,38 +234,6 @@ func newFreeMap(s *domain.State) *freeMap {
 	for _, gs := range lists {
 		f.count += len(gs)
 		f.tally(len(gs), 1)
-	}
-	return f
-}
-
-// scratchFreeMap builds the free map from every node and GPU owner, as
-// newFreeMap did before the fold kept the index (tests: Policy.scratch).
-func scratchFreeMap(s *domain.State) *freeMap {
-	f := &freeMap{reserved: map[string]time.Time{}}
-	names := s.NodeNames()
-	for _, name := range names {
-		n := s.Nodes[name]
-		if !n.Schedulable() || len(n.GPUs) == 0 {
-			continue
-		}
-		f.nodes = append(f.nodes, name)
-		var g []domain.GPU
-		healthy := 0
-		for _, x := range n.GPUs {
-			if x.Healthy {
-				healthy++
-				if s.Owner[x.UUID] == "" {
-					g = append(g, x)
-				}
-			}
-		}
-		if len(g) > 0 {
-			if !sort.SliceIsSorted(g, func(i, j int) bool { return g[i].Index < g[j].Index }) {
-				sort.Slice(g, func(i, j int) bool { return g[i].Index < g[j].Index })
-			}
-			f.push(name, g[:len(g):len(g)], healthy)
-		}
-		f.maxNode = max(f.maxNode, healthy)
 	}
 	return f
 }
@@ -518,9 +485,6 @@ type capacity struct {
 	// totals (once read: plainOK).
 	plain   [4]int
 	plainOK bool
-	// scratch (tests): count the GPUs without constraints too, rather
-	// than read the fold's totals.
-	scratch bool
 }
 
 type capKey struct {
@@ -532,7 +496,7 @@ func (c *capacity) feasible(t *domain.Task) (ever, now bool) {
 	k := capKey{t.GPUModel, t.MinGPUMemMiB}
 	var v [4]int
 	ok := false
-	if k == (capKey{}) && !c.scratch {
+	if k == (capKey{}) {
 		// Without constraints: the fold's totals.
 		if !c.plainOK {
 			n := c.s.Totals()

@@ -36,7 +36,7 @@ func TestPropIndexedSameDecisions(t *testing.T) {
 						in.State = in.State.CloneLive()
 					}
 					r := p.Plan(in)
-					want := p.FromScratch().Plan(c.input())
+					want := p.PlanFromScratch(c.input())
 					if diff := cmp.Diff(want, r, cmpopts.EquateEmpty()); diff != "" {
 						t.Fatalf("step %d: the indexes change the pass (-scratch +indexed):\n%s\nworld:\n%s", step, diff, dump(c.st, o, c.now))
 					}

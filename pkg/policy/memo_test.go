@@ -9,9 +9,9 @@ import (
 	"github.com/gpuq/gpuq/pkg/policy"
 )
 
-// The placement-failure memo only skips placements that would fail: with
-// and without it, a pass decides and explains the same, byte for byte,
-// over random states played forward. The queue is long and mostly without
+// The placement-failure memo only skips placements that would fail: at
+// every step of a pass, over random states played forward, the memo's
+// answer is place's on the pass's free map (Policy.PlanChecked). The queue is long and mostly without
 // constraints, so that most placements meet the memo.
 func TestPropMemoSameDecisions(t *testing.T) {
 	skipped := 0
@@ -26,7 +26,7 @@ func TestPropMemoSameDecisions(t *testing.T) {
 		}
 		o := genOptions(t)
 		p := policy.New(o)
-		c.playSame(t, o, p, p.WithoutMemo(), 4, "the memo", nil)
+		c.playChecked(t, o, p, 4, "the memo", nil)
 		skipped++
 	})
 	t.Logf("%d cases", skipped)

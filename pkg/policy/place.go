@@ -38,9 +38,6 @@ func noLater(a, b time.Time) bool {
 // task that never spans nodes when no node has as many free GPUs
 // (freeMap.maxFree): place's scan would skip every node.
 func (pc *pass) place(t *domain.Task, end time.Time) ([]events.Placement, bool) {
-	if pc.noMemo {
-		return place(t, pc.free, pc.s, end)
-	}
 	if t.GPUModel != "" || t.MinGPUMemMiB != 0 {
 		if t.GPUs > pc.free.maxFree() && t.GPUs <= pc.free.nodeSize(t, pc.s) {
 			return nil, false

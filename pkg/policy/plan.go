@@ -14,12 +14,11 @@ import (
 // pass is the working state of one Plan call. Nothing in it outlives the
 // call and nothing in the input state is modified.
 type pass struct {
-	active []*domain.Task // holders(), once listed (slowPreempt)
-	in     Input
-	opts   Options
-	s      *domain.State
-	free   *freeMap
-	cap    capacity
+	in   Input
+	opts Options
+	s    *domain.State
+	free *freeMap
+	cap  capacity
 
 	usage map[string]int // GPUs held per team, updated as the pass places
 	// lend is what a team holds that it keeps: usage less its tasks
@@ -50,18 +49,7 @@ type pass struct {
 	// failed memoizes placement failures of tasks without constraints,
 	// for one node ([0]) and for gangs ([1]); see pass.place.
 	failed [2][]failure
-	noMemo bool
-	// slowEnds, topEnds (tests): walk ends as every holder's ending in a
-	// heap; keep at most topEnds earliest sorted (0: the default).
-	slowEnds bool
-	topEnds  int
-	// noEndIndex (tests): the walk predicts every holder rather than
-	// reading the fold's end index (ends.go).
-	noEndIndex bool
-	// noArena (tests): the reservation walk's what-if allocates every
-	// list it builds, rather than cutting them from an arena.
-	noArena bool
-	res     Result
+	res    Result
 
 	// pool is victimPool(), once built; cands and allowed are the last
 	// search's candidates and the pool members among them; locals is a
@@ -78,9 +66,6 @@ type pass struct {
 	// holdForPromised; a task is stepped once, so without entries at the
 	// start holdForPromised finds none.
 	promisedBefore bool
-	// slowPreempt (tests): search victims among every holder, sorting the
-	// candidates at each search, as before the victim pool.
-	slowPreempt bool
 }
 
 // ending is a holding task's predicted end: the pass's now plus r.
@@ -103,72 +88,81 @@ type ending struct {
 //     (preempt.go); else, if it is the first blocked task, give it the
 //     reservation at its earliest predicted start (backfill.go).
 func (p *Policy) Plan(in Input) Result {
-	pc := newPass(p.opts, in, p.scratch)
+	pc := newPass(p.opts, in)
 	defer pc.free.release()
-	pc.noMemo, pc.slowEnds, pc.topEnds, pc.noEndIndex = p.noMemo, p.slowEnds, p.topEnds, p.noEndIndex
-	pc.slowPreempt, pc.noArena = p.slowPreempt, p.noArena
-	// step considers one task; pos is its place in the queue's order.
-	step := func(t *domain.Task, tier, pos int) bool {
-		if tier == tierUnder && pc.opts.Explain {
-			pc.tierAhead = append(pc.tierAhead, t.ID)
+	return pc.drive(pc.step)
+}
+
+// step considers one task; pos is its place in the queue's order. It
+// reports whether the pass goes on.
+func (pc *pass) step(t *domain.Task, tier, pos int) bool {
+	in := pc.in
+	if tier == tierUnder && pc.opts.Explain {
+		pc.tierAhead = append(pc.tierAhead, t.ID)
+	}
+	if !pc.opts.Explain && pc.free.count == 0 && !pc.mayPreempt(t, tier) {
+		return false
+	}
+	// 2. Feasibility.
+	ever, now := pc.cap.feasible(t)
+	if !ever || !now {
+		r := ReasonUnsatisfiable
+		if ever {
+			r = ReasonNodesUnhealthy
 		}
-		if !pc.opts.Explain && pc.free.count == 0 && !pc.mayPreempt(t, tier) {
-			return false
-		}
-		// 2. Feasibility.
-		ever, now := pc.cap.feasible(t)
-		if !ever || !now {
-			r := ReasonUnsatisfiable
-			if ever {
-				r = ReasonNodesUnhealthy
-			}
-			pc.wait(t, pos, r, nil)
-			return true
-		}
-		// 3. Placement, with EASY backfill around reservations, down to
-		//    BackfillDepth tasks behind the first blocked one.
-		if pc.nBlocked > 0 {
-			pc.behind++
-		}
-		deep := pc.behind > pc.opts.BackfillDepth
-		if deep {
-			if !pc.opts.Explain {
-				return false
-			}
-			pc.explain(t, pos, tier) // reasons only: the same decisions as without Explain
-			return true
-		}
-		if !(pc.opts.NoBackfill && pc.nBlocked > 0) {
-			if ps, ok := pc.place(t, time.Time{}); ok {
-				pc.dispatch(t, ps, pc.hasRes)
-				return true
-			}
-			if pc.hasRes && !pc.opts.NoBackfill {
-				if ps, ok := pc.place(t, in.Now.Add(in.predict(t))); ok {
-					pc.dispatch(t, ps, true)
-					return true
-				}
-			}
-		}
-		// 4. Blocked.
-		if pc.holdForPromised(t) || pc.preempt(t, tier) {
-			pc.wait(t, pos, ReasonPreempting, victimIDs(pc.promisedTo(t)))
-			pc.block(t)
-			return true
-		}
-		pc.stalled = true
-		if !pc.hasRes && !pc.opts.NoBackfill && (pc.free.count > 0 || pc.opts.Explain) {
-			pc.reserve(t)
-		}
-		pc.explain(t, pos, tier)
-		pc.block(t)
-		if pc.opts.NoBackfill && !pc.opts.Explain && !pc.mayPreempt(t, tier) {
-			return false
-		}
+		pc.wait(t, pos, r, nil)
 		return true
 	}
+	// 3. Placement, with EASY backfill around reservations, down to
+	//    BackfillDepth tasks behind the first blocked one.
+	if pc.nBlocked > 0 {
+		pc.behind++
+	}
+	deep := pc.behind > pc.opts.BackfillDepth
+	if deep {
+		if !pc.opts.Explain {
+			return false
+		}
+		pc.explain(t, pos, tier) // reasons only: the same decisions as without Explain
+		return true
+	}
+	if !(pc.opts.NoBackfill && pc.nBlocked > 0) {
+		if ps, ok := pc.place(t, time.Time{}); ok {
+			pc.dispatch(t, ps, pc.hasRes)
+			return true
+		}
+		if pc.hasRes && !pc.opts.NoBackfill {
+			if ps, ok := pc.place(t, in.Now.Add(in.predict(t))); ok {
+				pc.dispatch(t, ps, true)
+				return true
+			}
+		}
+	}
+	// 4. Blocked.
+	if pc.holdForPromised(t) || pc.preempt(t, tier) {
+		pc.wait(t, pos, ReasonPreempting, victimIDs(pc.promisedTo(t)))
+		pc.block(t)
+		return true
+	}
+	pc.stalled = true
+	if !pc.hasRes && !pc.opts.NoBackfill && (pc.free.count > 0 || pc.opts.Explain) {
+		pc.reserve(t)
+	}
+	pc.explain(t, pos, tier)
+	pc.block(t)
+	if pc.opts.NoBackfill && !pc.opts.Explain && !pc.mayPreempt(t, tier) {
+		return false
+	}
+	return true
+}
+
+// drive hands the queued tasks to step in the pass's order, until step
+// says stop, and returns the pass's result. Plan hands it pass.step; the
+// tests hand it pass.step with their checks of the pass before each call.
+func (pc *pass) drive(step func(t *domain.Task, tier, pos int) bool) Result {
+	in := pc.in
 	pos := 0
-	if p.opts.WithinClass != FIFO || p.opts.Backfill != BackfillShortest || p.opts.NoBackfill {
+	if pc.opts.WithinClass != FIFO || pc.opts.Backfill != BackfillShortest || pc.opts.NoBackfill {
 		pc.order(func(t *domain.Task, tier int) bool {
 			pos++
 			return step(t, tier, pos)
@@ -226,37 +220,53 @@ type candidate struct {
 	key  float64 // predicted service: GPUs × run time, in GPU-seconds
 }
 
-func newPass(o Options, in Input, scratch bool) *pass {
+// newPass starts a pass from the fold's indexes (free GPUs per node, GPUs
+// per team, tasks yielding, victims, node totals): the pass costs the
+// teams and the tasks yielding, not every holder.
+func newPass(o Options, in Input) *pass {
+	pc := emptyPass(o, in)
+	s := pc.s
+	pc.free = newFreeMap(s)
+	s.TeamGPUs(func(team string, n int) {
+		pc.usage[team] = n
+		pc.claim[team] = n
+		pc.lend[team] = n
+	})
+	s.EachPreempting(func(t *domain.Task) {
+		pc.preempting[t.ID] = true
+		pc.lend[t.Team] -= gpuCount(t)
+		if t.PreemptFor != "" {
+			pc.promised[t.PreemptFor] = append(pc.promised[t.PreemptFor], t)
+		}
+	})
+	pc.anyVictim = s.Victims() > 0
+	total := 0
+	if len(o.Teams) > 0 {
+		total = s.Totals().Healthy
+	}
+	pc.settle(total)
+	return pc
+}
+
+// emptyPass is a pass with its maps made and nothing read from the state.
+func emptyPass(o Options, in Input) *pass {
 	s := in.State
 	teams := 0 // sizes the maps by team: the pass adds few teams, if any
 	s.TeamGPUs(func(string, int) { teams++ })
-	pc := &pass{in: in, opts: o, s: s, cap: capacity{s: s, cache: map[capKey][4]int{}, scratch: scratch},
+	pc := &pass{in: in, opts: o, s: s, cap: capacity{s: s, cache: map[capKey][4]int{}},
 		usage: make(map[string]int, teams), lend: make(map[string]int, teams), claim: make(map[string]int, teams), guar: map[string]int{}, underSet: map[string]bool{},
 		preempting: map[string]bool{}, promised: map[string][]*domain.Task{}, owner: map[string]string{}}
 	if o.Explain {
 		pc.res.Waiting = map[string]Wait{}
 	}
-	if scratch {
-		pc.free = scratchFreeMap(s)
-		pc.scratchHolders()
-	} else {
-		pc.free = newFreeMap(s)
-		// Usage, yielding tasks and victims from the fold's indexes: the pass
-		// costs the teams and the tasks yielding, not every holder.
-		s.TeamGPUs(func(team string, n int) {
-			pc.usage[team] = n
-			pc.claim[team] = n
-			pc.lend[team] = n
-		})
-		s.EachPreempting(func(t *domain.Task) {
-			pc.preempting[t.ID] = true
-			pc.lend[t.Team] -= gpuCount(t)
-			if t.PreemptFor != "" {
-				pc.promised[t.PreemptFor] = append(pc.promised[t.PreemptFor], t)
-			}
-		})
-		pc.anyVictim = s.Victims() > 0
-	}
+	return pc
+}
+
+// settle completes a pass whose holders were read: what is promised to
+// the queued preemptors, and the teams' guarantees out of total healthy
+// GPUs (read only with teams).
+func (pc *pass) settle(total int) {
+	s := pc.s
 	pc.promisedBefore = len(pc.promised) > 0
 	for id, vs := range pc.promised {
 		if p := s.Tasks[id]; p != nil && p.State == domain.Queued {
@@ -264,42 +274,12 @@ func newPass(o Options, in Input, scratch bool) *pass {
 		}
 		sort.Slice(vs, func(i, j int) bool { return vs[i].SubmitSeq < vs[j].SubmitSeq })
 	}
-	if len(o.Teams) > 0 {
-		total := s.Totals().Healthy
-		if scratch {
-			total, _ = pc.cap.count(&domain.Task{}, true)
+	for team, g := range pc.opts.Teams {
+		pc.guar[team] = g.of(total)
+		if pc.usage[team] < pc.guar[team] {
+			pc.underSet[team] = true
+			pc.anyUnder = true
 		}
-		for team, g := range o.Teams {
-			pc.guar[team] = g.of(total)
-			if pc.usage[team] < pc.guar[team] {
-				pc.underSet[team] = true
-				pc.anyUnder = true
-			}
-		}
-	}
-	return pc
-}
-
-// scratchHolders computes from every holding task what newPass reads from
-// the fold's indexes (tests compare the two: Policy.scratch).
-func (pc *pass) scratchHolders() {
-	pc.s.EachActive(func(t *domain.Task) {
-		n := gpuCount(t)
-		pc.usage[t.Team] += n
-		pc.claim[t.Team] += n
-		switch {
-		case t.State == domain.Preempting:
-			pc.preempting[t.ID] = true
-			pc.lend[t.Team] -= n
-			if t.PreemptFor != "" {
-				pc.promised[t.PreemptFor] = append(pc.promised[t.PreemptFor], t)
-			}
-		case t.State == domain.Running && t.Preemptible && t.Priority != domain.Critical:
-			pc.anyVictim = true
-		}
-	})
-	for team, n := range pc.usage {
-		pc.lend[team] += n
 	}
 }
 

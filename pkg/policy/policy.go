@@ -144,26 +144,7 @@ func (o Options) withDefaults() Options {
 
 // Policy decides. Create it with New.
 type Policy struct {
-	opts   Options
-	noMemo bool // tests: no placement-failure memo (the decisions are the same)
-	// scratch (tests): build the pass from every node, GPU and holding
-	// task instead of the fold's indexes (the decisions are the same).
-	scratch bool
-	// slowEnds, topEnds (tests): the reservation walks every holder's
-	// ending from a heap, or keeps only topEnds earliest sorted (the
-	// decisions are the same).
-	slowEnds bool
-	topEnds  int
-	// noEndIndex (tests): no reading of the fold's end index (the
-	// decisions are the same).
-	noEndIndex bool
-	// slowPreempt (tests): the preemption search lists and sorts the
-	// candidates among every holder at each search, without the pass's
-	// victim pool (the decisions are the same).
-	slowPreempt bool
-	// noArena (tests): the reservation walk allocates every GPU list its
-	// what-if builds (the decisions are the same).
-	noArena bool
+	opts Options
 }
 
 // New returns a policy with the given options (defaults filled in).

@@ -26,7 +26,7 @@ func (pc *pass) holdForPromised(t *domain.Task) bool {
 	if len(vs) == 0 {
 		return false
 	}
-	hyp := pc.unheld()
+	hyp := pc.free.cloneUnheld()
 	defer hyp.release()
 	for _, v := range vs {
 		hyp.add(pc.s, v.Placements)
@@ -123,17 +123,6 @@ type victim struct {
 	taken bool
 }
 
-// holders is the state's tasks holding GPUs in submit order, listed once
-// per pass (a pass changes nothing in the state, and every blocked task
-// that may preempt looks at them all). Only the reference search
-// (Policy.slowPreempt) reads it.
-func (pc *pass) holders() []*domain.Task {
-	if pc.active == nil {
-		pc.active = pc.s.Active()
-	}
-	return pc.active
-}
-
 // victimPool is every task a preemption in this pass may ever choose, and
 // where they hold GPUs; built once, at the pass's first preemption search
 // (the state does not change during a pass, nor does now, so neither do the
@@ -159,10 +148,10 @@ type victimOn struct {
 // victimPool returns the pass's pool, built at the first call.
 //
 // A search takes the members mayVictimize allows, in the pool's order:
-// the candidates the reference search lists and sorts, in the same order,
-// since filtering a sorted list keeps it sorted and victimOrder is a total
-// order (SubmitSeq, the sequence of the task's submitted record, is
-// unique). For a task that fits one node, the search reads the allowed
+// the candidates the reference search (reference_test.go) lists and
+// sorts, in the same order, since filtering a sorted list keeps it sorted
+// and victimOrder is a total order (SubmitSeq, the sequence of the task's
+// submitted record, is unique). For a task that fits one node, the search reads the allowed
 // members of each node from on: the lists the reference search builds in
 // a map, node by node in the order it visits them (freeMap.nodes: the
 // schedulable nodes with GPUs, by name).
@@ -245,27 +234,6 @@ func (pc *pass) victimNodes(out []victimOn, i int, v *domain.Task) []victimOn {
 // the members listed.
 func (pc *pass) candidates(t *domain.Task) ([]*victim, int) {
 	avail := pc.free.count
-	if pc.slowPreempt {
-		var cands []*victim
-		for _, v := range pc.holders() {
-			if pc.mayVictimize(t, v) {
-				n := gpuCount(v)
-				cands = append(cands, &victim{t: v, n: n, lost: pc.lostWork(v)})
-				avail += n
-			}
-		}
-		sort.SliceStable(cands, func(i, j int) bool {
-			a, b := cands[i], cands[j]
-			if a.t.Priority != b.t.Priority {
-				return a.t.Priority < b.t.Priority
-			}
-			if a.lost != b.lost {
-				return a.lost < b.lost
-			}
-			return a.t.SubmitSeq > b.t.SubmitSeq
-		})
-		return cands, avail
-	}
 	pool := pc.victimPool()
 	cands := pc.cands[:0]
 	allowed := slices.Grow(pc.allowed[:0], len(pool.vs))[:len(pool.vs)]
@@ -407,61 +375,41 @@ type local struct {
 // holding GPUs there that free enough usable GPUs for t.
 func (pc *pass) fewestOnOneNode(t *domain.Task, cands []*victim) ([]*victim, []events.Placement, bool) {
 	var s nodeSearch
-	if pc.slowPreempt {
-		// Candidates by node, in preference order.
-		byNode := map[string][]local{}
-		for _, v := range cands {
-			for i, p := range v.t.Placements {
-				if dup := slices.ContainsFunc(v.t.Placements[:i], func(q events.Placement) bool { return q.Node == p.Node }); dup {
-					continue
-				}
-				if g := pc.gainOn(t, v.t, p.Node); g > 0 {
-					byNode[p.Node] = append(byNode[p.Node], local{v, g})
-				}
+	// The same lists from the pool: node by node, the allowed members
+	// holding GPUs usable by t there, in preference order.
+	pool := pc.victimPool()
+	ls := pc.locals[:0]
+	most := pc.free.maxFree() // free GPUs on any node, at most
+	a := 0                    // the free nodes before a are before node (both by name)
+	for i := 0; i < len(pool.on); {
+		node := pool.on[i].node
+		ls = ls[:0]
+		sum := 0
+		for ; i < len(pool.on) && pool.on[i].node == node; i++ {
+			e := pool.on[i]
+			if !pc.allowed[e.i] {
+				continue
+			}
+			if g := pc.gain(t, pool.vs[e.i].t, e); g > 0 {
+				ls = append(ls, local{pool.vs[e.i], g})
+				sum += g
 			}
 		}
-		for _, node := range pc.free.nodes {
-			if ls := byNode[node]; len(ls) > 0 {
-				pc.searchNode(t, &s, node, pc.free.on(node), ls)
+		// searchNode would find the node's free GPUs and these too
+		// few (most < t.GPUs: math.MaxInt is no bound).
+		if len(ls) > 0 && (most >= t.GPUs || sum+most >= t.GPUs) {
+			for a < len(pc.free.avail) && pc.free.avail[a] < node {
+				a++
 			}
+			var free []domain.GPU // pc.free.on(node)
+			if a < len(pc.free.avail) && pc.free.avail[a] == node {
+				free = pc.free.gpus[a]
+			}
+			pc.searchNode(t, &s, node, free, ls)
 		}
-	} else {
-		// The same lists from the pool: node by node, the allowed members
-		// holding GPUs usable by t there, in preference order.
-		pool := pc.victimPool()
-		ls := pc.locals[:0]
-		most := pc.free.maxFree() // free GPUs on any node, at most
-		a := 0                    // the free nodes before a are before node (both by name)
-		for i := 0; i < len(pool.on); {
-			node := pool.on[i].node
-			ls = ls[:0]
-			sum := 0
-			for ; i < len(pool.on) && pool.on[i].node == node; i++ {
-				e := pool.on[i]
-				if !pc.allowed[e.i] {
-					continue
-				}
-				if g := pc.gain(t, pool.vs[e.i].t, e); g > 0 {
-					ls = append(ls, local{pool.vs[e.i], g})
-					sum += g
-				}
-			}
-			// searchNode would find the node's free GPUs and these too
-			// few (most < t.GPUs: math.MaxInt is no bound).
-			if len(ls) > 0 && (most >= t.GPUs || sum+most >= t.GPUs) {
-				for a < len(pc.free.avail) && pc.free.avail[a] < node {
-					a++
-				}
-				var free []domain.GPU // pc.free.on(node)
-				if a < len(pc.free.avail) && pc.free.avail[a] == node {
-					free = pc.free.gpus[a]
-				}
-				pc.searchNode(t, &s, node, free, ls)
-			}
-		}
-		clear(ls)
-		pc.locals = ls[:0]
 	}
+	clear(ls)
+	pc.locals = ls[:0]
 	if !s.found {
 		return nil, nil, false
 	}

@@ -131,16 +131,22 @@ func genOptions(t *rapid.T) policy.Options {
 	return o
 }
 
-// playSame plans steps passes in a row on c's world with p and with ref,
-// the same policy with one optimisation switched off, and fails on any
-// difference in decisions or explanations (what names the optimisation);
-// it plays each pass on (playOn) and hands it to seen, when not nil.
-func (c *harness) playSame(t *rapid.T, o policy.Options, p, ref *policy.Policy, steps int, what string, seen func(policy.Result)) {
+// playChecked plans steps passes in a row on c's world with p, each pass
+// with its fast components compared with their references before every
+// step (Policy.PlanChecked: the memo, the end walk, the arena's
+// reservation, the victim pool), and fails on any difference (what names
+// the optimisation the test is about), or when the checked pass decides or
+// explains otherwise than Plan; it plays each pass on (playOn) and hands it
+// to seen, when not nil.
+func (c *harness) playChecked(t *rapid.T, o policy.Options, p *policy.Policy, steps int, what string, seen func(policy.Result)) {
 	for step := 0; step < steps; step++ {
 		r := p.Plan(c.input())
-		want := ref.Plan(c.input())
-		if diff := cmp.Diff(want, r, cmpopts.EquateEmpty()); diff != "" {
-			t.Fatalf("step %d: %s changes the pass (-without +with):\n%s\nworld:\n%s", step, what, diff, dump(c.st, o, c.now))
+		checked, bad := p.PlanChecked(c.input())
+		if len(bad) > 0 {
+			t.Fatalf("step %d (%s): the pass differs from its references:\n%s\nworld:\n%s", step, what, strings.Join(bad, "\n"), dump(c.st, o, c.now))
+		}
+		if diff := cmp.Diff(checked, r, cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("step %d: checking the pass changes it (-checked +plan):\n%s\nworld:\n%s", step, diff, dump(c.st, o, c.now))
 		}
 		if seen != nil {
 			seen(r)
