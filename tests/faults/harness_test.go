@@ -91,7 +91,9 @@ func (p *proc) start(t *testing.T) {
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: a test binary killed by go test's timeout leaves no
+	// service behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		t.Fatalf("start %s: %v", p.name, err)
@@ -623,4 +625,30 @@ func queueHTTP(base string, all bool) ([]api.TaskView, error) {
 	var out []api.TaskView
 	err = json.NewDecoder(resp.Body).Decode(&out)
 	return out, err
+}
+
+// show asks the submitter for one task over NATS.
+func (c *cluster) show(id string) (api.TaskView, error) {
+	var v api.TaskView
+	err := c.api.Call(api.OpShow, api.IDRequest{TaskID: id}, &v)
+	return v, err
+}
+
+// waitState waits until the task is in state s; it returns the last state seen.
+func (c *cluster) waitState(id string, s string, d time.Duration) (string, bool) {
+	last := ""
+	ok := waitFor(d, func() bool {
+		v, err := c.show(id)
+		if err == nil {
+			last = v.State
+		}
+		return last == s
+	})
+	return last, ok
+}
+
+// ready reports whether this incarnation of p logged its ready line within d.
+func (p *proc) ready(d time.Duration) bool {
+	return waitFor(d, func() bool { return strings.Contains(p.logSince(), `"message":"ready`) || !p.alive() }) &&
+		strings.Contains(p.logSince(), `"message":"ready`)
 }

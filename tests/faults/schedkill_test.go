@@ -101,7 +101,7 @@ func TestSchedulerKill(t *testing.T) {
 		}
 		return len(q)
 	}
-	drained := waitFor(6*time.Minute, func() bool { return unfinished() == 0 })
+	drained, stalled := drain(unfinished, 8*time.Minute, 45*time.Second)
 	drainTook := time.Since(start) - burstTook
 
 	// The scheduler stops cleanly: its final snapshot is the state it built
@@ -151,8 +151,29 @@ func TestSchedulerKill(t *testing.T) {
 		res.add("digest_diff", 1)
 		t.Logf("the submitter's queue --all differs from a clean replay")
 	}
-	res.note("submitted=%d acked=%d submit_errors=%d kills=%d events=%d burst=%.0fs drain=%.0fs drained=%v snapshot_seq=%d",
-		n, len(acked), fails.Load(), killed, len(recs), burstTook.Seconds(), drainTook.Seconds(), drained, snapSeq)
+	res.note("submitted=%d acked=%d submit_errors=%d kills=%d events=%d burst=%.0fs drain=%.0fs drained=%v stalled=%v snapshot_seq=%d",
+		n, len(acked), fails.Load(), killed, len(recs), burstTook.Seconds(), drainTook.Seconds(), drained, stalled, snapSeq)
+}
+
+// drain waits until unfinished() is 0, for at most d, and gives up
+// earlier when it has not gone down for stall (the queue stopped moving).
+func drain(unfinished func() int, d, stall time.Duration) (drained, stalled bool) {
+	deadline := time.Now().Add(d)
+	best, since := -1, time.Now()
+	for time.Now().Before(deadline) {
+		n := unfinished()
+		if n == 0 {
+			return true, false
+		}
+		if n >= 0 && (best < 0 || n < best) {
+			best, since = n, time.Now()
+		}
+		if time.Since(since) > stall {
+			return false, true
+		}
+		time.Sleep(2 * time.Second)
+	}
+	return false, false
 }
 
 func countAbsent(st *domain.State, ids []string) int {
