@@ -10,7 +10,7 @@ NATS_PORT ?= 4222
 HTTP ?= 127.0.0.1:8080
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test test-race lint bench contract compose-up compose-down compose-smoke images clean
+.PHONY: help build run test test-race test-faults lint bench contract compose-up compose-down compose-smoke images clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -26,6 +26,23 @@ test: ## Run every module's tests
 
 test-race: ## Run every module's tests with the race detector
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+# The fault suite (tests/faults, build tag faults): the services and a bare
+# nats-server are built into a temp dir and run as their own processes.
+# FAULTS= picks scenarios (a go test -run pattern); GPUQ_FAULTS_SUBMISSIONS
+# and GPUQ_FAULTS_KILLS scale scheduler-kill (default 10,000 and 10).
+FAULTS ?= .
+FAULTS_SERVICES := ./services/scheduler/cmd/gpuq-scheduler ./services/submitter/cmd/gpuq-submitter \
+	./services/gpuagent/cmd/gpuq-agent ./services/advisor/cmd/gpuq-advisor ./cmd/gpuq
+test-faults: ## Process-level fault scenarios, no Docker (kill -9, SIGSTOP, poison, NATS restart, retry storm, clock skew)
+	@set -o pipefail; bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; \
+	echo "== building the services and gpuq-natsd into $$bin"; \
+	$(GO) build -o "$$bin/" $(FAULTS_SERVICES) && \
+	$(GO) build -tags faults -o "$$bin/gpuq-natsd" ./tests/faults/natsd && \
+	start=$$(date +%s); rc=0; \
+	GPUQ_FAULTS_BIN="$$bin" GPUQ_FAULTS_SUMMARY="$$bin/summary" \
+	  $(GO) test -tags faults -count=1 -timeout 25m -v -run '$(FAULTS)' ./tests/faults/ || rc=$$?; \
+	echo "== fault scenarios ($$(( $$(date +%s) - start )) s)"; cat "$$bin/summary" 2>/dev/null; exit $$rc
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
