@@ -652,3 +652,25 @@ func (p *proc) ready(d time.Duration) bool {
 	return waitFor(d, func() bool { return strings.Contains(p.logSince(), `"message":"ready`) || !p.alive() }) &&
 		strings.Contains(p.logSince(), `"message":"ready`)
 }
+
+// waitAll waits, for at most d in all, until every task is in state s;
+// it returns the ones that are not, with the state they are in.
+func (c *cluster) waitAll(ids []string, s string, d time.Duration) map[string]string {
+	pending := map[string]string{}
+	for _, id := range ids {
+		pending[id] = "?"
+	}
+	waitFor(d, func() bool {
+		for id := range pending {
+			if v, err := c.show(id); err == nil {
+				if v.State == s {
+					delete(pending, id)
+				} else {
+					pending[id] = v.State
+				}
+			}
+		}
+		return len(pending) == 0
+	})
+	return pending
+}

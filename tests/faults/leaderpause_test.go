@@ -82,11 +82,9 @@ func TestLeaderPause(t *testing.T) {
 	close(stop)
 	wg.Wait()
 
-	for _, id := range tasks {
-		if s, ok := c.waitState(id, "completed", 90*time.Second); !ok {
-			res.add("lost", 1)
-			t.Logf("task %s is %s, not completed", id, s)
-		}
+	for id, s := range c.waitAll(tasks, "completed", 90*time.Second) {
+		res.add("lost", 1)
+		t.Logf("task %s is %s, not completed", id, s)
 	}
 
 	// Decisions the old leader got into the log after it resumed, until it
@@ -95,17 +93,24 @@ func TestLeaderPause(t *testing.T) {
 	if i := strings.Index(after, "scheduler: leading"); i >= 0 {
 		after = after[:i]
 	}
+	stale := map[uint64]string{}
 	for _, line := range strings.Split(after, "\n") {
 		var l struct {
 			Message string `json:"message"`
 			Seq     uint64 `json:"seq"`
 		}
 		if json.Unmarshal([]byte(line), &l) == nil && l.Message == "scheduler: decided" && l.Seq > boundary {
-			res.add("stale", 1)
-			t.Logf("the resumed old leader appended: %s", line)
+			stale[l.Seq] = "the resumed old leader appended: " + line
 		}
 	}
 	recs := c.readLog()
+	for seq, s := range checkStale(recs) {
+		stale[seq] = s
+	}
+	res.add("stale", len(stale))
+	for _, s := range stale {
+		t.Log(s)
+	}
 	for _, x := range recs {
 		if l, ok := x.r.Event.(events.Lost); ok && x.err == nil {
 			res.add("nodes_lost", 1) // both agents beat all along

@@ -33,7 +33,7 @@ import (
 func TestSchedulerKill(t *testing.T) {
 	n := envInt("GPUQ_FAULTS_SUBMISSIONS", 10000)
 	kills := envInt("GPUQ_FAULTS_KILLS", 10)
-	res := newCounters("scheduler-kill", "lost", "doubled", "stuck", "digest_diff")
+	res := newCounters("scheduler-kill", "lost", "doubled", "stale", "stuck", "digest_diff")
 	defer res.report(t)
 
 	c := newCluster(t)
@@ -125,6 +125,11 @@ func TestSchedulerKill(t *testing.T) {
 	res.add("stuck", len(acked)-st[domain.Completed]-countAbsent(clean, acked))
 	d := checkDoubles(recs)
 	res.add("doubled", d.GPU+d.Task)
+	stale := checkStale(recs)
+	res.add("stale", len(stale))
+	for _, s := range stale {
+		t.Log(s)
+	}
 	for _, s := range d.Detail {
 		t.Log(s)
 	}
