@@ -206,3 +206,36 @@ func diffStates(a, b *domain.State) []string {
 	}
 	return out
 }
+
+// checkStale counts decisions made from an older state than a decision
+// already in the log: with one leader at a time, each pass decides from
+// the state it has folded so far, and a new leader folds the whole log
+// before it decides, so based_on_seq never goes down along the log. A
+// decision whose based_on_seq is below an earlier decision's came from a
+// leader that had not seen what its successor had — a stale leader whose
+// append the log accepted.
+func checkStale(recs []rec) map[uint64]string {
+	var high uint64
+	out := map[uint64]string{}
+	for _, x := range recs {
+		if x.err != nil {
+			continue
+		}
+		var based uint64
+		switch e := x.r.Event.(type) {
+		case events.Dispatched:
+			based = e.BasedOnSeq
+		case events.PreemptRequested:
+			based = e.BasedOnSeq
+		default:
+			continue
+		}
+		if based < high {
+			out[x.Seq] = fmt.Sprintf("seq %d: %s of %s based on seq %d, after a decision based on seq %d", x.Seq, x.r.Event.EventType(), x.r.Event.Key(), based, high)
+		}
+		if based > high {
+			high = based
+		}
+	}
+	return out
+}

@@ -88,11 +88,9 @@ func TestPoison(t *testing.T) {
 		res.add("changed", 1)
 		t.Logf("the victim is %q after a completion from a node it is not on (%v)", v.State, err)
 	}
-	for _, id := range tasks {
-		if s, ok := c.waitState(id, "completed", 60*time.Second); !ok {
-			res.add("lost", 1)
-			t.Logf("task %s is %s, not completed (live, after the bad records)", id, s)
-		}
+	for id, s := range c.waitAll(tasks, "completed", 60*time.Second) {
+		res.add("lost", 1)
+		t.Logf("task %s is %s, not completed (live, after the bad records)", id, s)
 	}
 
 	// Every service restarted: each folds the log with the bad records in it.
