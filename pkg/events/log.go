@@ -62,6 +62,11 @@ type Log interface {
 	LastSeq(ctx context.Context) (uint64, error)
 }
 
+// Getter is a Log that can read one message by its sequence.
+type Getter interface {
+	Get(ctx context.Context, seq uint64) (Stored, error)
+}
+
 // Follower yields followed messages.
 type Follower interface {
 	// Next blocks until the next message, ctx's end or Close.
@@ -242,7 +247,17 @@ var errFound = errors.New("found")
 // seq (the fold's Task.SubmitSeq). The exported environment lives only
 // there: the fold does not keep it, and the agent reads it when it starts
 // the task.
+//
+// It reads the message at seq directly when the log can (Getter), which
+// needs no consumer: the agent reads one per task it starts.
 func ReadSubmitted(ctx context.Context, l Log, taskID string, seq uint64) (Submitted, error) {
+	if g, ok := l.(Getter); ok && seq > 0 {
+		if m, err := g.Get(ctx, seq); err == nil {
+			if s, ok := DecodeRecord(m).Event.(Submitted); ok && s.TaskID == taskID {
+				return s, nil
+			}
+		}
+	}
 	var sub Submitted
 	_, err := ReadAll(ctx, l, seq, TaskPrefix+taskID+"."+string(TypeSubmitted), func(r Record) error {
 		s, ok := r.Event.(Submitted)

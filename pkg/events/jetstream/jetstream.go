@@ -37,6 +37,7 @@ type Log struct {
 var (
 	_ events.Log     = (*Log)(nil)
 	_ events.Batcher = (*Log)(nil)
+	_ events.Getter  = (*Log)(nil)
 )
 
 // Open creates or updates the audit stream and returns a Log on it.
@@ -162,7 +163,11 @@ func (l *Log) LastSeq(ctx context.Context) (uint64, error) {
 }
 
 func (l *Log) consumer(ctx context.Context, from uint64, filter string) (js.Consumer, error) {
-	cfg := js.OrderedConsumerConfig{DeliverPolicy: js.DeliverAllPolicy}
+	// An ordered consumer is ephemeral: a live one keeps itself active
+	// with heartbeats, and one a finished read leaves behind is removed by
+	// the server after InactiveThreshold. Its default (5 min) let a busy
+	// agent's reads pile up to the server's 1,000 consumers per stream.
+	cfg := js.OrderedConsumerConfig{DeliverPolicy: js.DeliverAllPolicy, InactiveThreshold: 10 * time.Second}
 	if from > 1 {
 		cfg.DeliverPolicy = js.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = from
@@ -171,6 +176,20 @@ func (l *Log) consumer(ctx context.Context, from uint64, filter string) (js.Cons
 		cfg.FilterSubjects = []string{filter}
 	}
 	return l.js.OrderedConsumer(ctx, l.stream, cfg)
+}
+
+// Get implements events.Getter: the message at seq, read directly from
+// the stream (no consumer).
+func (l *Log) Get(ctx context.Context, seq uint64) (events.Stored, error) {
+	st, err := l.js.Stream(ctx, l.stream)
+	if err != nil {
+		return events.Stored{}, err
+	}
+	m, err := st.GetMsg(ctx, seq)
+	if err != nil {
+		return events.Stored{}, err
+	}
+	return events.Stored{Seq: m.Sequence, Subject: m.Subject, Data: m.Data, Time: m.Time}, nil
 }
 
 // Read implements events.Log.

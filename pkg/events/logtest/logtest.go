@@ -71,6 +71,25 @@ func Run(t *testing.T, newLog Factory) {
 			t.Errorf("LastSeq = %d, %v; want 50", last, err)
 		}
 	})
+	t.Run("get by sequence", func(t *testing.T) {
+		l := newLog(t)
+		g, ok := l.(events.Getter)
+		if !ok {
+			t.Skip("not a Getter")
+		}
+		for i := 1; i <= 3; i++ {
+			mustAppend(t, l, msg(fmt.Sprintf("gpuq.task.t%d.submitted", i), fmt.Sprint(i)))
+		}
+		m, err := g.Get(context.Background(), 2)
+		if err != nil || m.Seq != 2 || m.Subject != "gpuq.task.t2.submitted" || string(m.Data) != "2" || m.Time.IsZero() {
+			t.Fatalf("Get(2) = %+v, %v", m, err)
+		}
+		for _, seq := range []uint64{0, 4} {
+			if _, err := g.Get(context.Background(), seq); err == nil {
+				t.Errorf("Get(%d) of a 3-message log: no error", seq)
+			}
+		}
+	})
 	t.Run("read filter", func(t *testing.T) {
 		l := newLog(t)
 		mustAppend(t, l, msg("gpuq.task.a.submitted", "1"))

@@ -5,6 +5,7 @@ package memlog
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -78,6 +79,16 @@ func (l *Log) lastSeq(filter string) uint64 {
 		}
 	}
 	return 0
+}
+
+// Get implements events.Getter.
+func (l *Log) Get(ctx context.Context, seq uint64) (events.Stored, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if seq == 0 || seq > uint64(len(l.msgs)) {
+		return events.Stored{}, fmt.Errorf("memlog: no message %d", seq)
+	}
+	return l.msgs[seq-1], nil
 }
 
 // Read implements events.Log.
