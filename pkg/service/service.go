@@ -197,10 +197,8 @@ func (f *Fold) Run(ctx context.Context, h Hooks) error {
 	backoff := minBackoff
 	// 1. The initial read, retried until it succeeds.
 	for {
-		from := f.Seq() + 1
-		last, err := events.ReadAll(ctx, f.log, from, "", func(r events.Record) error { f.applyRecord(r, &h); return nil })
+		err := f.CatchUp(ctx, &h)
 		if err == nil {
-			f.Counters.StreamLast.Store(last)
 			break
 		}
 		if ctx.Err() != nil {
@@ -260,6 +258,19 @@ func (f *Fold) Run(ctx context.Context, h Hooks) error {
 			return err
 		}
 	}
+}
+
+// CatchUp folds every record present in the log now, once, calling
+// h.Applied for each (h may be nil); Run does it until it succeeds.
+func (f *Fold) CatchUp(ctx context.Context, h *Hooks) error {
+	if h == nil {
+		h = &Hooks{}
+	}
+	last, err := events.ReadAll(ctx, f.log, f.Seq()+1, "", func(r events.Record) error { f.applyRecord(r, h); return nil })
+	if err == nil && last > f.Counters.StreamLast.Load() {
+		f.Counters.StreamLast.Store(last)
+	}
+	return err
 }
 
 // follow moves followed messages into recs until ctx ends, re-opening a

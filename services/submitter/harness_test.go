@@ -80,7 +80,7 @@ func newHarness(t *testing.T, l events.Log) *harness {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { defer close(done); s.follow(ctx) }()
+	go func() { defer close(done); s.follow(ctx, nil) }()
 	t.Cleanup(func() { cancel(); <-done })
 	s.ready.Store(true)
 	return &harness{t: t, log: l, s: s, ctx: context.Background(), h: s.handler()}

@@ -623,11 +623,8 @@ func TestUndecodableRecord(t *testing.T) {
 	if v, err := h.s.cancel(h.ctx, api.IDRequest{TaskID: id}); err != nil || v.State != "cancelled" {
 		t.Errorf("cancel after skipped records: %v, state %q", err, v.State)
 	}
-	h.s.m.mu.Lock()
-	bad := h.s.m.bad
-	h.s.m.mu.Unlock()
-	if bad != 2 {
-		t.Errorf("bad = %d, want 2 (the undecodable record and the unknown type)", bad)
+	if bad := h.s.m.skipped(); bad != 2 {
+		t.Errorf("skipped = %d, want 2 (the undecodable record and the unknown type)", bad)
 	}
 }
 

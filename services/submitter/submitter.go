@@ -16,6 +16,7 @@ import (
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/service"
 )
 
 // Config configures Run.
@@ -71,7 +72,7 @@ func newServer(cfg Config) *server {
 		limits:      cfg.Limits,
 		now:         now,
 		logger:      cfg.Logger,
-		m:           newModel(cfg.Logger),
+		m:           newModel(cfg.Log, cfg.Logger),
 		syncTimeout: syncTimeout,
 		health:      cfg.Health,
 	}
@@ -120,27 +121,26 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	// 2. Fold the whole log.
-	if err := s.catchUp(ctx); err != nil {
-		stopHTTP()
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("submitter: reading the log: %w", err)
-	}
-
-	// 3. Follow the log from the next sequence. The follower outlives ctx
-	// until in-flight requests are done, so they can still catch up.
+	// 2. Fold the whole log, then 3. follow it from the next sequence
+	// (pkg/service: a failed read or follow is retried with backoff). The
+	// fold outlives ctx until in-flight requests are done, so they can
+	// still catch up.
 	followCtx, stopFollow := context.WithCancel(context.WithoutCancel(ctx))
-	followDone := make(chan struct{})
+	followDone, caughtUp := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(followDone)
-		s.follow(followCtx)
+		s.follow(followCtx, caughtUp)
 	}()
 	defer func() {
 		stopFollow()
 		<-followDone
 	}()
+	select {
+	case <-caughtUp:
+	case <-ctx.Done():
+		stopHTTP()
+		return nil
+	}
 
 	// 4. Serve the NATS API.
 	// Each op is its own subscription: other services may answer other
@@ -242,47 +242,17 @@ func waitUntil(done func() bool, d time.Duration) {
 	}
 }
 
-// catchUp folds every record present in the log now.
-func (s *server) catchUp(ctx context.Context) error {
-	last, err := s.log.Read(ctx, s.m.seq()+1, "", func(m events.Stored) error {
-		s.m.apply(m)
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	s.m.advanceTo(last)
-	return nil
-}
+// catchUp folds every record present in the log now (once).
+func (s *server) catchUp(ctx context.Context) error { return s.m.f.CatchUp(ctx, nil) }
 
-// follow applies records as they are appended until ctx ends. A failed
-// follow is re-opened from the next unfolded sequence, with backoff.
-func (s *server) follow(ctx context.Context) {
-	const minBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
-	backoff := minBackoff
-	for ctx.Err() == nil {
-		f, err := s.log.Follow(ctx, s.m.seq()+1, "")
-		if err == nil {
-			for {
-				var m events.Stored
-				m, err = f.Next(ctx)
-				if err != nil {
-					break
-				}
-				s.m.apply(m)
-				backoff = minBackoff
-			}
-			f.Close()
+// follow runs the runtime's fold (catch-up, then follow, re-opened with
+// backoff when it fails) until ctx ends; caughtUp (may be nil) is closed
+// once the log present at the start has been folded.
+func (s *server) follow(ctx context.Context, caughtUp chan<- struct{}) {
+	_ = s.m.f.Run(ctx, service.Hooks{CaughtUp: func(context.Context) error {
+		if caughtUp != nil {
+			close(caughtUp)
 		}
-		if ctx.Err() != nil {
-			return
-		}
-		s.logger.Warn().Err(err).Dur("retry_in", backoff).Msg("following the log failed")
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, maxBackoff)
-	}
+		return nil
+	}})
 }
