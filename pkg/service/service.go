@@ -44,6 +44,9 @@ type Hooks struct {
 	// Tick is how often React runs without new records (0: only after
 	// records).
 	Tick time.Duration
+	// Wake, when set, runs React whenever it receives (the agent's
+	// process exits).
+	Wake <-chan struct{}
 }
 
 // Skip is one record the fold did not apply.
@@ -242,6 +245,7 @@ func (f *Fold) Run(ctx context.Context, h Hooks) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick:
+		case <-h.Wake:
 		case m := <-recs:
 			f.apply(m, &h)
 		drain:

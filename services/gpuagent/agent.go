@@ -36,6 +36,7 @@ import (
 
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/service"
 	"github.com/gpuq/gpuq/services/gpuagent/inventory"
 	"github.com/gpuq/gpuq/services/gpuagent/runner"
 )
@@ -95,6 +96,7 @@ type Agent struct {
 	st    *domain.State
 	procs map[string]*proc
 	exits chan exit
+	wake  chan struct{} // poked after each exit is queued
 	boot  string
 	gpus  []inventory.GPU
 	// failedLost remembers lost tasks already reported this boot.
@@ -136,84 +138,66 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		})
 	}()
-	a := &Agent{cfg: cfg, inv: inv, st: domain.NewState(), procs: map[string]*proc{}, exits: make(chan exit, 64),
+	a := &Agent{cfg: cfg, inv: inv, st: domain.NewState(), procs: map[string]*proc{}, exits: make(chan exit, 64), wake: make(chan struct{}, 1),
 		boot: uuid.NewString(), reported: map[string]bool{}}
 	return a.run(ctx)
 }
 
 func (a *Agent) run(ctx context.Context) error {
-	log := a.cfg.Log
 	hb, err := a.cfg.JS.CreateOrUpdateKeyValue(ctx, events.HeartbeatKV(0))
 	if err != nil {
 		return err
 	}
-	// 1. Fold the log.
-	if _, err := events.ReadAll(ctx, log, 1, "", func(r events.Record) error { a.fold(r); return nil }); err != nil {
-		return err
-	}
-	// 2. Announce the inventory.
-	if err := a.announce(ctx, true); err != nil {
-		return err
-	}
-	a.beat(ctx, hb)
-	f, err := log.Follow(ctx, a.st.Seq+1, "")
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	recs := events.Pump(ctx, f, 1024)
-	if a.cfg.Ready != nil {
-		a.cfg.Ready()
-	}
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	lastBeat := a.cfg.Now()
-	for {
-		a.reconcile(ctx)
-		select {
-		case <-ctx.Done():
-			a.stopAll()
-			return nil
-		case x := <-a.exits:
-			a.exited(ctx, x)
-		case <-tick.C:
-			a.escalate()
-			if now := a.cfg.Now(); now.Sub(lastBeat) >= a.cfg.Heartbeat {
-				lastBeat = now
+	// The runtime folds the log and follows it; the agent's reaction runs
+	// with the fold's lock held, after each batch, every 200 ms and at
+	// each process exit.
+	f := service.New("gpuagent", a.cfg.Log, a.cfg.Logger, nil)
+	var lastBeat time.Time
+	err = f.Run(ctx, service.Hooks{
+		CaughtUp: func(ctx context.Context) error {
+			var err error
+			f.Read(func(st *domain.State) {
+				a.st = st
+				// Announce the inventory.
+				if err = a.announce(ctx, true); err != nil {
+					return
+				}
 				a.beat(ctx, hb)
-				if err := a.announce(ctx, false); err != nil {
-					a.cfg.Logger.Warn().Err(err).Msg("gpuagent: announce failed")
-				}
+				lastBeat = a.cfg.Now()
+			})
+			if err == nil && a.cfg.Ready != nil {
+				a.cfg.Ready()
 			}
-		case m, ok := <-recs:
-			if !ok {
-				return ctx.Err()
-			}
-			a.apply(m)
-		drain:
-			for {
-				select {
-				case m, ok := <-recs:
-					if !ok {
-						break drain
+			return err
+		},
+		React: func(ctx context.Context) error {
+			f.Read(func(st *domain.State) {
+				a.st = st
+				for drained := false; !drained; {
+					select {
+					case x := <-a.exits:
+						a.exited(ctx, x)
+					default:
+						drained = true
 					}
-					a.apply(m)
-				default:
-					break drain
 				}
-			}
-		}
-	}
-}
-
-// apply folds one followed record; a record the fold cannot apply is
-// skipped as in every service (domain.State.Apply).
-func (a *Agent) apply(m events.Stored) { a.fold(events.DecodeRecord(m)) }
-
-func (a *Agent) fold(r events.Record) {
-	if why := a.st.Apply(r); why != "" {
-		a.cfg.Logger.Warn().Uint64("seq", r.Seq).Str("subject", r.Subject).Str("reason", why).Msg("gpuagent: record skipped")
-	}
+				a.escalate()
+				if now := a.cfg.Now(); now.Sub(lastBeat) >= a.cfg.Heartbeat {
+					lastBeat = now
+					a.beat(ctx, hb)
+					if err := a.announce(ctx, false); err != nil {
+						a.cfg.Logger.Warn().Err(err).Msg("gpuagent: announce failed")
+					}
+				}
+				a.reconcile(ctx)
+			})
+			return nil
+		},
+		Tick: 200 * time.Millisecond,
+		Wake: a.wake,
+	})
+	f.Read(func(st *domain.State) { a.stopAll() })
+	return err
 }
 
 func (a *Agent) beat(ctx context.Context, kv jetstream.KeyValue) {
@@ -449,7 +433,13 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 	}
 	a.cfg.Logger.Info().Str("task", t.ID).Int("pid", p.PID()).Str("gpus", strings.Join(pl.GPUs, ",")).Msg("gpuagent: started")
 	a.procs[t.ID] = &proc{p: p, task: t.ID, dispatch: t.DispatchSeq}
-	go func() { a.exits <- exit{task: t.ID, res: <-p.Wait()} }()
+	go func() {
+		a.exits <- exit{task: t.ID, res: <-p.Wait()}
+		select {
+		case a.wake <- struct{}{}:
+		default:
+		}
+	}()
 }
 
 // exited reports a process's end according to what the log says of it.
