@@ -74,7 +74,8 @@ type Fold struct {
 
 	mu      sync.Mutex
 	st      *domain.State
-	changed chan struct{} // closed and replaced whenever the fold advances
+	changed chan struct{} // closed and replaced when the fold advances and a waiter took it
+	waited  bool          // a WaitFor holds changed
 	ready   atomic.Bool
 	// Counters of this fold.
 	Counters Counters
@@ -82,6 +83,8 @@ type Fold struct {
 
 // New returns a fold of log named for the service, from st (a restored
 // snapshot: the fold goes on at st.Seq+1) or from the start (st nil).
+// A caller that passes st and folds only with CatchUp on its own
+// goroutine (the simulator's driver) may read st between calls.
 func New(name string, log events.Log, logger zerolog.Logger, st *domain.State) *Fold {
 	if st == nil {
 		st = domain.NewState()
@@ -144,8 +147,10 @@ func (f *Fold) applyRecord(r events.Record, h *Hooks) {
 	if h.Applied != nil {
 		h.Applied(f.st, r, why)
 	}
-	close(f.changed)
-	f.changed = make(chan struct{})
+	if f.waited {
+		close(f.changed)
+		f.changed, f.waited = make(chan struct{}), false
+	}
 	f.mu.Unlock()
 	if !r.Time.IsZero() {
 		f.Counters.LastTime.Store(r.Time.UnixNano())
@@ -165,6 +170,7 @@ func (f *Fold) WaitFor(ctx context.Context, seq uint64, bound time.Duration) err
 	for {
 		f.mu.Lock()
 		at, ch := f.st.Seq, f.changed
+		f.waited = true
 		f.mu.Unlock()
 		if at >= seq {
 			return nil

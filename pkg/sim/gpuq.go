@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rs/zerolog"
 	"time"
 
 	"github.com/gpuq/gpuq/pkg/decide"
@@ -13,6 +14,7 @@ import (
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/events/memlog"
 	"github.com/gpuq/gpuq/pkg/policy"
+	"github.com/gpuq/gpuq/pkg/service"
 )
 
 // Simulated hardware.
@@ -45,10 +47,12 @@ type driver struct {
 	vt    time.Duration // virtual time since the epoch
 	now   time.Time     // epoch + vt
 
-	log  *memlog.Log
-	st   *domain.State
-	pol  *policy.Policy
-	pred *estimate.Predictor // the scheduler's run-time predictor
+	log   *memlog.Log
+	st    *domain.State
+	fl    *service.Fold // the runtime folding log into st
+	hooks service.Hooks
+	pol   *policy.Policy
+	pred  *estimate.Predictor // the scheduler's run-time predictor
 	// predicted memoises pred.Total until pred learns again; running
 	// memoises the running and resumed tasks' predictions at one instant
 	// (runningAt), which the passes of a settle ask again and again.
@@ -298,10 +302,21 @@ func (d *driver) react() error {
 
 // fold reads the records appended since the last fold, through the Log
 // port, and applies them as the services do.
+//
+// It folds through the services' runtime (pkg/service), on this goroutine:
+// CatchUp applies each record with State.Apply and calls d.folded.
 func (d *driver) fold() error {
-	_, err := events.ReadAll(d.ctx, d.log, d.read+1, "", func(r events.Record) error {
+	if d.fl == nil {
+		d.fl = service.New("sim", d.log, zerolog.Nop(), d.st)
+		d.hooks = service.Hooks{Applied: func(_ *domain.State, r events.Record, _ string) { d.folded(r) }}
+	}
+	return d.fl.CatchUp(d.ctx, &d.hooks)
+}
+
+// folded follows one record the fold has just applied.
+func (d *driver) folded(r events.Record) {
+	{
 		d.read = r.Seq
-		d.st.Apply(r)
 		if d.est != nil {
 			d.est.observe(d, r)
 		}
@@ -343,9 +358,7 @@ func (d *driver) fold() error {
 				}
 			}
 		}
-		return nil
-	})
-	return err
+	}
 }
 
 func (d *driver) dropStaleEnds() {
