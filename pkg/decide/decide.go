@@ -49,7 +49,7 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 			}
 			lost[name] = true
 			reason := fmt.Sprintf("no heartbeat for %s (timeout %s)", now.Sub(seen).Round(time.Second), live.Timeout)
-			out = append(out, Command{Event: events.Lost{Node: name, Reason: reason},
+			out = append(out, Command{Event: events.Lost{Node: name, Reason: reason, BasedOnSeq: st.Seq},
 				MsgID: fmt.Sprintf("lost:%s:%d", name, st.Seq)})
 		}
 		if len(lost) > 0 {
@@ -60,7 +60,7 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 				for _, pl := range t.Placements {
 					if lost[pl.Node] {
 						out = append(out, Command{
-							Event:  events.Requeued{TaskID: t.ID, Reason: "node " + pl.Node + " lost", ResumeFrom: t.Checkpoint},
+							Event:  events.Requeued{TaskID: t.ID, Reason: "node " + pl.Node + " lost", ResumeFrom: t.Checkpoint, BasedOnSeq: st.Seq},
 							MsgID:  fmt.Sprintf("requeue:%s:%d", t.ID, t.LastSeq),
 							Expect: guard(t),
 						})
@@ -76,7 +76,7 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 	for _, t := range st.InState(domain.Preempting) {
 		if !t.HoldsGPUs() {
 			out = append(out, Command{
-				Event:  events.Requeued{TaskID: t.ID, Reason: "preempted for " + t.PreemptFor + "; resumes from its checkpoint", ResumeFrom: t.Checkpoint},
+				Event:  events.Requeued{TaskID: t.ID, Reason: "preempted for " + t.PreemptFor + "; resumes from its checkpoint", ResumeFrom: t.Checkpoint, BasedOnSeq: st.Seq},
 				MsgID:  fmt.Sprintf("requeue:%s:%d", t.ID, t.LastSeq),
 				Expect: guard(t),
 			})

@@ -59,6 +59,7 @@ func EncodeSnapshot(s *State) []byte {
 	w.varint(int64(s.Ignored))
 	w.time(s.LastTime)
 	w.uvarint(s.Epoch)
+	w.uvarint(s.EpochSeq)
 
 	names := make([]string, 0, len(s.Nodes))
 	for n := range s.Nodes {
@@ -190,6 +191,7 @@ func DecodeSnapshot(b []byte) (st *State, err error) {
 	st.Ignored = r.int()
 	st.LastTime = r.time()
 	st.Epoch = r.uvarint()
+	st.EpochSeq = r.uvarint()
 
 	nn := r.length(4)
 	st.Nodes = make(map[string]*Node, nn)

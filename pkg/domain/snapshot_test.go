@@ -202,13 +202,14 @@ func TestSnapshotRefused(t *testing.T) {
 	}
 }
 
-// hugeCount is the snapshot of an empty state (a body of eight zero
-// bytes: Seq, Skipped, Ignored, LastTime's two, Epoch, no nodes, no tasks) with
+// hugeCount is the snapshot of an empty state (a body of nine zero
+// bytes: Seq, Skipped, Ignored, LastTime's two, Epoch, EpochSeq, no nodes,
+// no tasks) with
 // the task count replaced by the largest varint.
 func hugeCount(t *testing.T) []byte {
 	b := domain.EncodeSnapshot(domain.NewState())
-	if len(b) != 24+8 {
-		t.Fatalf("the empty state's snapshot has %d bytes, want 32", len(b))
+	if len(b) != 24+9 {
+		t.Fatalf("the empty state's snapshot has %d bytes, want 33", len(b))
 	}
 	return append(b[:len(b)-1], 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01)
 }

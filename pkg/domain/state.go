@@ -25,8 +25,9 @@ type State struct {
 	// were not applied (first in log order wins). Apply says why for each.
 	Skipped, Ignored int
 	// Epoch is the newest scheduler leader epoch among the decisions
-	// folded; a decision of an older epoch is refused (see Apply).
-	Epoch uint64
+	// folded and EpochSeq the sequence of its first decision; a deposed
+	// leader's decision is refused (see fence).
+	Epoch, EpochSeq uint64
 	// LastTime is the time of the last applied event: the fold's "now".
 	LastTime time.Time
 
@@ -116,7 +117,7 @@ func (s *State) Apply(r events.Record) (skipped string) {
 		s.nodeEvent(e.Node)
 		return ""
 	case events.Lost:
-		if why := s.fence(e.Epoch); why != "" {
+		if why := s.fence(r.Seq, e.Epoch, e.BasedOnSeq); why != "" {
 			return why
 		}
 		n := s.Nodes[e.Node]
@@ -185,7 +186,7 @@ func (s *State) Apply(r events.Record) (skipped string) {
 		}
 		t.Checklist[e.Item] = e.Done
 	case events.Dispatched:
-		if why := s.fence(e.Epoch); why != "" {
+		if why := s.fence(r.Seq, e.Epoch, e.BasedOnSeq); why != "" {
 			return why
 		}
 		if t.State != Queued {
@@ -221,7 +222,7 @@ func (s *State) Apply(r events.Record) (skipped string) {
 			t.FirstStarted = at
 		}
 	case events.PreemptRequested:
-		if why := s.fence(e.Epoch); why != "" {
+		if why := s.fence(r.Seq, e.Epoch, e.BasedOnSeq); why != "" {
 			return why
 		}
 		if t.State != Running && t.State != Dispatched {
@@ -254,7 +255,7 @@ func (s *State) Apply(r events.Record) (skipped string) {
 			t.State = Preempting // until the scheduler's requeued
 		}
 	case events.Requeued:
-		if why := s.fence(e.Epoch); why != "" {
+		if why := s.fence(r.Seq, e.Epoch, e.BasedOnSeq); why != "" {
 			return why
 		}
 		if t.State.Terminal() || t.State == Queued {
@@ -291,15 +292,30 @@ func (s *State) ignore(why string) string {
 	return why
 }
 
-// fence refuses a scheduling decision from a leader older than the newest
-// this fold has seen (the lease's epoch, see events.Dispatched.Epoch); a
-// newer epoch becomes the newest. Epoch 0, a log written before epochs,
-// is accepted until the first fenced decision.
-func (s *State) fence(epoch uint64) string {
-	if epoch < s.Epoch {
-		return s.ignore(fmt.Sprintf("decision of leader epoch %d after epoch %d: a deposed leader", epoch, s.Epoch))
+// fence refuses a scheduling decision of a deposed leader: one whose
+// epoch (the lease's, see events.Dispatched.Epoch) is older than the
+// newest this fold has seen, and which was decided on the log as it was
+// before that epoch's first decision (based_on_seq) — the view of a leader
+// that was paused or cut off while another took over. A decision cannot
+// be based on its own or a later sequence. A newer epoch becomes the
+// newest. Epoch 0, a log written before epochs, is accepted until the
+// first fenced decision.
+//
+// The second condition keeps a forged decision with a huge epoch from
+// fencing out the real leader for good: the leader's next decisions are
+// based on a log that includes the forgery, so they are accepted. Who may
+// write decisions at all is for the NATS server's permissions to decide.
+func (s *State) fence(seq, epoch, based uint64) string {
+	if based != 0 && seq != 0 && based >= seq {
+		return s.ignore(fmt.Sprintf("decision based on sequence %d, not before its own %d", based, seq))
 	}
-	s.Epoch = epoch
+	if epoch < s.Epoch && based < s.EpochSeq {
+		return s.ignore(fmt.Sprintf("decision of leader epoch %d, based on sequence %d, before epoch %d decided at %d: a deposed leader",
+			epoch, based, s.Epoch, s.EpochSeq))
+	}
+	if epoch > s.Epoch {
+		s.Epoch, s.EpochSeq = epoch, seq
+	}
 	return ""
 }
 
@@ -560,7 +576,7 @@ func (s *State) TotalGPUs() (total, free int) {
 
 // Clone returns a deep copy; what-ifs run on clones.
 func (s *State) Clone() *State {
-	c := &State{Seq: s.Seq, Skipped: s.Skipped, Ignored: s.Ignored, LastTime: s.LastTime, Epoch: s.Epoch,
+	c := &State{Seq: s.Seq, Skipped: s.Skipped, Ignored: s.Ignored, LastTime: s.LastTime, Epoch: s.Epoch, EpochSeq: s.EpochSeq,
 		Tasks: make(map[string]*Task, len(s.Tasks)), Nodes: make(map[string]*Node, len(s.Nodes)),
 		Owner: make(map[string]string, len(s.Owner)), Idem: make(map[string]string, len(s.Idem))}
 	slab := make([]Task, len(s.Tasks)) // one allocation for every task
@@ -578,7 +594,7 @@ func (s *State) Clone() *State {
 // still holding GPUs) and every node: what a forward simulation needs,
 // at a cost that does not grow with the log's history.
 func (s *State) CloneLive() *State {
-	c := &State{Seq: s.Seq, LastTime: s.LastTime, Epoch: s.Epoch, Tasks: make(map[string]*Task, len(s.live)),
+	c := &State{Seq: s.Seq, LastTime: s.LastTime, Epoch: s.Epoch, EpochSeq: s.EpochSeq, Tasks: make(map[string]*Task, len(s.live)),
 		Nodes: make(map[string]*Node, len(s.Nodes)), Owner: make(map[string]string, len(s.Owner)), Idem: map[string]string{}}
 	slab := make([]Task, len(s.live)) // one allocation for every task
 	i := 0

@@ -1323,6 +1323,9 @@ func (s *scan) requeued() (Event, bool) {
 		case "epoch":
 			e.Epoch, ok = s.uint()
 			return 1 << 3, ok
+		case "based_on_seq":
+			e.BasedOnSeq, ok = s.uint()
+			return 1 << 4, ok
 		}
 		return 0, true
 	})
@@ -1525,6 +1528,9 @@ func (s *scan) lost() (Event, bool) {
 		case "epoch":
 			e.Epoch, ok = s.uint()
 			return 1 << 2, ok
+		case "based_on_seq":
+			e.BasedOnSeq, ok = s.uint()
+			return 1 << 3, ok
 		}
 		return 0, true
 	})

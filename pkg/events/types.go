@@ -146,7 +146,8 @@ type Requeued struct {
 	TaskID     string `json:"task_id"`
 	Reason     string `json:"reason"`
 	ResumeFrom string `json:"resume_from,omitempty"`
-	Epoch      uint64 `json:"epoch,omitempty"` // as Dispatched.Epoch
+	Epoch      uint64 `json:"epoch,omitempty"`        // as Dispatched.Epoch
+	BasedOnSeq uint64 `json:"based_on_seq,omitempty"` // as Dispatched.BasedOnSeq
 }
 
 // Completed: the task's process exited 0.
@@ -197,9 +198,10 @@ type Drained struct {
 
 // Lost: the node missed its heartbeats for longer than the node timeout.
 type Lost struct {
-	Node   string `json:"node"`
-	Reason string `json:"reason"`
-	Epoch  uint64 `json:"epoch,omitempty"` // as Dispatched.Epoch
+	Node       string `json:"node"`
+	Reason     string `json:"reason"`
+	Epoch      uint64 `json:"epoch,omitempty"`        // as Dispatched.Epoch
+	BasedOnSeq uint64 `json:"based_on_seq,omitempty"` // as Dispatched.BasedOnSeq
 }
 
 func (Submitted) EventType() Type        { return TypeSubmitted }

@@ -98,7 +98,7 @@ func TestWithEpoch(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			var got uint64
-			switch e := withEpoch(tc.in, 7).(type) {
+			switch e := withEpoch(tc.in, 7, 3).(type) {
 			case events.Dispatched:
 				got = e.Epoch
 			case events.PreemptRequested:
@@ -124,7 +124,7 @@ func TestDeposedLeaderFenced(t *testing.T) {
 	first := start(t, s, dt.Epoch, -1)
 	first.settle(t, s)
 	st := first.sched.Snapshot()
-	oldEpoch := st.Epoch
+	oldEpoch, oldSeq := st.Epoch, st.Seq
 	first.stop()
 	s.append(t, dt.Epoch, dt.Task().ID("b").GPUs(1).Submitted())
 	second := start(t, s, dt.Epoch, -1)
@@ -142,7 +142,8 @@ func TestDeposedLeaderFenced(t *testing.T) {
 			free = g.UUID
 		}
 	}
-	stale := events.Dispatched{TaskID: "c", Placements: []events.Placement{{Node: "n0", GPUs: []string{free}}}, Epoch: oldEpoch}
+	// Decided on the log as the first leader last saw it.
+	stale := events.Dispatched{TaskID: "c", Placements: []events.Placement{{Node: "n0", GPUs: []string{free}}}, Epoch: oldEpoch, BasedOnSeq: oldSeq}
 	if free == "" {
 		t.Fatal("no free GPU left for the stale decision: the test needs one")
 	}

@@ -242,7 +242,7 @@ func (s *Scheduler) pass(ctx context.Context, st *domain.State, lease *lease) (u
 	msgs := make([]events.Msg, 0, len(cmds))
 	sent := make([]int, 0, len(cmds)) // msgs[j] is cmds[sent[j]]
 	for i, c := range cmds {
-		c.Event = withEpoch(c.Event, lease.epoch)
+		c.Event = withEpoch(c.Event, lease.epoch, st.Seq)
 		cmds[i] = c
 		subj, data, _, err := events.Encode(c.Event, events.Meta{Time: now})
 		if err != nil {
@@ -274,8 +274,9 @@ func (s *Scheduler) pass(ctx context.Context, st *domain.State, lease *lease) (u
 	return last, nil
 }
 
-// withEpoch stamps a decision with the leader's epoch.
-func withEpoch(e events.Event, epoch uint64) events.Event {
+// withEpoch stamps a decision with the leader's epoch and, where the
+// decision does not say it, the sequence it was based on.
+func withEpoch(e events.Event, epoch, based uint64) events.Event {
 	switch v := e.(type) {
 	case events.Dispatched:
 		v.Epoch = epoch
@@ -285,9 +286,15 @@ func withEpoch(e events.Event, epoch uint64) events.Event {
 		return v
 	case events.Requeued:
 		v.Epoch = epoch
+		if v.BasedOnSeq == 0 {
+			v.BasedOnSeq = based
+		}
 		return v
 	case events.Lost:
 		v.Epoch = epoch
+		if v.BasedOnSeq == 0 {
+			v.BasedOnSeq = based
+		}
 		return v
 	}
 	return e

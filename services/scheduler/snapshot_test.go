@@ -154,7 +154,7 @@ func (s *server) tail(t *testing.T, from uint64) []events.Event {
 	if _, err := events.ReadAll(context.Background(), s.log, from+1, "", func(r events.Record) error {
 		// The leader's epoch is the lease bucket's revision, which differs
 		// between two servers; the decision does not.
-		out = append(out, withEpoch(r.Event, 0))
+		out = append(out, withEpoch(r.Event, 0, 0))
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -241,7 +241,7 @@ func TestRestartFromSnapshot(t *testing.T) {
 	// The copy's records have the second server's stored times, and its
 	// lease other epochs: everything else must be equal.
 	opts := cmp.Options{cmpopts.IgnoreUnexported(domain.State{}, domain.Task{}), cmpopts.IgnoreTypes(time.Time{}),
-		cmpopts.IgnoreFields(domain.State{}, "Epoch"), cmpopts.IgnoreFields(domain.Task{}, "RunSeconds")}
+		cmpopts.IgnoreFields(domain.State{}, "Epoch", "EpochSeq"), cmpopts.IgnoreFields(domain.Task{}, "RunSeconds")}
 	if diff := cmp.Diff(fromLog.folded, fromSnap.folded, opts); diff != "" {
 		t.Fatalf("restarted state (-from the log +from the snapshot):\n%s", diff)
 	}

@@ -380,8 +380,8 @@ func (c *cluster) readLog() []rec {
 		out = out[:0]
 		_, err := c.log.Read(ctx, 1, "", func(m events.Stored) error {
 			m.Data = append([]byte(nil), m.Data...)
-			r, err := events.Decode(m)
-			out = append(out, rec{Stored: m, r: r, err: err})
+			_, err := events.Decode(m)
+			out = append(out, rec{Stored: m, r: events.DecodeRecord(m), err: err})
 			return nil
 		})
 		if err == nil {
@@ -422,23 +422,20 @@ func (c *cluster) readLogDirect(ctx context.Context) []rec {
 			c.t.Fatalf("get message %d: %v", seq, err)
 		}
 		st := events.Stored{Seq: m.Sequence, Subject: m.Subject, Data: m.Data, Time: m.Time}
-		r, err := events.Decode(st)
-		out = append(out, rec{Stored: st, r: r, err: err})
+		_, err := events.Decode(st)
+		out = append(out, rec{Stored: st, r: events.DecodeRecord(st), err: err})
 	}
 	return out
 }
 
-// fold is a clean replay: a fresh domain.State over the records that
-// decode (undecodable ones only advance the sequence, as the services do).
+// fold is a clean replay: a fresh domain.State over every record as the
+// services fold it (events.DecodeRecord: the log's time; undecodable
+// records skipped by State.Apply).
 func fold(recs []rec, upTo uint64) *domain.State {
 	st := domain.NewState()
 	for _, x := range recs {
 		if upTo > 0 && x.Seq > upTo {
 			break
-		}
-		if x.err != nil {
-			st.Seq = x.Seq
-			continue
 		}
 		st.Apply(x.r)
 	}
