@@ -366,3 +366,21 @@ func (d *driver) dropStaleEnds() {
 		heap.Pop(&d.ends)
 	}
 }
+
+// Log simulates pol over tasks on nodes × perNode GPUs, as runPolicy
+// does for gpuq, and returns the whole log of the run in order: the
+// agents' and submitters' records and the decisions. services/scheduler
+// replays the first kind into its real loop and checks that it decides
+// the second (TestSameDecisionsAsSimulator).
+func Log(ctx context.Context, cfg Config, pol *policy.Policy, tasks []Task) ([]events.Stored, error) {
+	d := newDriver(ctx, cfg, pol, tasks, false)
+	if _, err := d.simulate(cfg.Nodes, cfg.GPUsPerNode); err != nil {
+		return nil, err
+	}
+	var out []events.Stored
+	_, err := d.log.Read(ctx, 1, "", func(m events.Stored) error {
+		out = append(out, m)
+		return nil
+	})
+	return out, err
+}
