@@ -47,6 +47,7 @@ test-faults: ## Process-level fault scenarios, no Docker (kill -9, SIGSTOP, pois
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags faults ./tests/faults/...
 
 bench: ## Go benchmarks (fold, ingest, placement)
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 $(PKGS)

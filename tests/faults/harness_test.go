@@ -422,7 +422,7 @@ func (c *cluster) readLogDirect(ctx context.Context) []rec {
 			c.t.Fatalf("get message %d: %v", seq, err)
 		}
 		st := events.Stored{Seq: m.Sequence, Subject: m.Subject, Data: m.Data, Time: m.Time}
-		_, err := events.Decode(st)
+		_, err = events.Decode(st)
 		out = append(out, rec{Stored: st, r: events.DecodeRecord(st), err: err})
 	}
 	return out
