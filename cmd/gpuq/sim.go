@@ -25,6 +25,9 @@ type simFlags struct {
 	teams, compare         string
 	pol, within, backfill  string
 	maxWait, agingTau      time.Duration
+	classAging, ckptEvery  time.Duration
+	victims                string
+	preemptible            float64
 	estModel, classMix     string
 	estimates, json, times bool
 	progress               bool
@@ -45,8 +48,21 @@ blocking, consolidate placement; sjf-oracle knows real durations).
 The trace has no user estimates, classes or teams; the model supplies them,
 seeded: --estimate-model (estimate = real duration × e^N(mu, sigma)),
 --class-mix (all MEDIUM by default), --teams vc (each VC a team guaranteed
-its share of vcs.csv). Every task is preemptible; a preempted task
-checkpoints at once (no work lost). Same input, same output, byte for byte.`,
+its share of vcs.csv). By default every task is preemptible and a
+preempted task checkpoints at once (no work lost); the realistic model is
+--checkpoint-every (each task checkpoints at that interval of its run; a
+preempted one runs on for its grace, 120 s, and loses the work since its
+last checkpoint) with --preemptible (the share of preemptible tasks).
+--victims chooses among victims of the same classes (least-lost, the
+policy's, or newest, Kueue's); --compare gpuq-newest-victims runs gpuq
+with newest beside it. --class-aging is the starvation guard across
+classes (a task competes one class higher for each such wait, up to
+HIGH), as the scheduler's and the advisor's flag of the same name.
+
+The JSON reports per policy the preemptions, lost_gpu_hours, and by_class
+(n, avg_queue_s, p95_queue_s, max_queue_s) when the tasks are of several
+classes; the estimates are judged by class too. Same input, same output,
+byte for byte.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return runSim(c, f) },
 	}
@@ -63,6 +79,10 @@ checkpoints at once (no work lost). Same input, same output, byte for byte.`,
 	fl.StringVar(&f.backfill, "backfill", policy.BackfillQueue, "gpuq order of the backfill candidates behind the first blocked task: queue or shortest (predicted service first)")
 	fl.DurationVar(&f.maxWait, "max-wait", policy.DefaultMaxWait, "shortest-predicted: a task waiting this long goes first in its class")
 	fl.DurationVar(&f.agingTau, "aging-tau", policy.DefaultAgingTau, "shortest-predicted: a task's predicted service (GPUs × run time) is divided by 1 + wait/aging-tau")
+	fl.DurationVar(&f.classAging, "class-aging", 0, "starvation guard across classes: a queued task below HIGH competes one class higher for every such wait, up to HIGH (0: off, strict class order)")
+	fl.StringVar(&f.victims, "victims", policy.LeastLost, "gpuq choice among victims of the same classes: least-lost (work since the last checkpoint) or newest (most recently started, as Kueue); gpuq-newest-victims always uses newest")
+	fl.DurationVar(&f.ckptEvery, "checkpoint-every", 0, "agents' model: each task checkpoints at this interval of its run, and a preemption loses the work since the last checkpoint plus the grace (0, the default: checkpoint at once on preemption, no work lost)")
+	fl.Float64Var(&f.preemptible, "preemptible", 1, "share of the tasks that are preemptible (seeded draw, one per task; 1: all)")
 	fl.StringVar(&f.estModel, "estimate-model", sim.DefaultEstimateModel, `users' run-time estimates: "exact" or lognormal:mu=M,sigma=S,seed=N`)
 	fl.StringVar(&f.classMix, "class-mix", "", `task classes, e.g. critical=0.05,high=0.15,medium=0.6,low=0.2,seed=1 (default: all medium)`)
 	fl.BoolVar(&f.estimates, "estimates", true, "under gpuq, estimate every submission's start (gpuq advisor, slurm-backfill, seed-formula) and judge them")
@@ -95,6 +115,12 @@ func runSim(c *cobra.Command, f simFlags) error {
 		return invalid("max-wait", "must be > 0")
 	case f.agingTau <= 0:
 		return invalid("aging-tau", "must be > 0")
+	case f.classAging < 0:
+		return invalid("class-aging", "must be ≥ 0")
+	case f.ckptEvery < 0:
+		return invalid("checkpoint-every", "must be ≥ 0")
+	case !(f.preemptible >= 0 && f.preemptible <= 1):
+		return invalid("preemptible", fmt.Sprintf("must be between 0 and 1 (got %g)", f.preemptible))
 	}
 	var names []string
 	for _, p := range strings.Split(f.compare, ",") {
@@ -110,7 +136,8 @@ func runSim(c *cobra.Command, f simFlags) error {
 	if err != nil {
 		return invalid("class-mix", err.Error())
 	}
-	opts := policy.Options{Preemption: f.pol, WithinClass: f.within, Backfill: f.backfill, MaxWait: f.maxWait, AgingTau: f.agingTau}
+	opts := policy.Options{Preemption: f.pol, WithinClass: f.within, Backfill: f.backfill, MaxWait: f.maxWait, AgingTau: f.agingTau,
+		ClassAging: f.classAging, Victims: f.victims}
 	if err := opts.Validate(); err != nil {
 		field := "policy"
 		switch {
@@ -118,10 +145,12 @@ func runSim(c *cobra.Command, f simFlags) error {
 			field = "within-class"
 		case strings.HasPrefix(err.Error(), "backfill"):
 			field = "backfill"
+		case strings.HasPrefix(err.Error(), "victims"):
+			field = "victims"
 		}
 		return invalid(field, err.Error())
 	}
-	cfg := sim.Config{Nodes: f.nodes, GPUsPerNode: f.perNode, Options: opts, Policies: names, Estimates: f.estimates}
+	cfg := sim.Config{Nodes: f.nodes, GPUsPerNode: f.perNode, Options: opts, Policies: names, Estimates: f.estimates, CheckpointEvery: f.ckptEvery}
 	if err := cfg.Validate(); err != nil {
 		return invalid("compare", err.Error())
 	}
@@ -158,6 +187,11 @@ func runSim(c *cobra.Command, f simFlags) error {
 		cfg.Epoch = jobs[0].SubmitTime.Add(-jobs[0].Submit)
 	}
 	tasks, unplaceable := sim.Prepare(jobs, f.nodes*f.perNode, em, cm, f.teams == "vc")
+	preemptible := "all"
+	if f.preemptible < 1 {
+		sim.MarkPreemptible(tasks, f.preemptible, preemptibleSeed)
+		preemptible = fmt.Sprintf("%g (seed %d)", f.preemptible, preemptibleSeed)
+	}
 	if len(tasks) == 0 {
 		return invalid("nodes", fmt.Sprintf("no job of the trace fits %d GPUs", f.nodes*f.perNode))
 	}
@@ -166,7 +200,7 @@ func runSim(c *cobra.Command, f simFlags) error {
 		teams = "vc"
 	}
 	sc := sim.Scenario{Trace: f.trace, Format: f.format, Teams: teams, EstimateModel: em.String(), ClassMix: cm.String(),
-		Limit: f.limit, TraceJobs: traceJobs, Unplaceable: unplaceable}
+		Limit: f.limit, TraceJobs: traceJobs, Unplaceable: unplaceable, Preemptible: preemptible}
 	loaded := time.Since(t0)
 
 	// 3. Simulate.
@@ -206,6 +240,9 @@ func runSim(c *cobra.Command, f simFlags) error {
 	printSim(os.Stdout, rep.Result, names)
 	return nil
 }
+
+// preemptibleSeed seeds --preemptible's draws.
+const preemptibleSeed = 1
 
 func readVCs(path string) (map[string]int, error) {
 	r, err := os.Open(path)

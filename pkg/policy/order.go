@@ -22,7 +22,9 @@ const (
 //
 // Within a class: submit time (FIFO), or under ShortestPredicted the
 // predicted service (GPUs × run time, as Helios' QSSF) aged by the wait,
-// with tasks that waited MaxWait first.
+// with tasks that waited MaxWait first. A task's class is the one it
+// competes in (pass.class): with Options.ClassAging, a task that waited
+// long enough competes in a higher class than its own.
 func (pc *pass) order(yield func(t *domain.Task, tier int) bool) {
 	s := pc.in.State
 	if pc.opts.WithinClass == ShortestPredicted {
@@ -45,6 +47,15 @@ func (pc *pass) order(yield func(t *domain.Task, tier int) bool) {
 	if stopped {
 		return
 	}
+	if pc.opts.ClassAging > 0 {
+		if pc.anyUnder && !pc.walkAged(func(t *domain.Task) bool { return pc.under(t.Team) },
+			func(t *domain.Task) bool { return yield(t, tierUnder) }) {
+			return
+		}
+		pc.walkAged(func(t *domain.Task) bool { return !pc.anyUnder || !pc.under(t.Team) },
+			func(t *domain.Task) bool { return yield(t, tierRest) })
+		return
+	}
 	if pc.anyUnder {
 		s.WalkQueued(func(t *domain.Task) bool {
 			if t.Priority == domain.Critical || !pc.under(t.Team) {
@@ -65,6 +76,62 @@ func (pc *pass) order(yield func(t *domain.Task, tier int) bool) {
 	})
 }
 
+// class is the class t competes in: its own, raised by one for every
+// Options.ClassAging it has waited, up to HIGH (CRITICAL neither ages nor
+// is reached by ageing).
+func (pc *pass) class(t *domain.Task) domain.Priority {
+	a := pc.opts.ClassAging
+	if a <= 0 || t.Priority >= domain.High {
+		return t.Priority
+	}
+	wait := pc.in.Now.Sub(t.SubmittedAt)
+	if wait < a {
+		return t.Priority
+	}
+	return domain.Priority(min(int64(domain.High), int64(t.Priority)+int64(wait/a)))
+}
+
+// walkAged yields the queued tasks below CRITICAL that keep accepts, by
+// the class they compete in (pass.class), highest first, and within it in
+// queue order (submit time, then log order), until yield returns false;
+// it reports whether it walked to the end. The fold keeps each class's
+// tasks in queue order, oldest first, so the tasks of one class competing
+// in a higher one are a run at its start: the walk merges three cursors
+// and, like WalkQueued, costs only the tasks it visits.
+func (pc *pass) walkAged(keep func(*domain.Task) bool, yield func(*domain.Task) bool) bool {
+	var cur [domain.High + 1]domain.QueueCursor
+	for p := domain.Low; p <= domain.High; p++ {
+		cur[p] = pc.s.QueueClass(p)
+	}
+	for e := domain.High; e >= domain.Low; e-- {
+		for {
+			var best *domain.Task
+			from := domain.Low
+			for p := domain.Low; p <= e; p++ {
+				t := cur[p].Peek()
+				for t != nil && pc.class(t) == e && !keep(t) {
+					cur[p].Next()
+					t = cur[p].Peek()
+				}
+				if t == nil || pc.class(t) != e {
+					continue // this class's next task competes lower
+				}
+				if best == nil || domain.InLine(t, best) {
+					best, from = t, p
+				}
+			}
+			if best == nil {
+				break
+			}
+			cur[from].Next()
+			if !yield(best) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 func (pc *pass) tier(t *domain.Task) int {
 	switch {
 	case t.Priority == domain.Critical:
@@ -81,10 +148,11 @@ func (pc *pass) sortedSPF() []*domain.Task {
 	q := pc.in.State.Queued()
 	now := pc.in.Now
 	type keyed struct {
-		t    *domain.Task
-		tier int
-		aged bool
-		key  float64
+		t     *domain.Task
+		tier  int
+		class domain.Priority
+		aged  bool
+		key   float64
 	}
 	ks := make([]keyed, len(q))
 	for i, t := range q {
@@ -92,15 +160,15 @@ func (pc *pass) sortedSPF() []*domain.Task {
 		if wait < 0 {
 			wait = 0
 		}
-		ks[i] = keyed{t: t, tier: pc.tier(t), aged: wait >= pc.opts.MaxWait,
+		ks[i] = keyed{t: t, tier: pc.tier(t), class: pc.class(t), aged: wait >= pc.opts.MaxWait,
 			key: pc.in.predict(t).Seconds() * float64(max(t.GPUs, 1)) / (1 + float64(wait)/float64(pc.opts.AgingTau))}
 	}
 	slices.SortStableFunc(ks, func(a, b keyed) int {
 		switch {
 		case a.tier != b.tier:
 			return a.tier - b.tier
-		case a.t.Priority != b.t.Priority:
-			return int(b.t.Priority) - int(a.t.Priority)
+		case a.class != b.class:
+			return int(b.class) - int(a.class)
 		case a.aged != b.aged:
 			if a.aged {
 				return -1
@@ -108,9 +176,9 @@ func (pc *pass) sortedSPF() []*domain.Task {
 			return 1
 		case !a.aged && a.key != b.key:
 			return cmp.Compare(a.key, b.key)
-		case a.t.Before(b.t): // q is in queue order; stable
+		case domain.InLine(a.t, b.t): // q is in queue order; stable
 			return -1
-		case b.t.Before(a.t):
+		case domain.InLine(b.t, a.t):
 			return 1
 		}
 		return 0

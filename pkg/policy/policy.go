@@ -33,6 +33,16 @@ const (
 	Ladder       = "ladder"        // each class may preempt strictly lower ones
 )
 
+// Choices of victims among the candidates of one class (Options.Victims).
+const (
+	// LeastLost (the default): the least work lost since the victims'
+	// last checkpoint (GPUs × time since it, or since the start).
+	LeastLost = "least-lost"
+	// Newest: the most recently started, as Kueue chooses (its
+	// candidates are sorted by priority, then start time, newest first).
+	Newest = "newest"
+)
+
 // Orders within a class.
 const (
 	FIFO              = "fifo"
@@ -72,6 +82,17 @@ type Options struct {
 	// task of its class, in submit order — the starvation guard (default
 	// DefaultMaxWait).
 	MaxWait time.Duration
+	// ClassAging: a queued task below HIGH competes one class higher for
+	// every ClassAging it has waited, up to HIGH, in submit order among
+	// the tasks it then competes with — the starvation guard across
+	// classes (0: off, classes strictly ordered). It changes only the
+	// queue's order: preemption and the choice of victims keep the real
+	// class. Until a task has waited ClassAging, the order is the strict
+	// class order.
+	ClassAging time.Duration
+	// Victims is how preemption chooses among victims of the same classes:
+	// LeastLost (default) or Newest.
+	Victims string
 	// Teams are the guaranteed shares; nil means none.
 	Teams Teams
 	// BackfillDepth bounds how many queued tasks behind the first blocked
@@ -117,6 +138,14 @@ func (o Options) Validate() error {
 	default:
 		return fmt.Errorf("backfill %q: must be %s or %s", o.Backfill, BackfillShortest, BackfillQueue)
 	}
+	switch o.Victims {
+	case "", LeastLost, Newest:
+	default:
+		return fmt.Errorf("victims %q: must be %s or %s", o.Victims, LeastLost, Newest)
+	}
+	if o.ClassAging < 0 {
+		return fmt.Errorf("class-aging %s: must be ≥ 0", o.ClassAging)
+	}
 	return o.Teams.Validate()
 }
 
@@ -129,6 +158,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Backfill == "" {
 		o.Backfill = BackfillQueue
+	}
+	if o.Victims == "" {
+		o.Victims = LeastLost
 	}
 	if o.AgingTau <= 0 {
 		o.AgingTau = DefaultAgingTau
