@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/policy"
 	"github.com/gpuq/gpuq/pkg/sim"
 	"github.com/gpuq/gpuq/pkg/trace"
@@ -274,6 +275,19 @@ func printSim(w io.Writer, r sim.Result, names []string) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(seconds)")
+	if len(r.Policies[names[0]].ByClass) > 0 {
+		fmt.Fprintln(w, "\nqueueing delay by class (s):")
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "policy\tclass\tn\tavg queue\tp95 queue\tmax queue\t")
+		for _, n := range names {
+			for _, p := range domain.Priorities {
+				if c, ok := r.Policies[n].ByClass[p.String()]; ok {
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.0f\t%.0f\t\n", n, p, c.N, c.AvgQueue, c.P95Queue, c.MaxQueue)
+				}
+			}
+		}
+		tw.Flush()
+	}
 	if len(r.Estimates) == 0 {
 		return
 	}
