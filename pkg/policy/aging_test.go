@@ -12,10 +12,10 @@ import (
 	"github.com/gpuq/gpuq/pkg/policy"
 )
 
-// ClassAging: a queued task competes one class higher for every
-// ClassAging it waited, up to HIGH, in submit order among the tasks it
-// then competes with; CRITICAL keeps its place, and an aged task preempts
-// no one by its aged class.
+// ClassAging under FIFO within class: waiting ClassAging makes up for one
+// class — the queue below CRITICAL is in order of submit time less
+// ClassAging per class above LOW; CRITICAL keeps its place, and an aged
+// task preempts no one by its aged class.
 func TestClassAging(t *testing.T) {
 	h := time.Hour
 	cases := map[string]struct {
@@ -33,27 +33,27 @@ func TestClassAging(t *testing.T) {
 			queue: []task{{id: "low-old", class: domain.Low, at: t0.Add(-100 * h)}, {id: "med", class: domain.Medium}, {id: "high", class: domain.High}},
 			want:  []string{"high", "med", "low-old"},
 		},
-		"one step: LOW competes as MEDIUM, ahead of younger MEDIUM": {
+		"LOW that waited 48 h more than a MEDIUM: ahead of it": {
 			aging: 48 * h,
 			queue: []task{{id: "low-old", class: domain.Low, at: t0.Add(-50 * h)}, {id: "med", class: domain.Medium, at: t0.Add(-h)}, {id: "high", class: domain.High}},
 			want:  []string{"high", "low-old", "med"},
 		},
-		"one step: behind older MEDIUM": {
+		"LOW that waited less than 48 h more: behind the MEDIUM": {
 			aging: 48 * h,
 			queue: []task{{id: "med-older", class: domain.Medium, at: t0.Add(-60 * h)}, {id: "low-old", class: domain.Low, at: t0.Add(-50 * h)}, {id: "med", class: domain.Medium}},
 			want:  []string{"med-older", "low-old", "med"},
 		},
-		"two steps: LOW competes as HIGH": {
+		"LOW that waited 2 × 24 h more than a HIGH: ahead of it": {
 			aging: 24 * h,
 			queue: []task{{id: "high", class: domain.High, at: t0.Add(-h)}, {id: "low-old", class: domain.Low, at: t0.Add(-50 * h)}},
 			want:  []string{"low-old", "high"},
 		},
-		"capped at HIGH: CRITICAL stays first": {
+		"CRITICAL stays first": {
 			aging: time.Hour,
 			queue: []task{{id: "low-old", class: domain.Low, at: t0.Add(-500 * h)}, {id: "crit", class: domain.Critical}},
 			want:  []string{"crit", "low-old"},
 		},
-		"HIGH does not age past its class": {
+		"within a class: submit order": {
 			aging: time.Hour,
 			queue: []task{{id: "crit", class: domain.Critical}, {id: "high-old", class: domain.High, at: t0.Add(-500 * h)}, {id: "high", class: domain.High}},
 			want:  []string{"crit", "high-old", "high"},
@@ -89,9 +89,9 @@ func TestClassAgingKeepsPreemptionClass(t *testing.T) {
 }
 
 // Over random states played forward, the pass's order under FIFO within
-// class (the merge of the class lists by the class each task competes in)
-// is the order's definition (every queued task sorted by tier, class
-// competed in, queue order); and with a ClassAging nobody reached the
+// class (the merge of the class lists) is the order's definition (every
+// queued task sorted by tier, submit time less ClassAging per class,
+// class, queue order); and with a ClassAging nobody reached the
 // pass decides and explains as with none.
 func TestPropClassAgingOrder(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
@@ -159,7 +159,7 @@ func TestPropLeastLostNoMoreThanNewest(t *testing.T) {
 				if tk.CheckpointAt.After(from) {
 					from = tk.CheckpointAt
 				}
-				sum += c.now.Sub(from).Seconds() * float64(tk.GPUs)
+				sum += (c.now.Sub(from).Seconds() + tk.GraceS) * float64(tk.GPUs)
 			}
 			return sum, len(preempts(r))
 		}

@@ -3,6 +3,7 @@ package policy
 import (
 	"cmp"
 	"slices"
+	"time"
 
 	"github.com/gpuq/gpuq/pkg/domain"
 )
@@ -76,9 +77,10 @@ func (pc *pass) order(yield func(t *domain.Task, tier int) bool) {
 	})
 }
 
-// class is the class t competes in: its own, raised by one for every
-// Options.ClassAging it has waited, up to HIGH (CRITICAL neither ages nor
-// is reached by ageing).
+// class is the class t competes in under shortest-predicted (and among
+// the candidates of shortest-job backfill): its own, raised by one for
+// every Options.ClassAging it has waited, up to HIGH (CRITICAL neither
+// ages nor is reached by ageing). FIFO within class orders by agedBefore.
 func (pc *pass) class(t *domain.Task) domain.Priority {
 	a := pc.opts.ClassAging
 	if a <= 0 || t.Priority >= domain.High {
@@ -91,45 +93,58 @@ func (pc *pass) class(t *domain.Task) domain.Priority {
 	return domain.Priority(min(int64(domain.High), int64(t.Priority)+int64(wait/a)))
 }
 
-// walkAged yields the queued tasks below CRITICAL that keep accepts, by
-// the class they compete in (pass.class), highest first, and within it in
-// queue order (submit time, then log order), until yield returns false;
-// it reports whether it walked to the end. The fold keeps each class's
-// tasks in queue order, oldest first, so the tasks of one class competing
-// in a higher one are a run at its start: the walk merges three cursors
-// and, like WalkQueued, costs only the tasks it visits.
+// walkAged yields the queued tasks below CRITICAL that keep accepts, in
+// the order of ClassAging under FIFO within class (agedBefore), until
+// yield returns false; it reports whether it walked to the end. The fold
+// keeps each class's tasks in queue order, which is agedBefore's within a
+// class, so the walk merges three cursors and, like WalkQueued, costs only
+// the tasks it visits.
 func (pc *pass) walkAged(keep func(*domain.Task) bool, yield func(*domain.Task) bool) bool {
 	var cur [domain.High + 1]domain.QueueCursor
 	for p := domain.Low; p <= domain.High; p++ {
 		cur[p] = pc.s.QueueClass(p)
 	}
-	for e := domain.High; e >= domain.Low; e-- {
-		for {
-			var best *domain.Task
-			from := domain.Low
-			for p := domain.Low; p <= e; p++ {
-				t := cur[p].Peek()
-				for t != nil && pc.class(t) == e && !keep(t) {
-					cur[p].Next()
-					t = cur[p].Peek()
-				}
-				if t == nil || pc.class(t) != e {
-					continue // this class's next task competes lower
-				}
-				if best == nil || domain.InLine(t, best) {
-					best, from = t, p
-				}
+	for {
+		var best *domain.Task
+		from := domain.Low
+		for p := domain.High; p >= domain.Low; p-- {
+			t := cur[p].Peek()
+			for t != nil && !keep(t) {
+				cur[p].Next()
+				t = cur[p].Peek()
 			}
-			if best == nil {
-				break
-			}
-			cur[from].Next()
-			if !yield(best) {
-				return false
+			if t != nil && (best == nil || pc.agedBefore(t, best)) {
+				best, from = t, p
 			}
 		}
+		if best == nil {
+			return true
+		}
+		cur[from].Next()
+		if !yield(best) {
+			return false
+		}
 	}
-	return true
+}
+
+// agedBefore is the order of the queue below CRITICAL under ClassAging and
+// FIFO within class: each class above LOW counts as submitted ClassAging
+// earlier per class (agedAt), so a task is behind a lower class's only
+// once that one has waited ClassAging per class more; then the higher
+// class; then queue order.
+func (pc *pass) agedBefore(a, b *domain.Task) bool {
+	if ka, kb := pc.agedAt(a), pc.agedAt(b); !ka.Equal(kb) {
+		return ka.Before(kb)
+	}
+	if a.Priority != b.Priority {
+		return a.Priority > b.Priority
+	}
+	return domain.InLine(a, b)
+}
+
+// agedAt is t's submit time less its class's head start.
+func (pc *pass) agedAt(t *domain.Task) time.Time {
+	return t.SubmittedAt.Add(-time.Duration(t.Priority-domain.Low) * pc.opts.ClassAging)
 }
 
 func (pc *pass) tier(t *domain.Task) int {

@@ -82,13 +82,17 @@ type Options struct {
 	// task of its class, in submit order — the starvation guard (default
 	// DefaultMaxWait).
 	MaxWait time.Duration
-	// ClassAging: a queued task below HIGH competes one class higher for
-	// every ClassAging it has waited, up to HIGH, in submit order among
-	// the tasks it then competes with — the starvation guard across
-	// classes (0: off, classes strictly ordered). It changes only the
-	// queue's order: preemption and the choice of victims keep the real
-	// class. Until a task has waited ClassAging, the order is the strict
-	// class order.
+	// ClassAging is the starvation guard across classes (0: off, classes
+	// strictly ordered): waiting ClassAging makes up for one class. Under
+	// FIFO within class, the queue below CRITICAL (within each tier) is
+	// ordered by submit time less ClassAging per class above LOW: a task
+	// goes behind a lower class's task only once that one has waited
+	// ClassAging per class more, so as long as waits stay under
+	// ClassAging the order is the strict class order, and a task is
+	// overtaken by no task submitted more than 2 × ClassAging after it.
+	// Under ShortestPredicted a task competes one class higher for every
+	// ClassAging it waited, up to HIGH. It changes only the queue's order:
+	// preemption and the choice of victims keep the real class.
 	ClassAging time.Duration
 	// Victims is how preemption chooses among victims of the same classes:
 	// LeastLost (default) or Newest.

@@ -326,17 +326,24 @@ func (p *Policy) checkedPlan(in Input) (Result, []string) {
 }
 
 // refOrder is the queue's order under FIFO within class by its
-// definition: every queued task sorted by tier, then the class it competes
-// in (pass.class), highest first, then queue order.
+// definition: every queued task sorted by tier, then (with ClassAging) by
+// its submit time less ClassAging per class above LOW, then the higher
+// class, then queue order.
 func (pc *pass) refOrder() []string {
 	q := pc.s.Queued()
+	key := func(t *domain.Task) time.Time {
+		return t.SubmittedAt.Add(-time.Duration(int(t.Priority)-int(domain.Low)) * pc.opts.ClassAging)
+	}
 	sort.SliceStable(q, func(i, j int) bool {
 		a, b := q[i], q[j]
 		if ta, tb := pc.tier(a), pc.tier(b); ta != tb {
 			return ta < tb
 		}
-		if ca, cb := pc.class(a), pc.class(b); ca != cb {
-			return ca > cb
+		if pc.opts.ClassAging > 0 && !key(a).Equal(key(b)) {
+			return key(a).Before(key(b))
+		}
+		if a.Priority != b.Priority {
+			return a.Priority > b.Priority
 		}
 		return domain.InLine(a, b)
 	})

@@ -98,7 +98,7 @@ func TestGolden(t *testing.T) {
 		{name: "synthetic-checkpoint", golden: "synthetic-checkpoint.golden.json", lost: true,
 			tune: func(c *Config, sc *Scenario, ts []Task) {
 				c.CheckpointEvery = 10 * time.Minute
-				c.Options.ClassAging = 2 * time.Hour
+				c.Options.ClassAging = 30 * time.Minute
 				MarkPreemptible(ts, 0.8, 1)
 				sc.Preemptible = "0.8 (seed 1)"
 			}},
