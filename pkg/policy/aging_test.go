@@ -159,7 +159,7 @@ func TestPropLeastLostNoMoreThanNewest(t *testing.T) {
 				if tk.CheckpointAt.After(from) {
 					from = tk.CheckpointAt
 				}
-				sum += (c.now.Sub(from).Seconds() + tk.GraceS) * float64(tk.GPUs)
+				sum += c.now.Sub(from).Seconds() * float64(tk.GPUs)
 			}
 			return sum, len(preempts(r))
 		}

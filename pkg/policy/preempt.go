@@ -99,19 +99,18 @@ func (pc *pass) lendersKeep(t *domain.Task, vs []*victim) bool {
 	return true
 }
 
-// lostWork is the GPU-seconds a victim would lose: the work since its
-// last checkpoint (or since it started), and its grace, during which it
-// holds its GPUs to stop.
+// lostWork is the GPU-seconds a victim would lose: since its last
+// checkpoint, or since it started. (Its grace is lost too, but counting
+// it made the mix scenario lose more work, not less: docs/performance.md.)
 func (pc *pass) lostWork(v *domain.Task) float64 {
 	from := v.StartedAt
 	if v.CheckpointAt.After(from) {
 		from = v.CheckpointAt
 	}
-	secs := max(v.GraceS, 0)
-	if !from.IsZero() && pc.in.Now.After(from) {
-		secs += pc.in.Now.Sub(from).Seconds()
+	if from.IsZero() || !pc.in.Now.After(from) {
+		return 0
 	}
-	return secs * float64(gpuCount(v))
+	return pc.in.Now.Sub(from).Seconds() * float64(gpuCount(v))
 }
 
 // victim is a preemption candidate: the task, its GPUs, the work it would
