@@ -23,9 +23,8 @@ const (
 //
 // Within a class: submit time (FIFO), or under ShortestPredicted the
 // predicted service (GPUs × run time, as Helios' QSSF) aged by the wait,
-// with tasks that waited MaxWait first. A task's class is the one it
-// competes in (pass.class): with Options.ClassAging, a task that waited
-// long enough competes in a higher class than its own.
+// with tasks that waited MaxWait first. Under FIFO, Options.ClassAging
+// gives each class its head start in time instead (agedBefore).
 func (pc *pass) order(yield func(t *domain.Task, tier int) bool) {
 	s := pc.in.State
 	if pc.opts.WithinClass == ShortestPredicted {
@@ -75,22 +74,6 @@ func (pc *pass) order(yield func(t *domain.Task, tier int) bool) {
 		}
 		return yield(t, tierRest)
 	})
-}
-
-// class is the class t competes in under shortest-predicted (and among
-// the candidates of shortest-job backfill): its own, raised by one for
-// every Options.ClassAging it has waited, up to HIGH (CRITICAL neither
-// ages nor is reached by ageing). FIFO within class orders by agedBefore.
-func (pc *pass) class(t *domain.Task) domain.Priority {
-	a := pc.opts.ClassAging
-	if a <= 0 || t.Priority >= domain.High {
-		return t.Priority
-	}
-	wait := pc.in.Now.Sub(t.SubmittedAt)
-	if wait < a {
-		return t.Priority
-	}
-	return domain.Priority(min(int64(domain.High), int64(t.Priority)+int64(wait/a)))
 }
 
 // walkAged yields the queued tasks below CRITICAL that keep accepts, in
@@ -163,11 +146,10 @@ func (pc *pass) sortedSPF() []*domain.Task {
 	q := pc.in.State.Queued()
 	now := pc.in.Now
 	type keyed struct {
-		t     *domain.Task
-		tier  int
-		class domain.Priority
-		aged  bool
-		key   float64
+		t    *domain.Task
+		tier int
+		aged bool
+		key  float64
 	}
 	ks := make([]keyed, len(q))
 	for i, t := range q {
@@ -175,15 +157,15 @@ func (pc *pass) sortedSPF() []*domain.Task {
 		if wait < 0 {
 			wait = 0
 		}
-		ks[i] = keyed{t: t, tier: pc.tier(t), class: pc.class(t), aged: wait >= pc.opts.MaxWait,
+		ks[i] = keyed{t: t, tier: pc.tier(t), aged: wait >= pc.opts.MaxWait,
 			key: pc.in.predict(t).Seconds() * float64(max(t.GPUs, 1)) / (1 + float64(wait)/float64(pc.opts.AgingTau))}
 	}
 	slices.SortStableFunc(ks, func(a, b keyed) int {
 		switch {
 		case a.tier != b.tier:
 			return a.tier - b.tier
-		case a.class != b.class:
-			return int(b.class) - int(a.class)
+		case a.t.Priority != b.t.Priority:
+			return int(b.t.Priority) - int(a.t.Priority)
 		case a.aged != b.aged:
 			if a.aged {
 				return -1
@@ -191,9 +173,9 @@ func (pc *pass) sortedSPF() []*domain.Task {
 			return 1
 		case !a.aged && a.key != b.key:
 			return cmp.Compare(a.key, b.key)
-		case domain.InLine(a.t, b.t): // q is in queue order; stable
+		case a.t.Before(b.t): // q is in queue order; stable
 			return -1
-		case domain.InLine(b.t, a.t):
+		case b.t.Before(a.t):
 			return 1
 		}
 		return 0

@@ -199,8 +199,8 @@ func (pc *pass) drive(step func(t *domain.Task, tier, pos int) bool) Result {
 		switch {
 		case a.tier != b.tier:
 			return a.tier - b.tier
-		case pc.class(a.t) != pc.class(b.t):
-			return int(pc.class(b.t)) - int(pc.class(a.t))
+		case a.t.Priority != b.t.Priority:
+			return int(b.t.Priority) - int(a.t.Priority)
 		}
 		return cmp.Compare(a.key, b.key)
 	})

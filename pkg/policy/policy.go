@@ -90,9 +90,10 @@ type Options struct {
 	// ClassAging per class more, so as long as waits stay under
 	// ClassAging the order is the strict class order, and a task is
 	// overtaken by no task submitted more than 2 × ClassAging after it.
-	// Under ShortestPredicted a task competes one class higher for every
-	// ClassAging it waited, up to HIGH. It changes only the queue's order:
-	// preemption and the choice of victims keep the real class.
+	// It changes only the queue's order under FIFO within class (the
+	// default; ShortestPredicted keeps strict class order, with its MaxWait
+	// guard within the class): preemption and the choice of victims keep
+	// the real class.
 	ClassAging time.Duration
 	// Victims is how preemption chooses among victims of the same classes:
 	// LeastLost (default) or Newest.

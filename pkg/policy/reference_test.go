@@ -349,7 +349,7 @@ func (pc *pass) refOrder() []string {
 	})
 	out := []string{}
 	for _, t := range q {
-		out = append(out, fmt.Sprintf("%s/%d/%s", t.ID, pc.tier(t), pc.class(t)))
+		out = append(out, fmt.Sprintf("%s/%d/%s", t.ID, pc.tier(t), t.Priority))
 	}
 	return out
 }
@@ -358,7 +358,7 @@ func (pc *pass) refOrder() []string {
 func (pc *pass) orderOf() []string {
 	out := []string{}
 	pc.order(func(t *domain.Task, tier int) bool {
-		out = append(out, fmt.Sprintf("%s/%d/%s", t.ID, tier, pc.class(t)))
+		out = append(out, fmt.Sprintf("%s/%d/%s", t.ID, tier, t.Priority))
 		return true
 	})
 	return out
