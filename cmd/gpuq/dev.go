@@ -99,7 +99,7 @@ func newDev() *cobra.Command {
 	fl.StringVar(&f.teams, "teams", "", "teams file (YAML or JSON) with guaranteed GPUs or shares")
 	fl.DurationVar(&f.nodeTO, "node-timeout", 30*time.Second, "a node without heartbeat this long is lost")
 	fl.DurationVar(&f.maxWait, "max-wait", policy.DefaultMaxWait, "shortest-predicted: tasks waiting this long go first in their class")
-	fl.DurationVar(&f.classAging, "class-aging", 0, "starvation guard across classes: a queued task below HIGH competes one class higher for every such wait, up to HIGH (0: off)")
+	fl.DurationVar(&f.classAging, "class-aging", policy.DefaultClassAging, "starvation guard across classes under fifo within class: each class above LOW counts as submitted this much earlier per class (0: off)")
 	fl.StringVar(&f.victims, "victims", policy.LeastLost, "choice among victims of the same classes: least-lost or newest")
 	return c
 }

@@ -57,8 +57,11 @@ last checkpoint) with --preemptible (the share of preemptible tasks).
 --victims chooses among victims of the same classes (least-lost, the
 policy's, or newest, Kueue's); --compare gpuq-newest-victims runs gpuq
 with newest beside it. --class-aging is the starvation guard across
-classes (a task competes one class higher for each such wait, up to
-HIGH), as the scheduler's and the advisor's flag of the same name.
+classes, the scheduler's and the advisor's flag of the same name and
+default: under fifo within class each class above LOW counts as
+submitted that much earlier per class, so class order holds while waits
+stay under it and nobody is overtaken by a task submitted more than
+twice that after it.
 
 The JSON reports per policy the preemptions, lost_gpu_hours, and by_class
 (n, avg_queue_s, p95_queue_s, max_queue_s) when the tasks are of several
@@ -80,7 +83,7 @@ byte for byte.`,
 	fl.StringVar(&f.backfill, "backfill", policy.BackfillQueue, "gpuq order of the backfill candidates behind the first blocked task: queue or shortest (predicted service first)")
 	fl.DurationVar(&f.maxWait, "max-wait", policy.DefaultMaxWait, "shortest-predicted: a task waiting this long goes first in its class")
 	fl.DurationVar(&f.agingTau, "aging-tau", policy.DefaultAgingTau, "shortest-predicted: a task's predicted service (GPUs × run time) is divided by 1 + wait/aging-tau")
-	fl.DurationVar(&f.classAging, "class-aging", 0, "starvation guard across classes: a queued task below HIGH competes one class higher for every such wait, up to HIGH (0: off, strict class order)")
+	fl.DurationVar(&f.classAging, "class-aging", policy.DefaultClassAging, "starvation guard across classes under fifo within class: each class above LOW counts as submitted this much earlier per class (0: off, strict class order)")
 	fl.StringVar(&f.victims, "victims", policy.LeastLost, "gpuq choice among victims of the same classes: least-lost (work since the last checkpoint) or newest (most recently started, as Kueue); gpuq-newest-victims always uses newest")
 	fl.DurationVar(&f.ckptEvery, "checkpoint-every", 0, "agents' model: each task checkpoints at this interval of its run, and a preemption loses the work since the last checkpoint plus the grace (0, the default: checkpoint at once on preemption, no work lost)")
 	fl.Float64Var(&f.preemptible, "preemptible", 1, "share of the tasks that are preemptible (seeded draw, one per task; 1: all)")

@@ -260,7 +260,7 @@ func (f *Flags) Policy() *PolicyFlags {
 	f.String(&p.Backfill, "backfill", "GPUQ_BACKFILL", policy.BackfillQueue, "order of the backfill candidates behind the first blocked task (fifo within class): queue or shortest (predicted service first)")
 	f.String(&p.Teams, "teams", "GPUQ_TEAMS", "", "teams file (YAML or JSON) with guaranteed GPUs or shares")
 	f.Duration(&p.MaxWait, "max-wait", "GPUQ_MAX_WAIT", policy.DefaultMaxWait, "shortest-predicted: tasks waiting this long go first in their class")
-	f.Duration(&p.ClassAging, "class-aging", "GPUQ_CLASS_AGING", 0, "starvation guard across classes: a queued task below HIGH competes one class higher for every such wait, up to HIGH (0: off)")
+	f.Duration(&p.ClassAging, "class-aging", "GPUQ_CLASS_AGING", policy.DefaultClassAging, "starvation guard across classes under fifo within class: each class above LOW counts as submitted this much earlier per class (0: off)")
 	f.String(&p.Victims, "victims", "GPUQ_VICTIMS", policy.LeastLost, "choice among victims of the same classes: least-lost or newest")
 	return p
 }
