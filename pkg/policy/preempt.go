@@ -40,13 +40,17 @@ func (pc *pass) holdForPromised(t *domain.Task) bool {
 }
 
 // byClass reports whether the preemption policy lets t preempt v by class
-// alone: critical-only, t is CRITICAL; ladder, v's class is strictly lower.
+// alone: critical-only, t is CRITICAL; ladder, v's class is strictly lower
+// (and, under ClassAging, t is ahead of v in the queue's order).
 func (pc *pass) byClass(t, v *domain.Task) bool {
 	switch pc.opts.Preemption {
 	case CriticalOnly:
 		return t.Priority == domain.Critical
 	case Ladder:
-		return v.Priority < t.Priority
+		// Under ClassAging, only a victim t is ahead of in the queue's
+		// order: one that waited enough to count ahead of t would be back
+		// ahead of it once requeued, and take its GPUs again.
+		return v.Priority < t.Priority && (pc.opts.ClassAging <= 0 || pc.opts.WithinClass != FIFO || pc.agedBefore(t, v))
 	}
 	return false
 }
