@@ -346,8 +346,11 @@ func (e *Estimator) calibrate(raw time.Duration, now time.Time, class domain.Pri
 // MinClassResiduals, else every class's.
 func (e *Estimator) quantiles(class domain.Priority) (q50, q90 float64) {
 	if class.Valid() && e.byClass[class].n() >= MinClassResiduals {
+		// The class's P50; for the P90, the larger of the class's and
+		// every class's: a small class's window reaches further back and
+		// misses a burst the pooled one has seen.
 		r := &e.byClass[class]
-		return r.quantile(0.5), r.quantile(0.9)
+		return r.quantile(0.5), max(r.quantile(0.9), e.res.quantile(0.9))
 	}
 	if e.res.n() >= 20 {
 		return e.res.quantile(0.5), e.res.quantile(0.9)
