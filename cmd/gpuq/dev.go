@@ -26,24 +26,26 @@ import (
 )
 
 type devFlags struct {
-	data      string
-	port      int
-	http      string
-	gpus      int
-	nodes     int
-	model     string
-	realNVML  bool
-	dedupe    time.Duration
-	maxGPUs   int
-	maxHours  float64
-	heartbeat time.Duration
-	verbose   bool
-	policy    string
-	within    string
-	backfill  string
-	teams     string
-	nodeTO    time.Duration
-	maxWait   time.Duration
+	data       string
+	port       int
+	http       string
+	gpus       int
+	nodes      int
+	model      string
+	realNVML   bool
+	dedupe     time.Duration
+	maxGPUs    int
+	maxHours   float64
+	heartbeat  time.Duration
+	verbose    bool
+	policy     string
+	within     string
+	backfill   string
+	teams      string
+	nodeTO     time.Duration
+	maxWait    time.Duration
+	classAging time.Duration
+	victims    string
 }
 
 func newDev() *cobra.Command {
@@ -61,7 +63,8 @@ func newDev() *cobra.Command {
 			case f.port < 0 || f.port > 65535:
 				return invalid("nats-port", "must be between 0 and 65535")
 			}
-			opts := policy.Options{Preemption: f.policy, WithinClass: f.within, Backfill: f.backfill, MaxWait: f.maxWait}
+			opts := policy.Options{Preemption: f.policy, WithinClass: f.within, Backfill: f.backfill, MaxWait: f.maxWait,
+				ClassAging: f.classAging, Victims: f.victims}
 			if f.teams != "" {
 				ts, err := policy.LoadTeams(f.teams)
 				if err != nil {
@@ -96,6 +99,8 @@ func newDev() *cobra.Command {
 	fl.StringVar(&f.teams, "teams", "", "teams file (YAML or JSON) with guaranteed GPUs or shares")
 	fl.DurationVar(&f.nodeTO, "node-timeout", 30*time.Second, "a node without heartbeat this long is lost")
 	fl.DurationVar(&f.maxWait, "max-wait", policy.DefaultMaxWait, "shortest-predicted: tasks waiting this long go first in their class")
+	fl.DurationVar(&f.classAging, "class-aging", policy.DefaultClassAging, "starvation guard across classes under fifo within class: each class above LOW counts as submitted this much earlier per class (0: off)")
+	fl.StringVar(&f.victims, "victims", policy.LeastLost, "choice among victims of the same classes: least-lost or newest")
 	return c
 }
 

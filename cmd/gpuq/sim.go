@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/policy"
 	"github.com/gpuq/gpuq/pkg/sim"
 	"github.com/gpuq/gpuq/pkg/trace"
@@ -25,6 +26,9 @@ type simFlags struct {
 	teams, compare         string
 	pol, within, backfill  string
 	maxWait, agingTau      time.Duration
+	classAging, ckptEvery  time.Duration
+	victims                string
+	preemptible            float64
 	estModel, classMix     string
 	estimates, json, times bool
 	progress               bool
@@ -45,8 +49,24 @@ blocking, consolidate placement; sjf-oracle knows real durations).
 The trace has no user estimates, classes or teams; the model supplies them,
 seeded: --estimate-model (estimate = real duration × e^N(mu, sigma)),
 --class-mix (all MEDIUM by default), --teams vc (each VC a team guaranteed
-its share of vcs.csv). Every task is preemptible; a preempted task
-checkpoints at once (no work lost). Same input, same output, byte for byte.`,
+its share of vcs.csv). By default every task is preemptible and a
+preempted task checkpoints at once (no work lost); the realistic model is
+--checkpoint-every (each task checkpoints at that interval of its run; a
+preempted one runs on for its grace, 120 s, and loses the work since its
+last checkpoint) with --preemptible (the share of preemptible tasks).
+--victims chooses among victims of the same classes (least-lost, the
+policy's, or newest, Kueue's); --compare gpuq-newest-victims runs gpuq
+with newest beside it. --class-aging is the starvation guard across
+classes, the scheduler's and the advisor's flag of the same name and
+default: under fifo within class each class above LOW counts as
+submitted that much earlier per class, so class order holds while waits
+stay under it and nobody is overtaken by a task submitted more than
+twice that after it.
+
+The JSON reports per policy the preemptions, lost_gpu_hours, and by_class
+(n, avg_queue_s, p95_queue_s, max_queue_s) when the tasks are of several
+classes; the estimates are judged by class too. Same input, same output,
+byte for byte.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return runSim(c, f) },
 	}
@@ -63,6 +83,10 @@ checkpoints at once (no work lost). Same input, same output, byte for byte.`,
 	fl.StringVar(&f.backfill, "backfill", policy.BackfillQueue, "gpuq order of the backfill candidates behind the first blocked task: queue or shortest (predicted service first)")
 	fl.DurationVar(&f.maxWait, "max-wait", policy.DefaultMaxWait, "shortest-predicted: a task waiting this long goes first in its class")
 	fl.DurationVar(&f.agingTau, "aging-tau", policy.DefaultAgingTau, "shortest-predicted: a task's predicted service (GPUs × run time) is divided by 1 + wait/aging-tau")
+	fl.DurationVar(&f.classAging, "class-aging", policy.DefaultClassAging, "starvation guard across classes under fifo within class: each class above LOW counts as submitted this much earlier per class (0: off, strict class order)")
+	fl.StringVar(&f.victims, "victims", policy.LeastLost, "gpuq choice among victims of the same classes: least-lost (work since the last checkpoint) or newest (most recently started, as Kueue); gpuq-newest-victims always uses newest")
+	fl.DurationVar(&f.ckptEvery, "checkpoint-every", 0, "agents' model: each task checkpoints at this interval of its run, and a preemption loses the work since the last checkpoint plus the grace (0, the default: checkpoint at once on preemption, no work lost)")
+	fl.Float64Var(&f.preemptible, "preemptible", 1, "share of the tasks that are preemptible (seeded draw, one per task; 1: all)")
 	fl.StringVar(&f.estModel, "estimate-model", sim.DefaultEstimateModel, `users' run-time estimates: "exact" or lognormal:mu=M,sigma=S,seed=N`)
 	fl.StringVar(&f.classMix, "class-mix", "", `task classes, e.g. critical=0.05,high=0.15,medium=0.6,low=0.2,seed=1 (default: all medium)`)
 	fl.BoolVar(&f.estimates, "estimates", true, "under gpuq, estimate every submission's start (gpuq advisor, slurm-backfill, seed-formula) and judge them")
@@ -95,6 +119,12 @@ func runSim(c *cobra.Command, f simFlags) error {
 		return invalid("max-wait", "must be > 0")
 	case f.agingTau <= 0:
 		return invalid("aging-tau", "must be > 0")
+	case f.classAging < 0:
+		return invalid("class-aging", "must be ≥ 0")
+	case f.ckptEvery < 0:
+		return invalid("checkpoint-every", "must be ≥ 0")
+	case !(f.preemptible >= 0 && f.preemptible <= 1):
+		return invalid("preemptible", fmt.Sprintf("must be between 0 and 1 (got %g)", f.preemptible))
 	}
 	var names []string
 	for _, p := range strings.Split(f.compare, ",") {
@@ -110,7 +140,8 @@ func runSim(c *cobra.Command, f simFlags) error {
 	if err != nil {
 		return invalid("class-mix", err.Error())
 	}
-	opts := policy.Options{Preemption: f.pol, WithinClass: f.within, Backfill: f.backfill, MaxWait: f.maxWait, AgingTau: f.agingTau}
+	opts := policy.Options{Preemption: f.pol, WithinClass: f.within, Backfill: f.backfill, MaxWait: f.maxWait, AgingTau: f.agingTau,
+		ClassAging: f.classAging, Victims: f.victims}
 	if err := opts.Validate(); err != nil {
 		field := "policy"
 		switch {
@@ -118,10 +149,12 @@ func runSim(c *cobra.Command, f simFlags) error {
 			field = "within-class"
 		case strings.HasPrefix(err.Error(), "backfill"):
 			field = "backfill"
+		case strings.HasPrefix(err.Error(), "victims"):
+			field = "victims"
 		}
 		return invalid(field, err.Error())
 	}
-	cfg := sim.Config{Nodes: f.nodes, GPUsPerNode: f.perNode, Options: opts, Policies: names, Estimates: f.estimates}
+	cfg := sim.Config{Nodes: f.nodes, GPUsPerNode: f.perNode, Options: opts, Policies: names, Estimates: f.estimates, CheckpointEvery: f.ckptEvery}
 	if err := cfg.Validate(); err != nil {
 		return invalid("compare", err.Error())
 	}
@@ -158,6 +191,11 @@ func runSim(c *cobra.Command, f simFlags) error {
 		cfg.Epoch = jobs[0].SubmitTime.Add(-jobs[0].Submit)
 	}
 	tasks, unplaceable := sim.Prepare(jobs, f.nodes*f.perNode, em, cm, f.teams == "vc")
+	preemptible := "all"
+	if f.preemptible < 1 {
+		sim.MarkPreemptible(tasks, f.preemptible, preemptibleSeed)
+		preemptible = fmt.Sprintf("%g (seed %d)", f.preemptible, preemptibleSeed)
+	}
 	if len(tasks) == 0 {
 		return invalid("nodes", fmt.Sprintf("no job of the trace fits %d GPUs", f.nodes*f.perNode))
 	}
@@ -166,7 +204,7 @@ func runSim(c *cobra.Command, f simFlags) error {
 		teams = "vc"
 	}
 	sc := sim.Scenario{Trace: f.trace, Format: f.format, Teams: teams, EstimateModel: em.String(), ClassMix: cm.String(),
-		Limit: f.limit, TraceJobs: traceJobs, Unplaceable: unplaceable}
+		Limit: f.limit, TraceJobs: traceJobs, Unplaceable: unplaceable, Preemptible: preemptible}
 	loaded := time.Since(t0)
 
 	// 3. Simulate.
@@ -207,6 +245,9 @@ func runSim(c *cobra.Command, f simFlags) error {
 	return nil
 }
 
+// preemptibleSeed seeds --preemptible's draws.
+const preemptibleSeed = 1
+
 func readVCs(path string) (map[string]int, error) {
 	r, err := os.Open(path)
 	if err != nil {
@@ -237,6 +278,19 @@ func printSim(w io.Writer, r sim.Result, names []string) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(seconds)")
+	if len(r.Policies[names[0]].ByClass) > 0 {
+		fmt.Fprintln(w, "\nqueueing delay by class (s):")
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "policy\tclass\tn\tavg queue\tp95 queue\tmax queue\t")
+		for _, n := range names {
+			for _, p := range domain.Priorities {
+				if c, ok := r.Policies[n].ByClass[p.String()]; ok {
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.0f\t%.0f\t\n", n, p, c.N, c.AvgQueue, c.P95Queue, c.MaxQueue)
+				}
+			}
+		}
+		tw.Flush()
+	}
 	if len(r.Estimates) == 0 {
 		return
 	}

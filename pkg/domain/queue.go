@@ -109,3 +109,37 @@ func inLine(a, b *Task) bool {
 	}
 	return a.SubmitSeq < b.SubmitSeq
 }
+
+// QueueCursor walks one class of the queue in queue order (submit time,
+// then log order), skipping stale entries. It reads the fold's index as it
+// is: use it while the state does not change.
+type QueueCursor struct {
+	l []qentry
+	i int
+}
+
+// QueueClass starts a cursor over the queued tasks of class p.
+func (s *State) QueueClass(p Priority) QueueCursor {
+	if !p.Valid() {
+		return QueueCursor{}
+	}
+	return QueueCursor{l: s.q.lists[p]}
+}
+
+// Peek returns the cursor's task, nil at the end.
+func (c *QueueCursor) Peek() *Task {
+	for c.i < len(c.l) && c.l[c.i].gen == 0 {
+		c.i++
+	}
+	if c.i == len(c.l) {
+		return nil
+	}
+	return c.l[c.i].t
+}
+
+// Next moves past the task Peek returned.
+func (c *QueueCursor) Next() { c.i++ }
+
+// InLine reports whether a is ahead of b within a class: submit time,
+// then log order.
+func InLine(a, b *Task) bool { return inLine(a, b) }

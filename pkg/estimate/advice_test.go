@@ -195,7 +195,7 @@ func TestAdviceReasons(t *testing.T) {
 					submit(T0, task("crit").GPUs(8).Priority(domain.Critical))
 			},
 			task: "crit", reason: policy.ReasonPreempting, blockers: []string{"v"}, position: 1,
-			method: "forward-simulation",
+			method: "forward-simulation", p50: 2 * time.Minute, // the victim's grace (the builder's 120 s)
 		},
 		{
 			name: "starting: it fits now",

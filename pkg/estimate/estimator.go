@@ -51,7 +51,11 @@ type Estimator struct {
 	// Close stops the goroutines.
 	Workers int
 
-	res      ring
+	res ring
+	// byClass are the same residuals by the task's class: a class with
+	// MinClassResiduals of its own is calibrated by them (Mondrian
+	// conformal by class), the others by res.
+	byClass  [domain.Critical + 1]ring
 	atSubmit map[string]*pending
 	jobs     chan *pending
 	recent   []arrival // recent submissions, for arrival rates
@@ -84,6 +88,13 @@ type Stats struct {
 // for the P50 alone did worse (200: 849 s).
 const DefaultWindow = 2000
 
+// MinClassResiduals is how many residuals of its own class calibrate a
+// task's estimate instead of every class's (Estimator.byClass). On the
+// mix scenario a pooled calibration covered LOW's waits at 0.74 and
+// CRITICAL's at 0 (docs/performance.md). With one class the two are the
+// same residuals, so the standard scenario's estimates do not change.
+const MinClassResiduals = 200
+
 // calibration constant: waits are compared as log((w+c)/(raw+c)).
 const calC = 60.0
 
@@ -107,6 +118,9 @@ func (e *Estimator) Observe(st *domain.State, r events.Record) {
 			e.Window = DefaultWindow
 		}
 		e.res.max = e.Window
+		for i := range e.byClass {
+			e.byClass[i].max = e.Window
+		}
 	}
 	switch ev := r.Event.(type) {
 	case events.Submitted:
@@ -133,7 +147,11 @@ func (e *Estimator) Observe(st *domain.State, r events.Record) {
 		actual := t.FirstStarted.Sub(t.SubmittedAt).Seconds()
 		raw := est.Raw.Seconds()
 		if !est.Never && (raw > 0 || actual > 1) {
-			e.res.add(math.Log((math.Max(actual, 0) + calC) / (raw + calC)))
+			v := math.Log((math.Max(actual, 0) + calC) / (raw + calC))
+			e.res.add(v)
+			if t.Priority.Valid() {
+				e.byClass[t.Priority].add(v)
+			}
 		}
 		if actual >= 60 {
 			e.stats.N++
@@ -235,7 +253,7 @@ func (e *Estimator) estimate(st *domain.State, id string, now time.Time, async b
 		pred = pred.Snapshot()
 	}
 	p := &pending{target: id, now: now}
-	p.q50, p.q90 = e.quantiles()
+	p.q50, p.q90 = e.quantiles(t.Priority)
 	f, starts := startForward(st, e.Pol, pred, now, id, 0.5, arr, forwardSteps, e.coarse())
 	switch {
 	case f == nil:
@@ -306,7 +324,7 @@ func (e *Estimator) EstimateAll(st *domain.State, now time.Time) map[string]Esti
 			out[t.ID] = Estimate{Never: true}
 			continue
 		}
-		out[t.ID] = e.calibrate(nonNeg(at.Sub(now)), now)
+		out[t.ID] = e.calibrate(nonNeg(at.Sub(now)), now, t.Priority)
 	}
 	return out
 }
@@ -318,13 +336,22 @@ func nonNeg(d time.Duration) time.Duration {
 	return d
 }
 
-func (e *Estimator) calibrate(raw time.Duration, now time.Time) Estimate {
-	q50, q90 := e.quantiles()
+func (e *Estimator) calibrate(raw time.Duration, now time.Time, class domain.Priority) Estimate {
+	q50, q90 := e.quantiles(class)
 	return calibrated(raw, now, q50, q90)
 }
 
-// quantiles are the calibration's log-ratios for the P50 and the P90 now.
-func (e *Estimator) quantiles() (q50, q90 float64) {
+// quantiles are the calibration's log-ratios for the P50 and the P90 of a
+// task of the class now: its class's residuals once it has
+// MinClassResiduals, else every class's.
+func (e *Estimator) quantiles(class domain.Priority) (q50, q90 float64) {
+	if class.Valid() && e.byClass[class].n() >= MinClassResiduals {
+		// The class's P50; for the P90, the larger of the class's and
+		// every class's: a small class's window reaches further back and
+		// misses a burst the pooled one has seen.
+		r := &e.byClass[class]
+		return r.quantile(0.5), max(r.quantile(0.9), e.res.quantile(0.9))
+	}
 	if e.res.n() >= 20 {
 		return e.res.quantile(0.5), e.res.quantile(0.9)
 	}

@@ -133,3 +133,29 @@ func TestPredictorLearnsRatio(t *testing.T) {
 		t.Errorf("learned P50 run time %s, want about 1h", got)
 	}
 }
+
+// A task that starts by preempting waits for its victims' grace: the
+// forward simulation holds their GPUs that long, as the agents do.
+func TestPreemptorWaitsTheGrace(t *testing.T) {
+	cases := map[string]struct {
+		grace float64
+		want  time.Duration
+	}{
+		"no grace: at once": {grace: 0, want: 0},
+		"120 s grace":       {grace: 120, want: 2 * time.Minute},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			l := newLog()
+			l.node("n1", 8)
+			l.add(t0, events.Submitted{TaskID: "victim", Name: "victim", Team: "a", Priority: "low", GPUs: 8, Hours: 10, Hypothesis: "h",
+				Command: "true", Preemptible: true, GraceS: tc.grace, SubmittedAt: t0})
+			l.run(t0, "victim")
+			l.submit(t0, "crit", "critical", 8, 1)
+			e := l.est.Estimate(l.st, "crit", t0)
+			if e.Never || e.Raw != tc.want {
+				t.Errorf("raw estimate %s (never %v), want %s", e.Raw, e.Never, tc.want)
+			}
+		})
+	}
+}

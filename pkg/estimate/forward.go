@@ -223,6 +223,12 @@ func (f *fwd) run() map[string]time.Time {
 				heap.Push(&f.ends, end{at: f.vnow.Add(predict(t)), id: t.ID, dispatch: t.DispatchSeq})
 			case policy.Preempt:
 				f.apply(events.PreemptRequested{TaskID: t.ID, For: d.For, Epoch: sim.Epoch})
+				if t.GraceS > 0 {
+					// It holds its GPUs for its grace, then yields (the
+					// batch below requeues it).
+					heap.Push(&f.ends, end{at: f.vnow.Add(time.Duration(t.GraceS * float64(time.Second))), id: t.ID, dispatch: t.DispatchSeq})
+					continue
+				}
 				f.apply(events.Preempted{TaskID: t.ID, Node: t.Node})
 				f.apply(events.Requeued{TaskID: t.ID, Epoch: sim.Epoch})
 				delete(f.total, t)
@@ -267,6 +273,8 @@ func (f *fwd) run() map[string]time.Time {
 			if t.State == domain.Preempting {
 				f.apply(events.Preempted{TaskID: t.ID, Node: t.Node})
 				f.apply(events.Requeued{TaskID: t.ID, Epoch: sim.Epoch})
+				delete(f.total, t) // its next run is predicted afresh
+				f.fresh[t] = true
 			} else {
 				f.apply(events.Completed{TaskID: t.ID, Node: t.Node})
 			}

@@ -1,10 +1,13 @@
 package estimate
 
 import (
+	"math"
 	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/gpuq/gpuq/pkg/domain"
 )
 
 // TestRingSorted: the incrementally sorted window always holds exactly
@@ -23,4 +26,42 @@ func TestRingSorted(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A class with MinClassResiduals of its own is calibrated by them (its P90
+// at least every class's); a class with fewer, by every class's; one class
+// alone changes nothing.
+func TestQuantilesByClass(t *testing.T) {
+	cases := map[string]struct {
+		low, medium int // residuals of each class: LOW's log 3, MEDIUM's 0
+		class       domain.Priority
+		want90      float64
+	}{
+		"LOW with its own residuals":                   {low: MinClassResiduals, medium: 1000, class: domain.Low, want90: math.Log(3)},
+		"LOW with too few: every class's":              {low: MinClassResiduals - 1, medium: 5000, class: domain.Low, want90: 0},
+		"MEDIUM with its own, the pooled P90 above it": {low: MinClassResiduals, medium: 1000, class: domain.Medium, want90: math.Log(3)},
+		"HIGH without any: every class's":              {low: 100, medium: 5000, class: domain.High, want90: 0},
+		"one class: the same residuals":                {medium: 1000, class: domain.Medium, want90: 0},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := &Estimator{}
+			e.res.max = 100000
+			for i := range e.byClass {
+				e.byClass[i].max = 100000
+			}
+			add := func(p domain.Priority, v float64, n int) {
+				for range n {
+					e.res.add(v)
+					e.byClass[p].add(v)
+				}
+			}
+			add(domain.Medium, 0, tc.medium)
+			add(domain.Low, math.Log(3), tc.low)
+			_, q90 := e.quantiles(tc.class)
+			if math.Abs(q90-tc.want90) > 1e-9 {
+				t.Errorf("P90 log-ratio %v, want %v", q90, tc.want90)
+			}
+		})
+	}
 }

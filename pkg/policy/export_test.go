@@ -36,3 +36,19 @@ func (p *Policy) UsesEndIndex(in Input) bool {
 	defer pc.free.release()
 	return pc.estimatedEnds()
 }
+
+// Order lists the queued tasks in a pass's order as "id/tier/class";
+// RefOrder the same by the order's definition, for FIFO within class
+// (reference_test.go).
+func (p *Policy) Order(in Input) []string {
+	pc := newPass(p.opts, in)
+	defer pc.free.release()
+	return pc.orderOf()
+}
+
+// RefOrder: see Order.
+func (p *Policy) RefOrder(in Input) []string {
+	pc := newPass(p.opts, in)
+	defer pc.free.release()
+	return pc.refOrder()
+}

@@ -77,6 +77,17 @@ func TestFixedPoint(t *testing.T) {
 		setup func(c *harness)
 		opts  policy.Options
 	}{
+		"ladder under class aging: a younger MEDIUM does not preempt the LOW task aged ahead of it": {
+			// Found by TestPropFixedPoint: the LOW task, ahead in the queue's
+			// order, started; the MEDIUM preempted it by class; requeued,
+			// it was ahead again and took the GPUs back, for ever.
+			setup: func(c *harness) {
+				c.nodes(1, 4).
+					submit(task{id: "low-old", class: domain.Low, gpus: 4, at: t0.Add(-3 * hour)}).
+					submit(task{id: "med", class: domain.Medium})
+			},
+			opts: policy.Options{Preemption: policy.Ladder, ClassAging: hour},
+		},
 		"ladder does not take a team below its guarantee": {
 			setup: func(c *harness) {
 				c.nodes(1, 2).

@@ -3,6 +3,7 @@ package policy
 import (
 	"cmp"
 	"slices"
+	"time"
 
 	"github.com/gpuq/gpuq/pkg/domain"
 )
@@ -22,7 +23,8 @@ const (
 //
 // Within a class: submit time (FIFO), or under ShortestPredicted the
 // predicted service (GPUs × run time, as Helios' QSSF) aged by the wait,
-// with tasks that waited MaxWait first.
+// with tasks that waited MaxWait first. Under FIFO, Options.ClassAging
+// gives each class its head start in time instead (agedBefore).
 func (pc *pass) order(yield func(t *domain.Task, tier int) bool) {
 	s := pc.in.State
 	if pc.opts.WithinClass == ShortestPredicted {
@@ -45,6 +47,15 @@ func (pc *pass) order(yield func(t *domain.Task, tier int) bool) {
 	if stopped {
 		return
 	}
+	if pc.opts.ClassAging > 0 {
+		if pc.anyUnder && !pc.walkAged(func(t *domain.Task) bool { return pc.under(t.Team) },
+			func(t *domain.Task) bool { return yield(t, tierUnder) }) {
+			return
+		}
+		pc.walkAged(func(t *domain.Task) bool { return !pc.anyUnder || !pc.under(t.Team) },
+			func(t *domain.Task) bool { return yield(t, tierRest) })
+		return
+	}
 	if pc.anyUnder {
 		s.WalkQueued(func(t *domain.Task) bool {
 			if t.Priority == domain.Critical || !pc.under(t.Team) {
@@ -63,6 +74,60 @@ func (pc *pass) order(yield func(t *domain.Task, tier int) bool) {
 		}
 		return yield(t, tierRest)
 	})
+}
+
+// walkAged yields the queued tasks below CRITICAL that keep accepts, in
+// the order of ClassAging under FIFO within class (agedBefore), until
+// yield returns false; it reports whether it walked to the end. The fold
+// keeps each class's tasks in queue order, which is agedBefore's within a
+// class, so the walk merges three cursors and, like WalkQueued, costs only
+// the tasks it visits.
+func (pc *pass) walkAged(keep func(*domain.Task) bool, yield func(*domain.Task) bool) bool {
+	var cur [domain.High + 1]domain.QueueCursor
+	for p := domain.Low; p <= domain.High; p++ {
+		cur[p] = pc.s.QueueClass(p)
+	}
+	for {
+		var best *domain.Task
+		from := domain.Low
+		for p := domain.High; p >= domain.Low; p-- {
+			t := cur[p].Peek()
+			for t != nil && !keep(t) {
+				cur[p].Next()
+				t = cur[p].Peek()
+			}
+			if t != nil && (best == nil || pc.agedBefore(t, best)) {
+				best, from = t, p
+			}
+		}
+		if best == nil {
+			return true
+		}
+		cur[from].Next()
+		if !yield(best) {
+			return false
+		}
+	}
+}
+
+// agedBefore is the order of the queue below CRITICAL under ClassAging and
+// FIFO within class: each class above LOW counts as submitted ClassAging
+// earlier per class (agedAt), so a task is behind a lower class's only
+// once that one has waited ClassAging per class more; then the higher
+// class; then queue order.
+func (pc *pass) agedBefore(a, b *domain.Task) bool {
+	if ka, kb := pc.agedAt(a), pc.agedAt(b); !ka.Equal(kb) {
+		return ka.Before(kb)
+	}
+	if a.Priority != b.Priority {
+		return a.Priority > b.Priority
+	}
+	return domain.InLine(a, b)
+}
+
+// agedAt is t's submit time less its class's head start.
+func (pc *pass) agedAt(t *domain.Task) time.Time {
+	return t.SubmittedAt.Add(-time.Duration(t.Priority-domain.Low) * pc.opts.ClassAging)
 }
 
 func (pc *pass) tier(t *domain.Task) int {

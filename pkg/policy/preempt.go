@@ -40,13 +40,17 @@ func (pc *pass) holdForPromised(t *domain.Task) bool {
 }
 
 // byClass reports whether the preemption policy lets t preempt v by class
-// alone: critical-only, t is CRITICAL; ladder, v's class is strictly lower.
+// alone: critical-only, t is CRITICAL; ladder, v's class is strictly lower
+// (and, under ClassAging, t is ahead of v in the queue's order).
 func (pc *pass) byClass(t, v *domain.Task) bool {
 	switch pc.opts.Preemption {
 	case CriticalOnly:
 		return t.Priority == domain.Critical
 	case Ladder:
-		return v.Priority < t.Priority
+		// Under ClassAging, only a victim t is ahead of in the queue's
+		// order: one that waited enough to count ahead of t would be back
+		// ahead of it once requeued, and take its GPUs again.
+		return v.Priority < t.Priority && (pc.opts.ClassAging <= 0 || pc.opts.WithinClass != FIFO || pc.agedBefore(t, v))
 	}
 	return false
 }
@@ -100,7 +104,8 @@ func (pc *pass) lendersKeep(t *domain.Task, vs []*victim) bool {
 }
 
 // lostWork is the GPU-seconds a victim would lose: since its last
-// checkpoint, or since it started.
+// checkpoint, or since it started. (Its grace is lost too, but counting
+// it made the mix scenario lose more work, not less: docs/performance.md.)
 func (pc *pass) lostWork(v *domain.Task) float64 {
 	from := v.StartedAt
 	if v.CheckpointAt.After(from) {
@@ -118,6 +123,9 @@ type victim struct {
 	t    *domain.Task
 	n    int
 	lost float64
+	// cost orders victims of one class (victimOrder, setCost): lost under
+	// LeastLost, the seconds since its start under Newest.
+	cost float64
 	// taken (pool): chosen in this pass. A pool member is running, so
 	// pass.preempting holds it iff it was chosen in this pass.
 	taken bool
@@ -166,7 +174,7 @@ func (pc *pass) victimPool() *victimPool {
 		if !v.Preemptible || v.Priority == domain.Critical || v.State != domain.Running {
 			continue
 		}
-		buf = append(buf, victim{t: v, n: gpuCount(v), lost: pc.lostWork(v)})
+		buf = append(buf, pc.newVictim(v))
 		p.vs = append(p.vs, &buf[len(buf)-1])
 	}
 	slices.SortFunc(p.vs, victimOrder)
@@ -183,14 +191,27 @@ func (pc *pass) victimPool() *victimPool {
 	return p
 }
 
-// victimOrder is preempt's preference: the lower class, then the less work
-// lost, then the later submitted.
+// newVictim is v as a candidate, its cost by Options.Victims.
+func (pc *pass) newVictim(v *domain.Task) victim {
+	c := victim{t: v, n: gpuCount(v), lost: pc.lostWork(v)}
+	c.cost = c.lost
+	if pc.opts.Victims == Newest {
+		c.cost = 0
+		if !v.StartedAt.IsZero() && pc.in.Now.After(v.StartedAt) {
+			c.cost = pc.in.Now.Sub(v.StartedAt).Seconds()
+		}
+	}
+	return c
+}
+
+// victimOrder is preempt's preference: the lower class, then the lower
+// cost (the less work lost, or the newer), then the later submitted.
 func victimOrder(a, b *victim) int {
 	if a.t.Priority != b.t.Priority {
 		return cmp.Compare(a.t.Priority, b.t.Priority)
 	}
-	if a.lost != b.lost {
-		return cmp.Compare(a.lost, b.lost)
+	if a.cost != b.cost {
+		return cmp.Compare(a.cost, b.cost)
 	}
 	return cmp.Compare(b.t.SubmitSeq, a.t.SubmitSeq)
 }
@@ -252,8 +273,9 @@ func (pc *pass) candidates(t *domain.Task) ([]*victim, int) {
 }
 
 // preempt chooses victims for t — the fewest tasks, then the lowest
-// classes, then the least work lost since their last checkpoint — and
-// records the preemptions. It reports whether it preempted (or, with no
+// classes, then the least work lost since their last checkpoint (or, with
+// Options.Victims Newest, the most recently started) — and records the
+// preemptions. It reports whether it preempted (or, with no
 // victim needed, held free GPUs for t).
 func (pc *pass) preempt(t *domain.Task, tier int) bool {
 	if pc.stalled || !pc.mayPreempt(t, tier) {
@@ -289,8 +311,8 @@ func (pc *pass) preempt(t *domain.Task, tier int) bool {
 // fewestVictims chooses the victims among cands (in preference order)
 // whose GPUs, with the free ones no reservation holds, place t: for a task
 // that fits one node, the fewest tasks on any one node, ties to the lower
-// classes, then the less lost work, then the first node by name; for a
-// gang, a greedy set in preference order with the ones not needed dropped.
+// classes, then the lower cost (victim.cost), then the first node by name;
+// for a gang, a greedy set in preference order with the ones not needed dropped.
 // GPUs reserved for another task (held for a preemptor, or the backfill
 // reservation) are never planned on.
 func (pc *pass) fewestVictims(t *domain.Task, cands []*victim) ([]*victim, []events.Placement, bool) {
@@ -339,7 +361,8 @@ func (pc *pass) fewestVictims(t *domain.Task, cands []*victim) ([]*victim, []eve
 }
 
 // setCost orders victim sets of one size: the classes, highest first,
-// compared in turn; then the total work lost.
+// compared in turn; then the total cost (work lost, or time since the
+// starts: victim.cost).
 type setCost struct {
 	classes []domain.Priority // descending
 	lost    float64
@@ -349,7 +372,7 @@ func costOf(vs []*victim) setCost {
 	c := setCost{classes: make([]domain.Priority, len(vs))}
 	for i, v := range vs {
 		c.classes[i] = v.t.Priority
-		c.lost += v.lost
+		c.lost += v.cost
 	}
 	sort.Slice(c.classes, func(i, j int) bool { return c.classes[i] > c.classes[j] })
 	return c

@@ -109,6 +109,10 @@ func genOptions(t *rapid.T) policy.Options {
 		o.AgingTau = time.Duration(rapid.IntRange(1, 600).Draw(t, "tau")) * time.Minute
 		o.MaxWait = time.Duration(rapid.IntRange(1, 96).Draw(t, "maxwait")) * time.Hour
 	}
+	if rapid.Bool().Draw(t, "class-aging") {
+		o.ClassAging = time.Duration(rapid.IntRange(10, 600).Draw(t, "class-aging-min")) * time.Minute
+	}
+	o.Victims = rapid.SampledFrom([]string{"", policy.LeastLost, policy.Newest}).Draw(t, "victims")
 	if rapid.Bool().Draw(t, "teams") {
 		o.Teams = policy.Teams{}
 		share := 0.0

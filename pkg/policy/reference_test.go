@@ -185,9 +185,9 @@ func (pc *pass) refCandidates(t *domain.Task) ([]*victim, int) {
 	var cands []*victim
 	for _, v := range pc.s.Active() {
 		if pc.mayVictimize(t, v) {
-			n := gpuCount(v)
-			cands = append(cands, &victim{t: v, n: n, lost: pc.lostWork(v)})
-			avail += n
+			c := pc.newVictim(v)
+			cands = append(cands, &c)
+			avail += c.n
 		}
 	}
 	sort.SliceStable(cands, func(i, j int) bool {
@@ -195,8 +195,8 @@ func (pc *pass) refCandidates(t *domain.Task) ([]*victim, int) {
 		if a.t.Priority != b.t.Priority {
 			return a.t.Priority < b.t.Priority
 		}
-		if a.lost != b.lost {
-			return a.lost < b.lost
+		if a.cost != b.cost {
+			return a.cost < b.cost
 		}
 		return a.t.SubmitSeq > b.t.SubmitSeq
 	})
@@ -252,7 +252,7 @@ func mapContent(f *freeMap) string {
 func victimsOf(vs []*victim) []string {
 	out := []string{}
 	for _, v := range vs {
-		out = append(out, fmt.Sprintf("%s/%d/%g", v.t.ID, v.n, v.lost))
+		out = append(out, fmt.Sprintf("%s/%d/%g/%g", v.t.ID, v.n, v.lost, v.cost))
 	}
 	return out
 }
@@ -323,4 +323,43 @@ func (p *Policy) checkedPlan(in Input) (Result, []string) {
 		bad = append(bad, fmt.Sprintf("the end walk after the pass: got %v, want %v", w, rw))
 	}
 	return r, bad
+}
+
+// refOrder is the queue's order under FIFO within class by its
+// definition: every queued task sorted by tier, then (with ClassAging) by
+// its submit time less ClassAging per class above LOW, then the higher
+// class, then queue order.
+func (pc *pass) refOrder() []string {
+	q := pc.s.Queued()
+	key := func(t *domain.Task) time.Time {
+		return t.SubmittedAt.Add(-time.Duration(int(t.Priority)-int(domain.Low)) * pc.opts.ClassAging)
+	}
+	sort.SliceStable(q, func(i, j int) bool {
+		a, b := q[i], q[j]
+		if ta, tb := pc.tier(a), pc.tier(b); ta != tb {
+			return ta < tb
+		}
+		if pc.opts.ClassAging > 0 && !key(a).Equal(key(b)) {
+			return key(a).Before(key(b))
+		}
+		if a.Priority != b.Priority {
+			return a.Priority > b.Priority
+		}
+		return domain.InLine(a, b)
+	})
+	out := []string{}
+	for _, t := range q {
+		out = append(out, fmt.Sprintf("%s/%d/%s", t.ID, pc.tier(t), t.Priority))
+	}
+	return out
+}
+
+// orderOf lists the pass's order as refOrder does.
+func (pc *pass) orderOf() []string {
+	out := []string{}
+	pc.order(func(t *domain.Task, tier int) bool {
+		out = append(out, fmt.Sprintf("%s/%d/%s", t.ID, tier, t.Priority))
+		return true
+	})
+	return out
 }

@@ -174,6 +174,9 @@ type taskEnd struct {
 	at   time.Duration
 	task int
 	gen  uint32 // the run it ends (gpuq: a preempted run's end is stale)
+	// yield (gpuq, checkpoint model): the end of a preempted task's grace,
+	// when it exits, rather than its completion.
+	yield bool
 }
 
 type taskEnds []taskEnd

@@ -37,7 +37,8 @@
 //   - With teams by VC, each VC is a team whose guarantee is its share of
 //     the VC node counts (vcs.csv) of the simulated cluster; otherwise all
 //     tasks are one team "trace" and there are no guarantees.
-//   - Every task is preemptible.
+//   - Every task is preemptible, unless a share is given
+//     (MarkPreemptible: one draw per task from its own PCG).
 //   - A job that can never fit the simulated cluster (more GPUs than it
 //     has) is left out of every policy and counted in Scenario.Unplaceable.
 //
@@ -45,17 +46,25 @@
 //
 // The simulated agents start a dispatched task at the instant it is
 // dispatched (Started) and complete it when its real remaining duration
-// has elapsed (Completed). A task asked to yield (PreemptRequested)
-// checkpoints at once: the agent appends Checkpointed (its progress as the
-// reference) and Preempted with no lost work, and the task later resumes
-// with duration − progress left. Lost work is therefore zero in this model;
-// lost_gpu_hours still reports the work the log records as lost
-// (Preempted.LostGPUSeconds), so a model with checkpoint intervals shows
-// up there without changing the metric.
+// has elapsed (Completed). By default a task asked to yield
+// (PreemptRequested) checkpoints at once: the agent appends Checkpointed
+// (its progress as the reference) and Preempted with no lost work, and the
+// task later resumes with duration − progress left; lost work is zero.
+//
+// Under the checkpoint model (Config.CheckpointEvery, `--checkpoint-every`)
+// every running task checkpoints each CheckpointEvery of its run: the
+// agent appends Checkpointed at that instant (the policy's least-lost
+// choice of victims reads it), without a scheduling pass, since nothing the
+// scheduler decides on changed. A task asked to yield runs on for its grace
+// (120 s, the submitter's default) and exits (Preempted): it keeps the work
+// of its last checkpoint and loses the rest of the run, grace included,
+// recorded as Preempted.LostGPUSeconds and reported as lost_gpu_hours. A
+// task that completes within its grace completes.
 //
 // # Metrics
 //
-// JCT = end − submit; queueing delay = first start − submit; utilization =
+// JCT = end − submit; queueing delay = first start − submit (and by the
+// class the task was submitted in, when there are several); utilization =
 // busy GPU-seconds / (GPUs × makespan), with the makespan from the first
 // submission to the last end. Percentiles are nearest-rank.
 //

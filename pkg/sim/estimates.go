@@ -105,6 +105,20 @@ type EstimateMetrics struct {
 	P50MedianAbsErrS float64 `json:"p50_median_abs_err_s"`
 	// Never counts tasks the estimator said would never start.
 	Never int `json:"never"`
+	// ByClass judges the estimator on each class's tasks (the classes they
+	// were submitted in); omitted when every judged task is of one class.
+	ByClass map[string]ClassEstimate `json:"by_class,omitempty"`
+}
+
+// ClassEstimate judges one estimator on one class's tasks, as
+// EstimateMetrics does on all of them.
+type ClassEstimate struct {
+	N                    int         `json:"n"`
+	P90Coverage          float64     `json:"p90_coverage"`
+	P90CoverageByQuarter [4]*float64 `json:"p90_coverage_by_quarter"`
+	NByQuarter           [4]int      `json:"n_by_quarter"`
+	P50MedianAbsErrS     float64     `json:"p50_median_abs_err_s"`
+	Never                int         `json:"never"`
 }
 
 // WaitEstimate is one judged task's estimate and actual wait (for plots).
@@ -124,23 +138,17 @@ func (e *estimating) judge(tasks []Task, o *outcome) (map[string]EstimateMetrics
 		}
 		return min(3, int(4*float64(at-first)/float64(last-first)))
 	}
-	type acc struct {
-		n, covered, never int
-		qn, qc            [4]int
-		errs              []float64
-	}
 	accs := map[string]*acc{EstGPUQ: {}, EstSlurm: {}, EstSeed: {}}
+	classes := map[string]map[string]*acc{EstGPUQ: {}, EstSlurm: {}, EstSeed: {}}
+	class := ""
 	score := func(name string, q int, actual, est time.Duration, never bool, coverBy time.Duration) {
-		a := accs[name]
-		a.n++
-		a.qn[q]++
-		if never {
-			a.never++
-		} else if actual.Seconds() <= coverBy.Seconds()+1 {
-			a.covered++
-			a.qc[q]++
+		a := classes[name][class]
+		if a == nil {
+			a = &acc{}
+			classes[name][class] = a
 		}
-		a.errs = append(a.errs, math.Abs(actual.Seconds()-est.Seconds()))
+		a.add(q, actual, est, never, coverBy)
+		accs[name].add(q, actual, est, never, coverBy)
 	}
 	var waits []WaitEstimate
 	for i, t := range tasks {
@@ -148,6 +156,7 @@ func (e *estimating) judge(tasks []Task, o *outcome) (map[string]EstimateMetrics
 		if o.start[i] < 0 || actual < minJudgedWait {
 			continue
 		}
+		class = t.Priority.String()
 		q := quarter(t.Submit)
 		var g estimate.Estimate
 		if e.gpuq[i] != nil {
@@ -164,21 +173,53 @@ func (e *estimating) judge(tasks []Task, o *outcome) (map[string]EstimateMetrics
 	}
 	out := map[string]EstimateMetrics{}
 	for name, a := range accs {
-		m := EstimateMetrics{N: a.n, NByQuarter: a.qn, Never: a.never}
-		if a.n > 0 {
-			m.P90Coverage = round(float64(a.covered)/float64(a.n), 4)
-			slices.Sort(a.errs)
-			m.P50MedianAbsErrS = round(medianSorted(a.errs), 2)
-		}
-		for q := range 4 {
-			if a.qn[q] > 0 {
-				c := round(float64(a.qc[q])/float64(a.qn[q]), 4)
-				m.P90CoverageByQuarter[q] = &c
+		m := a.metrics()
+		if cs := classes[name]; len(cs) > 1 {
+			m.ByClass = map[string]ClassEstimate{}
+			for c, ca := range cs {
+				cm := ca.metrics()
+				m.ByClass[c] = ClassEstimate{N: cm.N, P90Coverage: cm.P90Coverage, P90CoverageByQuarter: cm.P90CoverageByQuarter,
+					NByQuarter: cm.NByQuarter, P50MedianAbsErrS: cm.P50MedianAbsErrS, Never: cm.Never}
 			}
 		}
 		out[name] = m
 	}
 	return out, waits
+}
+
+// acc accumulates one estimator's judgement.
+type acc struct {
+	n, covered, never int
+	qn, qc            [4]int
+	errs              []float64
+}
+
+func (a *acc) add(q int, actual, est time.Duration, never bool, coverBy time.Duration) {
+	a.n++
+	a.qn[q]++
+	if never {
+		a.never++
+	} else if actual.Seconds() <= coverBy.Seconds()+1 {
+		a.covered++
+		a.qc[q]++
+	}
+	a.errs = append(a.errs, math.Abs(actual.Seconds()-est.Seconds()))
+}
+
+func (a *acc) metrics() EstimateMetrics {
+	m := EstimateMetrics{N: a.n, NByQuarter: a.qn, Never: a.never}
+	if a.n > 0 {
+		m.P90Coverage = round(float64(a.covered)/float64(a.n), 4)
+		slices.Sort(a.errs)
+		m.P50MedianAbsErrS = round(medianSorted(a.errs), 2)
+	}
+	for q := range 4 {
+		if a.qn[q] > 0 {
+			c := round(float64(a.qc[q])/float64(a.qn[q]), 4)
+			m.P90CoverageByQuarter[q] = &c
+		}
+	}
+	return m
 }
 
 // medianSorted is the median of sorted, non-empty xs (the mean of the two

@@ -36,7 +36,10 @@ const (
 //     sequences, so the log's guards act as JetStream's would.
 //  3. The agents react at the same instant: a dispatched task starts
 //     (Started, its end scheduled after its remaining real duration); a
-//     task asked to yield checkpoints at once (Checkpointed, Preempted).
+//     task asked to yield checkpoints at once (Checkpointed, Preempted) —
+//     or, under the checkpoint model (Config.CheckpointEvery), runs on
+//     for its grace and exits, losing the work since its last periodic
+//     checkpoint and the grace (Preempted with LostGPUSeconds).
 //  4. Steps 2–3 repeat until decide.Plan has nothing more to do; then the
 //     clock jumps to the next instant.
 type driver struct {
@@ -66,6 +69,13 @@ type driver struct {
 	toStart []int // dispatched, not yet started by their agent
 	toYield []int // asked to yield, not yet checkpointed
 
+	// The checkpoint model (Config.CheckpointEvery > 0): every running task
+	// checkpoints each ckptEvery of its run (ckpts: the next one due, by
+	// task), and a preempted one exits grace after the request.
+	ckptEvery time.Duration
+	grace     time.Duration
+	ckpts     taskEnds
+
 	queued   int
 	out      *outcome
 	est      *estimating // nil: no estimates
@@ -75,8 +85,14 @@ type driver struct {
 // run is a task's progress as its agent knows it.
 type run struct {
 	started time.Duration // start of the current run; -1 when not running
-	done    time.Duration // real work done in earlier runs
-	gen     uint32        // bumped at each start and yield: older ends are stale
+	done    time.Duration // real work done in earlier runs (kept by their checkpoints)
+	gen     uint32        // bumped at each start, yield and end: older ends are stale
+	// Checkpoint model: the last checkpoint of the current run (its
+	// instant, or the run's start before the first) and the real work it
+	// kept, earlier runs included.
+	ckptAt   time.Duration
+	ckptDone time.Duration
+	ckptRef  string
 }
 
 func newDriver(ctx context.Context, cfg Config, pol *policy.Policy, tasks []Task, withEstimates bool) *driver {
@@ -84,6 +100,10 @@ func newDriver(ctx context.Context, cfg Config, pol *policy.Policy, tasks []Task
 		log: memlog.New(), st: domain.NewState(), pol: pol, pred: estimate.NewPredictor(0),
 		predicted: map[string]time.Duration{}, running: map[*domain.Task]runPrediction{}, runs: make([]run, len(tasks)), out: newOutcome(len(tasks))}
 	d.now = d.epoch
+	d.ckptEvery = cfg.CheckpointEvery
+	if d.ckptEvery > 0 {
+		d.grace = simGrace
+	}
 	d.log.Now = func() time.Time { return d.now }
 	for i, t := range tasks {
 		d.byID[t.ID] = i
@@ -165,7 +185,8 @@ func (d *driver) simulate(nodes, perNode int) (*outcome, error) {
 			return nil, err
 		}
 		d.dropStaleEnds()
-		// The next instant: a submission or an end, whichever is first.
+		// The next instant: a submission, an end or a checkpoint, whichever
+		// is first.
 		has := false
 		var vt time.Duration
 		if next < len(d.tasks) {
@@ -174,21 +195,44 @@ func (d *driver) simulate(nodes, perNode int) (*outcome, error) {
 		if d.ends.Len() > 0 && (!has || d.ends[0].at <= vt) {
 			vt, has = d.ends[0].at, true
 		}
+		onlyCkpt := false
+		if d.ckpts.Len() > 0 && (!has || d.ckpts[0].at < vt) {
+			vt, has, onlyCkpt = d.ckpts[0].at, true, true
+		}
 		if !has {
 			break
 		}
 		d.at(vt)
-		// 1. Ends, then submissions.
+		// 1. Ends (completions, and exits after a grace), checkpoints, then
+		//    submissions.
 		for d.ends.Len() > 0 && d.ends[0].at == vt {
 			e := heap.Pop(&d.ends).(taskEnd)
 			if d.runs[e.task].gen != e.gen {
 				continue
 			}
+			if e.yield {
+				if err := d.exit(e.task); err != nil {
+					return nil, err
+				}
+				continue
+			}
 			d.runs[e.task].started = -1
+			d.runs[e.task].gen++
 			t := d.st.Tasks[d.tasks[e.task].ID]
 			if _, err := d.append(events.Completed{TaskID: t.ID, Node: t.Node}, "", nil); err != nil {
 				return nil, err
 			}
+		}
+		if err := d.checkpoints(); err != nil {
+			return nil, err
+		}
+		if onlyCkpt {
+			// Nothing the scheduler decides on changed: no pass, as a
+			// checkpoint neither frees GPUs nor queues a task.
+			if err := d.fold(); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		for ; next < len(d.tasks) && d.tasks[next].Submit == vt; next++ {
 			if d.progress != nil && (next+1)*100/len(d.tasks) > next*100/len(d.tasks) {
@@ -196,7 +240,7 @@ func (d *driver) simulate(nodes, perNode int) (*outcome, error) {
 			}
 			t := d.tasks[next]
 			sub := events.Submitted{TaskID: t.ID, Name: t.ID, Team: t.Team, Priority: t.Priority.String(), GPUs: t.GPUs,
-				Hours: t.Hours, Hypothesis: "trace job", Preemptible: true, SubmittedAt: d.now}
+				Hours: t.Hours, Hypothesis: "trace job", Preemptible: !t.Fixed, GraceS: d.grace.Seconds(), SubmittedAt: d.now}
 			if _, err := d.append(sub, "", nil); err != nil {
 				return nil, err
 			}
@@ -279,10 +323,19 @@ func (d *driver) react() error {
 		r.started = d.vt
 		r.gen++
 		heap.Push(&d.ends, taskEnd{at: d.vt + d.tasks[i].Duration - r.done, task: i, gen: r.gen})
+		if d.ckptEvery > 0 {
+			r.ckptAt, r.ckptDone = d.vt, r.done
+			heap.Push(&d.ckpts, taskEnd{at: d.vt + d.ckptEvery, task: i, gen: r.gen})
+		}
 	}
 	for _, i := range d.toYield {
 		t := d.st.Tasks[d.tasks[i].ID]
 		r := &d.runs[i]
+		if d.ckptEvery > 0 && r.started >= 0 {
+			// Runs on for its grace (its checkpoints stop), then exits.
+			heap.Push(&d.ends, taskEnd{at: d.vt + d.grace, task: i, gen: r.gen, yield: true})
+			continue
+		}
 		if r.started >= 0 {
 			r.done += d.vt - r.started
 		}
@@ -365,6 +418,61 @@ func (d *driver) dropStaleEnds() {
 	for d.ends.Len() > 0 && d.runs[d.ends[0].task].gen != d.ends[0].gen {
 		heap.Pop(&d.ends)
 	}
+	for d.ckpts.Len() > 0 && !d.ckptLive(d.ckpts[0]) {
+		heap.Pop(&d.ckpts)
+	}
+}
+
+// simGrace is the grace of every task under the checkpoint model: the
+// submitter's default (domain.SubmitRequest).
+const simGrace = 120 * time.Second
+
+// ckptLive reports whether a checkpoint due is still the task's: the same
+// run, running (not yielding).
+func (d *driver) ckptLive(c taskEnd) bool {
+	if d.runs[c.task].gen != c.gen {
+		return false
+	}
+	t := d.st.Tasks[d.tasks[c.task].ID]
+	return t != nil && t.State == domain.Running
+}
+
+// checkpoints appends the checkpoints due now (Checkpointed, with the work
+// kept in its reference) and schedules each task's next one.
+func (d *driver) checkpoints() error {
+	for d.ckpts.Len() > 0 && d.ckpts[0].at <= d.vt {
+		c := heap.Pop(&d.ckpts).(taskEnd)
+		if !d.ckptLive(c) {
+			continue
+		}
+		r := &d.runs[c.task]
+		r.ckptAt, r.ckptDone = d.vt, r.done+d.vt-r.started
+		id := d.tasks[c.task].ID
+		r.ckptRef = fmt.Sprintf("sim://%s/%d", id, int64(r.ckptDone.Seconds()))
+		if _, err := d.append(events.Checkpointed{TaskID: id, Ref: r.ckptRef}, "", nil); err != nil {
+			return err
+		}
+		heap.Push(&d.ckpts, taskEnd{at: d.vt + d.ckptEvery, task: c.task, gen: c.gen})
+	}
+	return nil
+}
+
+// exit ends a preempted task's run after its grace (checkpoint model): it
+// keeps the work of its last checkpoint and loses the rest of the run,
+// grace included.
+func (d *driver) exit(i int) error {
+	r := &d.runs[i]
+	t := d.st.Tasks[d.tasks[i].ID]
+	if r.started < 0 || t == nil || t.State != domain.Preempting {
+		return nil
+	}
+	lost := d.vt - r.ckptAt
+	r.done = r.ckptDone
+	r.started = -1
+	r.gen++
+	_, err := d.append(events.Preempted{TaskID: t.ID, Node: t.Node, Checkpoint: r.ckptRef,
+		LostGPUSeconds: lost.Seconds() * float64(t.GPUs)}, "", nil)
+	return err
 }
 
 // Log simulates pol over tasks on nodes × perNode GPUs, as runPolicy

@@ -63,6 +63,40 @@ type Metrics struct {
 	Backfilled int `json:"backfilled"`
 	// MaxQueued is the longest the queue got (tasks waiting at once).
 	MaxQueued int `json:"max_queued"`
+	// ByClass splits the queueing delay by the tasks' class (the classes
+	// they were submitted in); omitted when every task is of one class.
+	ByClass map[string]ClassMetrics `json:"by_class,omitempty"`
+}
+
+// ClassMetrics are one class's queueing delays (seconds).
+type ClassMetrics struct {
+	N        int     `json:"n"`
+	AvgQueue float64 `json:"avg_queue_s"`
+	P95Queue float64 `json:"p95_queue_s"`
+	MaxQueue float64 `json:"max_queue_s"`
+}
+
+// byClass splits an outcome's queueing delays by class; nil when every
+// task is of one class (the overall figures say it all).
+func byClass(tasks []Task, o *outcome) map[string]ClassMetrics {
+	waits := map[string][]float64{}
+	for i, t := range tasks {
+		c := t.Priority.String()
+		waits[c] = append(waits[c], (o.start[i] - t.Submit).Seconds())
+	}
+	if len(waits) < 2 {
+		return nil
+	}
+	out := map[string]ClassMetrics{}
+	for c, w := range waits {
+		sum := 0.0
+		for _, x := range w {
+			sum += x
+		}
+		slices.Sort(w)
+		out[c] = ClassMetrics{N: len(w), AvgQueue: round(sum/float64(len(w)), 2), P95Queue: round(nearestRank(w, 0.95), 2), MaxQueue: round(w[len(w)-1], 2)}
+	}
+	return out
 }
 
 // metrics summarises an outcome on a cluster of totalGPUs.

@@ -168,6 +168,21 @@ type Task struct {
 	Duration time.Duration // real run time: only the agents and sjf-oracle read it
 	GPUs     int
 	Hours    float64 // the user's estimate
+	// Fixed: not preemptible (MarkPreemptible); every task is by default.
+	Fixed bool
+}
+
+// MarkPreemptible keeps a fraction of the tasks preemptible and marks the
+// others Fixed: one draw per task, in order, from its own PCG(seed), so it
+// shifts no other draw. A fraction of 1 keeps every task preemptible.
+func MarkPreemptible(tasks []Task, fraction float64, seed uint64) {
+	if fraction >= 1 {
+		return
+	}
+	r := rand.New(rand.NewPCG(seed, 0x9ee3b7))
+	for i := range tasks {
+		tasks[i].Fixed = r.Float64() >= fraction
+	}
 }
 
 // minEstimate is the smallest user estimate the model gives.

@@ -18,10 +18,13 @@ const (
 	SJFOracle  = "sjf-oracle"  // baseline: Helios SJF on real durations
 	GPUQ       = "gpuq"        // the gpuq policy as configured (default: FIFO within class, EASY backfill)
 	GPUQSPF    = "gpuq-spf"    // gpuq with shortest-predicted within class and its aging guard
+	// GPUQNewest is gpuq choosing the most recently started victims
+	// (policy.Newest, Kueue's choice) rather than the least work lost.
+	GPUQNewest = "gpuq-newest-victims"
 )
 
 // Policies lists the policy names Run knows.
-func Policies() []string { return []string{FIFOStrict, SJFOracle, GPUQ, GPUQSPF} }
+func Policies() []string { return []string{FIFOStrict, SJFOracle, GPUQ, GPUQSPF, GPUQNewest} }
 
 // Config is one simulation.
 type Config struct {
@@ -46,6 +49,12 @@ type Config struct {
 	// to this many goroutines (estimate.Estimator.Workers; default
 	// GOMAXPROCS); the result does not depend on it.
 	EstimateWorkers int
+	// CheckpointEvery is the agents' checkpoint model: 0 (the default), a
+	// task asked to yield checkpoints at once and loses no work; > 0, every
+	// running task checkpoints each CheckpointEvery of its run, and a
+	// preempted one runs on for its grace (simGrace) and exits, losing the
+	// work since its last checkpoint and the grace.
+	CheckpointEvery time.Duration
 	// Progress, when set, is called from the policies' goroutines at every
 	// hundredth of the submissions (and at the end), for long runs.
 	Progress func(policy string, submitted, total int)
@@ -61,6 +70,9 @@ func (c Config) Validate() error {
 	}
 	if len(c.Policies) == 0 {
 		return fmt.Errorf("no policy to run")
+	}
+	if c.CheckpointEvery < 0 {
+		return fmt.Errorf("checkpoint-every must be ≥ 0 (got %s)", c.CheckpointEvery)
 	}
 	seen := map[string]bool{}
 	for _, p := range c.Policies {
@@ -95,11 +107,16 @@ type Scenario struct {
 	Teams       string `json:"teams"`
 	// Policy, WithinClass, Backfill, AgingTauS and MaxWaitS are the gpuq policy's
 	// options (gpuq-spf: shortest-predicted within class); Run fills them.
-	Policy        string  `json:"policy"`
-	WithinClass   string  `json:"within_class"`
-	Backfill      string  `json:"backfill"`
-	AgingTauS     float64 `json:"aging_tau_s"`
-	MaxWaitS      float64 `json:"max_wait_s"`
+	Policy      string  `json:"policy"`
+	WithinClass string  `json:"within_class"`
+	Backfill    string  `json:"backfill"`
+	AgingTauS   float64 `json:"aging_tau_s"`
+	MaxWaitS    float64 `json:"max_wait_s"`
+	// ClassAgingS and Victims are the gpuq policy's starvation guard across
+	// classes and choice of victims (gpuq-newest-victims: newest); omitted
+	// when off and the default, as before they existed.
+	ClassAgingS   float64 `json:"class_aging_s,omitempty"`
+	Victims       string  `json:"victims,omitempty"`
 	EstimateModel string  `json:"estimate_model"`
 	ClassMix      string  `json:"class_mix"`
 	// Preemptible and Checkpoint state the agents' model; Run fills them.
@@ -150,7 +167,17 @@ func Run(ctx context.Context, cfg Config, sc Scenario, tasks []Task) (*Report, e
 	sc.Nodes, sc.GPUsPerNode, sc.TotalGPUs = cfg.Nodes, cfg.GPUsPerNode, total
 	o := policy.New(cfg.Options).Options()
 	sc.Policy, sc.WithinClass, sc.Backfill, sc.AgingTauS, sc.MaxWaitS = o.Preemption, o.WithinClass, o.Backfill, o.AgingTau.Seconds(), o.MaxWait.Seconds()
-	sc.Preemptible, sc.Checkpoint = "all", "at once on preemption request, no work lost"
+	sc.ClassAgingS = o.ClassAging.Seconds()
+	if sc.Preemptible == "" {
+		sc.Preemptible = "all"
+	}
+	sc.Checkpoint = "at once on preemption request, no work lost"
+	if cfg.CheckpointEvery > 0 {
+		sc.Checkpoint = fmt.Sprintf("every %s of run; a preempted task runs on for its grace (%s) and loses the work since its last checkpoint", cfg.CheckpointEvery, simGrace)
+	}
+	if o.Victims != policy.LeastLost {
+		sc.Victims = o.Victims
+	}
 	sc.SpanS = (tasks[len(tasks)-1].Submit - tasks[0].Submit).Seconds()
 	if sc.SpanS > 0 {
 		gs := 0.0
@@ -196,7 +223,9 @@ func Run(ctx context.Context, cfg Config, sc Scenario, tasks []Task) (*Report, e
 		if r.err != nil {
 			return nil, fmt.Errorf("%s: %w", name, r.err)
 		}
-		rep.Result.Policies[name] = metrics(tasks, r.out, total)
+		m := metrics(tasks, r.out, total)
+		m.ByClass = byClass(tasks, r.out)
+		rep.Result.Policies[name] = m
 		rep.QueueLength[name] = r.out.queueLen
 		waits := make([]time.Duration, len(tasks))
 		for i, t := range tasks {
@@ -220,7 +249,7 @@ func cost(cfg Config, name string) int {
 			return 0
 		}
 		return 1
-	case GPUQSPF:
+	case GPUQSPF, GPUQNewest:
 		return 1
 	}
 	return 2
@@ -236,8 +265,11 @@ func runPolicy(ctx context.Context, cfg Config, name string, tasks []Task) (*out
 		return out, nil, nil
 	}
 	opts := cfg.Options
-	if name == GPUQSPF {
+	switch name {
+	case GPUQSPF:
 		opts.WithinClass = policy.ShortestPredicted
+	case GPUQNewest:
+		opts.Victims = policy.Newest
 	}
 	d := newDriver(ctx, cfg, policy.New(opts), tasks, name == GPUQ && cfg.Estimates)
 	if d.est != nil {

@@ -81,36 +81,67 @@ func encode(t testing.TB, r Result) []byte {
 	return b.Bytes()
 }
 
-// TestGolden pins the whole result of the synthetic scenario; run with
-// -update after an intended change and review the diff.
+// TestGolden pins the whole result of the synthetic scenarios; run with
+// -update after an intended change and review the diff. "synthetic" is
+// the scenario of old (every task preemptible, no work lost);
+// "synthetic-checkpoint" the realistic model: checkpoints every 10 min
+// (preemptions lose work), a fifth of the tasks not preemptible, the
+// starvation guard across classes, and both choices of victims.
 func TestGolden(t *testing.T) {
-	cfg, sc, tasks := syntheticScenario(t)
-	rep, err := Run(context.Background(), cfg, sc, tasks)
-	if err != nil {
-		t.Fatal(err)
+	cases := []struct {
+		name   string
+		golden string
+		tune   func(*Config, *Scenario, []Task)
+		lost   bool // preemptions must lose work
+	}{
+		{name: "synthetic", golden: "synthetic.golden.json", tune: func(*Config, *Scenario, []Task) {}},
+		{name: "synthetic-checkpoint", golden: "synthetic-checkpoint.golden.json", lost: true,
+			tune: func(c *Config, sc *Scenario, ts []Task) {
+				c.CheckpointEvery = 10 * time.Minute
+				c.Options.ClassAging = 30 * time.Minute
+				MarkPreemptible(ts, 0.8, 1)
+				sc.Preemptible = "0.8 (seed 1)"
+			}},
 	}
-	got := encode(t, rep.Result)
-	path := filepath.Join("testdata", "synthetic.golden.json")
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("result differs from %s (-want +got):\n%s", path, diff)
-	}
-	// The scenario must exercise preemption and the estimators.
-	for _, p := range []string{GPUQ, GPUQSPF} {
-		if rep.Result.Policies[p].Preemptions == 0 {
-			t.Errorf("%s: no preemption in the synthetic scenario", p)
-		}
-	}
-	if rep.Result.Estimates[EstGPUQ].N == 0 {
-		t.Error("no estimate judged")
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, sc, tasks := syntheticScenario(t)
+			tc.tune(&cfg, &sc, tasks)
+			rep, err := Run(context.Background(), cfg, sc, tasks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := encode(t, rep.Result)
+			path := filepath.Join("testdata", tc.golden)
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if diff := cmp.Diff(string(want), string(got)); diff != "" {
+				t.Errorf("result differs from %s (-want +got):\n%s", path, diff)
+			}
+			// The scenario must exercise preemption and the estimators.
+			for _, p := range []string{GPUQ, GPUQSPF, GPUQNewest} {
+				m := rep.Result.Policies[p]
+				if m.Preemptions == 0 {
+					t.Errorf("%s: no preemption in the synthetic scenario", p)
+				}
+				if lost := m.LostGPUHours > 0; lost != tc.lost {
+					t.Errorf("%s: %v GPU-hours lost, want lost work %v", p, m.LostGPUHours, tc.lost)
+				}
+				if len(m.ByClass) != 4 {
+					t.Errorf("%s: by_class has %d classes, want 4", p, len(m.ByClass))
+				}
+			}
+			if e := rep.Result.Estimates[EstGPUQ]; e.N == 0 || len(e.ByClass) == 0 {
+				t.Error("no estimate judged, or none by class")
+			}
+		})
 	}
 }
 
@@ -151,8 +182,8 @@ func TestDeterministic(t *testing.T) {
 			if err := json.Unmarshal(a, &r); err != nil {
 				t.Fatal(err)
 			}
-			if r.Jobs != len(tt.tasks) || len(r.Policies) != 4 {
-				t.Errorf("result has %d jobs, %d policies; want %d, 4", r.Jobs, len(r.Policies), len(tt.tasks))
+			if r.Jobs != len(tt.tasks) || len(r.Policies) != len(Policies()) {
+				t.Errorf("result has %d jobs, %d policies; want %d, %d", r.Jobs, len(r.Policies), len(tt.tasks), len(Policies()))
 			}
 		})
 	}

@@ -248,7 +248,8 @@ func Connect(ctx context.Context, name string, c *Common, notify Notify) (*nats.
 // and the advisor (the advisor must run the scheduler's very policy).
 type PolicyFlags struct {
 	Preemption, WithinClass, Backfill, Teams string
-	MaxWait                                  time.Duration
+	Victims                                  string
+	MaxWait, ClassAging                      time.Duration
 }
 
 // Policy registers the policy flags.
@@ -259,13 +260,16 @@ func (f *Flags) Policy() *PolicyFlags {
 	f.String(&p.Backfill, "backfill", "GPUQ_BACKFILL", policy.BackfillQueue, "order of the backfill candidates behind the first blocked task (fifo within class): queue or shortest (predicted service first)")
 	f.String(&p.Teams, "teams", "GPUQ_TEAMS", "", "teams file (YAML or JSON) with guaranteed GPUs or shares")
 	f.Duration(&p.MaxWait, "max-wait", "GPUQ_MAX_WAIT", policy.DefaultMaxWait, "shortest-predicted: tasks waiting this long go first in their class")
+	f.Duration(&p.ClassAging, "class-aging", "GPUQ_CLASS_AGING", policy.DefaultClassAging, "starvation guard across classes under fifo within class: each class above LOW counts as submitted this much earlier per class (0: off)")
+	f.String(&p.Victims, "victims", "GPUQ_VICTIMS", policy.LeastLost, "choice among victims of the same classes: least-lost or newest")
 	return p
 }
 
 // Options builds the policy options, exiting 2 with the field named when
 // they are invalid.
 func (f *Flags) PolicyOptions(p *PolicyFlags) policy.Options {
-	o := policy.Options{Preemption: p.Preemption, WithinClass: p.WithinClass, Backfill: p.Backfill, MaxWait: p.MaxWait}
+	o := policy.Options{Preemption: p.Preemption, WithinClass: p.WithinClass, Backfill: p.Backfill, MaxWait: p.MaxWait,
+		ClassAging: p.ClassAging, Victims: p.Victims}
 	if p.Teams != "" {
 		ts, err := policy.LoadTeams(p.Teams)
 		if err != nil {
