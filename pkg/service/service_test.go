@@ -17,7 +17,9 @@ import (
 
 	"github.com/gpuq/gpuq/pkg/domain"
 	dt "github.com/gpuq/gpuq/pkg/domain/domaintest"
+	"github.com/gpuq/gpuq/pkg/embedded/embeddedtest"
 	"github.com/gpuq/gpuq/pkg/events"
+	evjs "github.com/gpuq/gpuq/pkg/events/jetstream"
 	"github.com/gpuq/gpuq/pkg/events/memlog"
 	"github.com/gpuq/gpuq/pkg/policy"
 	"github.com/gpuq/gpuq/pkg/service"
@@ -93,57 +95,73 @@ var badKinds = map[string]func(task, node string) (string, []byte){
 // is skipped, counted and logged once, the fold goes on past it, and the
 // task it names still counts it for its expected sequence.
 func TestRunSkipsBadRecords(t *testing.T) {
-	for name, bad := range badKinds {
-		for _, when := range []string{"at start-up", "live"} {
-			t.Run(name+" "+when, func(t *testing.T) {
-				l := memlog.New()
-				appendEvent(t, l, dt.Node("n0").GPUs(2).Available())
-				appendEvent(t, l, dt.Task().ID("t1").GPUs(1).Submitted())
-				appendEvent(t, l, events.Dispatched{TaskID: "t1", Placements: []events.Placement{dt.On("n0", 0)}, Epoch: 5})
-				appendEvent(t, l, events.Started{TaskID: "t1", Node: "n0", PID: 1})
-				var logs strings.Builder
-				var mu sync.Mutex
-				f := service.New("test", l, zerolog.New(syncWriter{&mu, &logs}), nil)
-				ctx, cancel := context.WithCancel(context.Background())
-				defer cancel()
-				publish := func() uint64 {
-					subj, data := bad("t1", "n0")
-					appendRaw(t, l, subj, data)
-					return appendEvent(t, l, events.Checkpointed{TaskID: "t1", Ref: "after"}) // a good record after it
-				}
-				var last uint64
-				if when == "at start-up" {
-					last = publish()
-				}
-				done := make(chan error, 1)
-				go func() { done <- f.Run(ctx, service.Hooks{Tick: 10 * time.Millisecond}) }()
-				if when == "live" {
-					waitReady(t, f)
-					last = publish()
-				}
-				if err := f.WaitFor(ctx, last, 5*time.Second); err != nil {
-					t.Fatal(err)
-				}
-				if got := f.Counters.Skipped.Load(); got != 1 {
-					t.Errorf("skipped %d, want 1", got)
-				}
-				f.Read(func(st *domain.State) {
-					tk := st.Tasks["t1"]
-					if tk.State != domain.Running || tk.Checkpoint != "after" || tk.LastSeq != last {
-						t.Errorf("t1 %s, checkpoint %q, last seq %d; want running, after, %d", tk.State, tk.Checkpoint, tk.LastSeq, last)
-					}
+	logs := map[string]func(t *testing.T) events.Log{
+		"memlog": func(*testing.T) events.Log { return memlog.New() },
+		"jetstream": func(t *testing.T) events.Log {
+			srv := embeddedtest.Server(t)
+			l, err := evjs.Open(context.Background(), embeddedtest.Connect(t, srv, "test"), evjs.StreamConfig{MemoryStorage: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+	}
+	for logName, newLog := range logs {
+		for name, bad := range badKinds {
+			for _, when := range []string{"at start-up", "live"} {
+				t.Run(logName+"/"+name+" "+when, func(t *testing.T) {
+					runBadRecord(t, newLog(t), bad, when)
 				})
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("Run: %v", err)
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				if n := strings.Count(logs.String(), "record skipped"); n != 1 {
-					t.Errorf("logged %d times, want once:\n%s", n, logs.String())
-				}
-			})
+			}
 		}
+	}
+}
+
+func runBadRecord(t *testing.T, l events.Log, bad func(task, node string) (string, []byte), when string) {
+	appendEvent(t, l, dt.Node("n0").GPUs(2).Available())
+	appendEvent(t, l, dt.Task().ID("t1").GPUs(1).Submitted())
+	appendEvent(t, l, events.Dispatched{TaskID: "t1", Placements: []events.Placement{dt.On("n0", 0)}, Epoch: 5})
+	appendEvent(t, l, events.Started{TaskID: "t1", Node: "n0", PID: 1})
+	var logs strings.Builder
+	var mu sync.Mutex
+	f := service.New("test", l, zerolog.New(syncWriter{&mu, &logs}), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	publish := func() uint64 {
+		subj, data := bad("t1", "n0")
+		appendRaw(t, l, subj, data)
+		return appendEvent(t, l, events.Checkpointed{TaskID: "t1", Ref: "after"}) // a good record after it
+	}
+	var last uint64
+	if when == "at start-up" {
+		last = publish()
+	}
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx, service.Hooks{Tick: 10 * time.Millisecond}) }()
+	if when == "live" {
+		waitReady(t, f)
+		last = publish()
+	}
+	if err := f.WaitFor(ctx, last, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Counters.Skipped.Load(); got != 1 {
+		t.Errorf("skipped %d, want 1", got)
+	}
+	f.Read(func(st *domain.State) {
+		tk := st.Tasks["t1"]
+		if tk.State != domain.Running || tk.Checkpoint != "after" || tk.LastSeq != last {
+			t.Errorf("t1 %s, checkpoint %q, last seq %d; want running, after, %d", tk.State, tk.Checkpoint, tk.LastSeq, last)
+		}
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logs.String(), "record skipped"); n != 1 {
+		t.Errorf("logged %d times, want once:\n%s", n, logs.String())
 	}
 }
 
