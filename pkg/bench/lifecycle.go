@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rs/zerolog"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/events/jetstream"
 	"github.com/gpuq/gpuq/pkg/policy"
+	"github.com/gpuq/gpuq/pkg/service"
 )
 
 // SchedulerFunc runs a scheduler on log until ctx ends, calling ready once
@@ -268,95 +270,70 @@ type shell struct {
 // run is a SchedulerFunc. Its appends go out on the log's own connection,
 // as the service's do.
 func (s *shell) run(ctx context.Context, log *jetstream.Log, ready func()) error {
-	// 1. Fold the log.
-	st := domain.NewState()
+	// The services' runtime folds the log and follows it; the shell's
+	// reaction is the scheduler's: decide once the own appends are folded,
+	// fold on while a pass's acks are awaited.
 	s.pred = estimate.NewPredictor(0)
-	if _, err := events.ReadAll(ctx, log, 1, "", func(r events.Record) error { s.fold(st, r); return nil }); err != nil {
-		return err
-	}
-	// 2. Follow it.
-	f, err := log.Follow(ctx, st.Seq+1, "")
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	recs := make(chan events.Stored, 4096)
-	ferr := make(chan error, 1)
-	go func() {
-		for {
-			m, err := f.Next(ctx)
-			if err != nil {
-				ferr <- err
-				return
-			}
-			recs <- m
-		}
-	}()
-	ready()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	apply := func(m events.Stored) {
-		r, err := events.Decode(m)
-		if err != nil {
-			st.Seq = m.Seq
-			return
-		}
-		s.fold(st, r)
-	}
+	f := service.New("bench", log, zerolog.Nop(), nil)
 	// waitFor is the highest sequence of the own appends; acked delivers
 	// the outcome of the pass whose acks are awaited (nil: none is). The
 	// next pass runs once both are done: its appends acknowledged and
-	// folded. The log is folded while the acks are awaited.
+	// folded.
 	var (
 		waitFor uint64
 		acked   chan passAcks
 	)
-	for {
-		// 3. Decide and append, once the own appends are folded.
-		if acked == nil && st.Seq >= waitFor {
-			msgs, err := s.pass(st)
-			if err != nil {
-				return err
+	wake := make(chan struct{}, 1)
+	return f.Run(ctx, service.Hooks{
+		Applied: func(st *domain.State, r events.Record, skipped string) {
+			if skipped == "" {
+				s.learn(st, r)
 			}
-			if len(msgs) > 0 {
-				acked = make(chan passAcks, 1)
-				go func(c chan<- passAcks) { c <- appendPass(ctx, log, msgs) }(acked)
-			}
-		}
-		// 4. Wait for events, acks (or a tick) and apply all events that
-		//    are there.
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-ferr:
-			return err
-		case <-tick.C:
-		case a := <-acked:
-			acked = nil
-			if a.err != nil {
-				return a.err
-			}
-			s.conflicts += a.conflicts
-			waitFor = max(waitFor, a.last)
-		case m := <-recs:
-			apply(m)
-		drain:
-			for {
+		},
+		CaughtUp: func(context.Context) error { ready(); return nil },
+		React: func(ctx context.Context) error {
+			if acked != nil {
 				select {
-				case m := <-recs:
-					apply(m)
+				case a := <-acked:
+					acked = nil
+					if a.err != nil {
+						return a.err
+					}
+					s.conflicts += a.conflicts
+					waitFor = max(waitFor, a.last)
 				default:
-					break drain
+					return nil
 				}
 			}
-		}
-	}
+			var (
+				msgs []events.Msg
+				err  error
+			)
+			f.Read(func(st *domain.State) {
+				if st.Seq >= waitFor {
+					msgs, err = s.pass(st)
+				}
+			})
+			if err != nil || len(msgs) == 0 {
+				return err
+			}
+			acked = make(chan passAcks, 1)
+			go func(c chan<- passAcks) {
+				c <- appendPass(ctx, log, msgs)
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+			}(acked)
+			return nil
+		},
+		Tick: time.Second,
+		Wake: wake,
+	})
 }
 
-// fold applies a record and learns run times from completions, as the
-// service does.
-func (s *shell) fold(st *domain.State, r events.Record) {
-	st.Apply(r)
+// learn learns run times from a folded completion, as the service does.
+func (s *shell) learn(st *domain.State, r events.Record) {
 	if c, ok := r.Event.(events.Completed); ok {
 		if t := st.Tasks[c.TaskID]; t != nil {
 			s.pred.Observe(t)
