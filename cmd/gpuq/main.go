@@ -10,9 +10,13 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/domain"
@@ -40,13 +44,102 @@ func invalid(field, rule string) error {
 }
 
 func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes the CLI on args and returns the exit code; errors go to
+// stderr as one line starting with "gpuq: ".
+func run(args []string, stdout, stderr io.Writer) int {
+	if args == nil {
+		args = []string{} // cobra reads os.Args on nil
+	}
 	root := newRoot()
-	err := root.Execute()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteC()
 	if err == nil {
+		return 0
+	}
+	err = usageOf(root, cmd, err)
+	fmt.Fprintln(stderr, "gpuq:", err)
+	return code(err)
+}
+
+// usageError is exit 2 with a hint to the command's help.
+func usageError(c *cobra.Command, err error) error {
+	return &exitError{exitInvalid, fmt.Errorf("%w; see '%s --help'", err, c.CommandPath())}
+}
+
+// usageOf turns cobra's unknown-command error (the only usage error cobra
+// returns without passing through our hooks) into one line and exit 2.
+func usageOf(root, cmd *cobra.Command, err error) error {
+	var ee *exitError
+	msg := err.Error()
+	if errors.As(err, &ee) || !strings.HasPrefix(msg, "unknown command ") {
+		return err
+	}
+	line, _, _ := strings.Cut(msg, "\n")
+	rest := strings.TrimPrefix(line, "unknown command ")
+	if q, err := strconv.QuotedPrefix(rest); err == nil {
+		if name, err := strconv.Unquote(q); err == nil {
+			if sug := root.SuggestionsFor(name); len(sug) > 0 {
+				line += fmt.Sprintf(" (did you mean %q?)", sug[0])
+			}
+		}
+	}
+	if cmd == nil {
+		cmd = root
+	}
+	return usageError(cmd, errors.New(line))
+}
+
+// flagError names the flag and the rule instead of a parser's error.
+func flagError(err error) error {
+	var iv *pflag.InvalidValueError
+	if !errors.As(err, &iv) {
+		return err
+	}
+	f := iv.GetFlag()
+	rule := "invalid value"
+	switch f.Value.Type() {
+	case "int", "int32", "int64", "uint", "uint32", "uint64":
+		rule = "must be a whole number"
+		if errors.Is(err, strconv.ErrRange) {
+			rule = "must be a whole number small enough to store"
+		}
+	case "float32", "float64":
+		rule = "must be a number"
+	case "duration":
+		rule = "must be a duration such as 90s, 30m or 2h"
+	case "bool":
+		rule = "must be true or false"
+	}
+	return fmt.Errorf("--%s: %s (got %q)", f.Name, rule, iv.GetValue())
+}
+
+// guardArgs makes every positional-argument error a usage error: exit 2,
+// one line, a hint.
+func guardArgs(c *cobra.Command) {
+	for _, s := range c.Commands() {
+		guardArgs(s)
+	}
+	v := c.Args
+	if v == nil {
 		return
 	}
-	fmt.Fprintln(os.Stderr, "gpuq:", err)
-	os.Exit(code(err))
+	c.Args = func(cmd *cobra.Command, args []string) error {
+		err := v(cmd, args)
+		if err == nil {
+			return nil
+		}
+		var ee *exitError
+		if !errors.As(err, &ee) && len(args) > 0 {
+			// cobra.NoArgs says "unknown command"; it is an extra argument.
+			err = fmt.Errorf("unexpected argument %q: %q takes no arguments", args[0], cmd.CommandPath())
+		}
+		return usageError(cmd, err)
+	}
 }
 
 func code(err error) int {
@@ -71,9 +164,10 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return &exitError{exitInvalid, fmt.Errorf("%w\n%s", err, c.UsageString())}
+		return usageError(c, flagError(err))
 	})
 	root.AddCommand(newDev(), newAudit(), newSubmit(), newShow(), newQueue(), newHistory(), newCancel(), newAmend(),
 		newChecklist(), newCheckpoint(), newWatch(), newEstimate(), newWait(), newStats(), newBench(), newSim())
+	guardArgs(root)
 	return root
 }
