@@ -162,12 +162,14 @@ func newRoot() *cobra.Command {
 		Short:         "gpuq — a GPU job queue that tells you when, why and what to do meanwhile",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version(),
 	}
+	root.SetVersionTemplate("gpuq {{.Version}}\n")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError(c, flagError(err))
 	})
 	root.AddCommand(newDev(), newAudit(), newSubmit(), newShow(), newQueue(), newHistory(), newCancel(), newAmend(),
-		newChecklist(), newCheckpoint(), newWatch(), newEstimate(), newWait(), newStats(), newBench(), newSim())
+		newChecklist(), newCheckpoint(), newWatch(), newEstimate(), newWait(), newStats(), newBench(), newSim(), newVersion())
 	guardArgs(root)
 	return root
 }
