@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -265,29 +266,107 @@ func newHistory() *cobra.Command {
 func newCancel() *cobra.Command {
 	var f clientFlags
 	c := &cobra.Command{
-		Use:   "cancel ID",
-		Short: "Cancel a task; a running task's process is stopped",
-		Args:  oneID,
+		Use:   "cancel ID...",
+		Short: "Cancel tasks; a running task's process is stopped",
+		Args:  someIDs,
 		RunE: func(c *cobra.Command, args []string) error {
 			cl, done, err := f.client()
 			if err != nil {
 				return err
 			}
 			defer done()
-			var v api.TaskView
 			by := os.Getenv("USER")
-			if err := cl.Call(api.OpCancel, api.IDRequest{TaskID: args[0], By: by}, &v); err != nil {
-				return err
+			call := func(id string) (api.TaskView, error) {
+				var v api.TaskView
+				err := cl.Call(api.OpCancel, api.IDRequest{TaskID: id, By: by}, &v)
+				return v, err
 			}
-			if f.json {
-				return printJSON(os.Stdout, v)
-			}
-			fmt.Printf("%s cancelled\n", v.TaskID)
-			return nil
+			return cancelAll(args, call, f.json, c.OutOrStdout(), c.ErrOrStderr())
 		},
 	}
 	f.add(c)
 	return c
+}
+
+// someIDs is one task id or more, each well-formed.
+func someIDs(c *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return invalid("task_id", "at least one task id is required")
+	}
+	for _, id := range args {
+		if strings.TrimSpace(id) == "" {
+			return invalid("task_id", "must not be empty")
+		}
+		if !events.ValidKey(id) {
+			return invalid("task_id", fmt.Sprintf("must not contain spaces, '.', '*' or '>' (got %q)", id))
+		}
+	}
+	return nil
+}
+
+// severity orders exit codes for "the worst of them": an error (the cancel
+// may or may not have happened) over not found over refused.
+func severity(code int) int {
+	switch code {
+	case 0:
+		return 0
+	case exitInvalid:
+		return 1
+	case exitNotFound:
+		return 2
+	}
+	return 3
+}
+
+// cancelAll cancels each id in turn and answers each: "<id> cancelled" on
+// stdout, or "gpuq: <id>: <error>" on stderr (the id once when the error
+// names it). One id keeps the single-task
+// form (its error is the command's); several end with a summary line and
+// the worst exit code. With asJSON, one id prints the task object, several
+// a JSON array of the cancelled tasks.
+func cancelAll(ids []string, call func(id string) (api.TaskView, error), asJSON bool, stdout, stderr io.Writer) error {
+	if len(ids) == 1 {
+		v, err := call(ids[0])
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return printJSON(stdout, v)
+		}
+		fmt.Fprintf(stdout, "%s cancelled\n", v.TaskID)
+		return nil
+	}
+	worst, failed := 0, 0
+	views := []api.TaskView{}
+	for _, id := range ids {
+		v, err := call(id)
+		if err != nil {
+			failed++
+			if msg := err.Error(); strings.Contains(msg, id) {
+				fmt.Fprintf(stderr, "gpuq: %s\n", msg)
+			} else {
+				fmt.Fprintf(stderr, "gpuq: %s: %s\n", id, msg)
+			}
+			if c := code(err); severity(c) > severity(worst) {
+				worst = c
+			}
+			continue
+		}
+		if asJSON {
+			views = append(views, v)
+		} else {
+			fmt.Fprintf(stdout, "%s cancelled\n", v.TaskID)
+		}
+	}
+	if asJSON {
+		if err := printJSON(stdout, views); err != nil {
+			return err
+		}
+	}
+	if failed > 0 {
+		return &exitError{worst, fmt.Errorf("%d of %d tasks not cancelled", failed, len(ids))}
+	}
+	return nil
 }
 
 func newAmend() *cobra.Command {
