@@ -114,6 +114,14 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	if err != nil {
 		return err
 	}
+	release, err := lockData(data)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := checkPort(f.port); err != nil {
+		return err
+	}
 	// 1. Embedded NATS with JetStream on disk.
 	srv, err := embedded.Start(embedded.Options{StoreDir: filepath.Join(data, "jetstream"), Port: f.port})
 	if err != nil {
