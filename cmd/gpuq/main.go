@@ -171,5 +171,20 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newDev(), newAudit(), newSubmit(), newShow(), newQueue(), newHistory(), newCancel(), newAmend(),
 		newChecklist(), newCheckpoint(), newWatch(), newEstimate(), newWait(), newStats(), newBench(), newSim(), newVersion())
 	guardArgs(root)
+	// cobra's own help command answers an unknown topic with the whole
+	// usage and exit 0; this one is a usage error like the others.
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, _, err := root.Find(args)
+			if err != nil || cmd == nil {
+				return usageError(root, fmt.Errorf("unknown help topic %q", strings.Join(args, " ")))
+			}
+			cmd.InitDefaultHelpFlag()
+			cmd.InitDefaultVersionFlag()
+			return cmd.Help()
+		},
+	})
 	return root
 }

@@ -23,6 +23,7 @@ func TestUsageErrors(t *testing.T) {
 		{"bad float flag", []string{"amend", "x", "--hours", "two"}, `gpuq: --hours: must be a number (got "two"); see 'gpuq amend --help'`},
 		{"bad duration flag", []string{"dev", "--heartbeat", "5"}, `gpuq: --heartbeat: must be a duration such as 90s, 30m or 2h (got "5"); see 'gpuq dev --help'`},
 		{"unknown flag", []string{"queue", "--bogus"}, `gpuq: unknown flag: --bogus; see 'gpuq queue --help'`},
+		{"unknown help topic", []string{"help", "frobnicate"}, `gpuq: unknown help topic "frobnicate"; see 'gpuq --help'`},
 		{"flag without value", []string{"submit", "--gpus"}, `gpuq: flag needs an argument: --gpus; see 'gpuq submit --help'`},
 	}
 	for _, tc := range cases {
