@@ -3,8 +3,9 @@
 // find NATS through --nats / GPUQ_NATS_URL.
 //
 // Exit codes: 0 success, 1 error, 2 invalid input (the message names the
-// field and the rule), 3 task not found, 4 `wait` ended without the task
-// starting, 5 `wait` timed out.
+// field and the rule) or a usage error (one line and a hint to --help),
+// 3 task not found, 4 `wait` ended without the task starting, 5 `wait`
+// timed out.
 package main
 
 import (
