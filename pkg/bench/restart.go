@@ -70,7 +70,7 @@ func takeSnapshot(ctx context.Context, nd *node, at uint64) (SnapshotResult, err
 		return res, err
 	}
 	res.Encode = time.Since(start)
-	store, err := snapshot.Open(ctx, nd.log.JetStream())
+	store, err := snapshot.Open(ctx, nd.log.JetStream(), 1)
 	if err != nil {
 		return res, err
 	}
@@ -99,7 +99,7 @@ func foldRecord(st *domain.State, pred *estimate.Predictor, r events.Record) {
 // returns the state and how many events the tail held.
 func restartFromSnapshot(ctx context.Context, l *jetstream.Log, res *SnapshotResult) (*domain.State, int, error) {
 	start := time.Now()
-	store, err := snapshot.Open(ctx, l.JetStream())
+	store, err := snapshot.Open(ctx, l.JetStream(), 1)
 	if err != nil {
 		return nil, 0, err
 	}

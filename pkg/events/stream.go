@@ -1,6 +1,7 @@
 package events
 
 import (
+	"fmt"
 	"time"
 
 	js "github.com/nats-io/nats.go/jetstream"
@@ -63,6 +64,29 @@ func AdviceStream(replicas int) js.StreamConfig {
 		MaxMsgsPerSubject: 1,
 		MaxAge:            30 * 24 * time.Hour,
 	}
+}
+
+// LeaderKV defines the scheduler's leader lease bucket: one key, expiring
+// after the lease TTL.
+func LeaderKV(ttl time.Duration, replicas int) js.KeyValueConfig {
+	if replicas <= 0 {
+		replicas = 1
+	}
+	return js.KeyValueConfig{Bucket: LeaderBucket, TTL: ttl, History: 1, Replicas: replicas,
+		Description: "gpuq scheduler leader lease"}
+}
+
+// Replicated wraps the error of creating or updating a stream or bucket
+// with its name and replica count: a replica count a single server cannot
+// give, or a change NATS refuses, says which and how many.
+func Replicated(what string, replicas int, err error) error {
+	if err == nil {
+		return nil
+	}
+	if replicas <= 0 {
+		replicas = 1
+	}
+	return fmt.Errorf("events: %s with %d replicas (--stream-replicas): %w", what, replicas, err)
 }
 
 // HeartbeatKV defines the agents' heartbeat bucket: one key per node, the

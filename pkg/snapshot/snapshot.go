@@ -76,11 +76,11 @@ type Store struct {
 	obj js.ObjectStore
 }
 
-// Open creates or updates the bucket.
-func Open(ctx context.Context, j js.JetStream) (*Store, error) {
-	obj, err := j.CreateOrUpdateObjectStore(ctx, events.SnapshotStore(1))
+// Open creates or updates the bucket with the given replicas (0: 1).
+func Open(ctx context.Context, j js.JetStream, replicas int) (*Store, error) {
+	obj, err := j.CreateOrUpdateObjectStore(ctx, events.SnapshotStore(replicas))
 	if err != nil {
-		return nil, fmt.Errorf("snapshot: bucket %s: %w", events.SnapshotBucket, err)
+		return nil, fmt.Errorf("snapshot: %w", events.Replicated("object store "+events.SnapshotBucket, replicas, err))
 	}
 	return &Store{obj: obj}, nil
 }

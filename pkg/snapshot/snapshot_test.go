@@ -24,7 +24,7 @@ func store(t *testing.T) (*snapshot.Store, jetstream.JetStream) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := snapshot.Open(context.Background(), j)
+	s, err := snapshot.Open(context.Background(), j, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,7 +109,7 @@ type Common struct {
 func (f *Flags) Common() *Common {
 	c := &Common{}
 	f.String(&c.NATSURL, "nats", "GPUQ_NATS_URL", DefaultNATSURL, "NATS server URL(s), comma-separated")
-	f.Int(&c.Replicas, "stream-replicas", "GPUQ_STREAM_REPLICAS", 1, "replicas of the audit stream (3 on a 3-node NATS cluster)")
+	f.Int(&c.Replicas, "stream-replicas", "GPUQ_STREAM_REPLICAS", 1, "replicas of every stream, bucket and object store (3 on a 3-node NATS cluster)")
 	f.Duration(&c.DedupeWindow, "dedupe-window", "GPUQ_DEDUPE_WINDOW", events.DefaultDedupeWindow, "how long an idempotency key de-duplicates in the stream")
 	f.String(&c.LogLevel, "log-level", "GPUQ_LOG_LEVEL", "info", "log level: "+strings.Join(LogLevels, ", "))
 	return c

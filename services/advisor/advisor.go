@@ -29,6 +29,8 @@ type Config struct {
 	Now    func() time.Time
 	Tick   time.Duration // re-advise without events (default 5 s)
 	Ready  func()
+	// Replicas of the advice stream (0: 1; 3 on a 3-node NATS cluster).
+	Replicas int
 }
 
 // Advisor is one running advisor: the runtime's fold of the log (which
@@ -55,8 +57,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	a := &Advisor{cfg: cfg, est: estimate.NewEstimator(cfg.Policy), last: map[string]estimate.Advice{}}
 	a.fold = service.New("advisor", cfg.Log, cfg.Logger, nil)
-	if _, err := cfg.JS.CreateOrUpdateStream(ctx, events.AdviceStream(1)); err != nil {
-		return err
+	if _, err := cfg.JS.CreateOrUpdateStream(ctx, events.AdviceStream(cfg.Replicas)); err != nil {
+		return events.Replicated("stream "+events.AdviceStreamName, cfg.Replicas, err)
 	}
 	var subs []*nats.Subscription
 	defer func() {

@@ -64,6 +64,8 @@ type Config struct {
 	// KillAfter is the wait between SIGTERM and SIGKILL (default 10 s).
 	KillAfter time.Duration
 	Ready     func()
+	// Replicas of the heartbeat bucket (0: 1; 3 on a 3-node NATS cluster).
+	Replicas int
 }
 
 // criticalXid lists Xid errors after which a GPU must not get new work:
@@ -144,9 +146,9 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 func (a *Agent) run(ctx context.Context) error {
-	hb, err := a.cfg.JS.CreateOrUpdateKeyValue(ctx, events.HeartbeatKV(0))
+	hb, err := a.cfg.JS.CreateOrUpdateKeyValue(ctx, events.HeartbeatKV(a.cfg.Replicas))
 	if err != nil {
-		return err
+		return events.Replicated("bucket "+events.HeartbeatBucket, a.cfg.Replicas, err)
 	}
 	// The runtime folds the log and follows it; the agent's reaction runs
 	// with the fold's lock held, after each batch, every 200 ms and at

@@ -32,11 +32,10 @@ type lease struct {
 	start    time.Time
 }
 
-func newLease(ctx context.Context, js jetstream.JetStream, instance string, ttl time.Duration) (*lease, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: events.LeaderBucket, TTL: ttl, History: 1,
-		Description: "gpuq scheduler leader lease"})
+func newLease(ctx context.Context, js jetstream.JetStream, instance string, ttl time.Duration, replicas int) (*lease, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, events.LeaderKV(ttl, replicas))
 	if err != nil {
-		return nil, err
+		return nil, events.Replicated("bucket "+events.LeaderBucket, replicas, err)
 	}
 	return &lease{kv: kv, instance: instance, ttl: ttl, start: time.Now()}, nil
 }

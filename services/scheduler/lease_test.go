@@ -20,11 +20,11 @@ func TestLease(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	js := s.log.JetStream()
-	a, err := newLease(ctx, js, "a", 600*time.Millisecond)
+	a, err := newLease(ctx, js, "a", 600*time.Millisecond, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := newLease(ctx, js, "b", 600*time.Millisecond)
+	b, err := newLease(ctx, js, "b", 600*time.Millisecond, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,5 +163,17 @@ func TestDeposedLeaderFenced(t *testing.T) {
 	}
 	if c := fresh.Tasks["c"]; c.State == domain.Dispatched && c.Placements[0].GPUs[0] == free && c.DispatchSeq == fresh.Seq {
 		t.Fatalf("c dispatched by the stale decision: %+v", c)
+	}
+}
+
+// Every bucket takes the configured replicas: on one server three cannot
+// be given, and the error says which bucket and how many.
+func TestReplicasReported(t *testing.T) {
+	s := newServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := New(Config{Log: s.log, JS: s.log.JetStream(), Replicas: 3}).Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "bucket gpuq_leader with 3 replicas") {
+		t.Fatalf("Run with 3 replicas on one server: %v, want the leader bucket and its replicas named", err)
 	}
 }

@@ -39,6 +39,9 @@ type Config struct {
 	// DefaultSnapshotEvery; negative: no snapshots written or loaded). See
 	// snapshot.go.
 	SnapshotEvery int
+	// Replicas of the lease and heartbeat buckets and the snapshot store
+	// (0: 1; 3 on a 3-node NATS cluster, like the audit stream).
+	Replicas int
 }
 
 // Scheduler is one instance.
@@ -85,7 +88,7 @@ func Run(ctx context.Context, cfg Config) error { return New(cfg).Run(ctx) }
 
 // Run implements the instance's life: standby → leader → standby ...
 func (s *Scheduler) Run(ctx context.Context) error {
-	lease, err := newLease(ctx, s.cfg.JS, s.cfg.Instance, s.cfg.LeaseTTL)
+	lease, err := newLease(ctx, s.cfg.JS, s.cfg.Instance, s.cfg.LeaseTTL, s.cfg.Replicas)
 	if err != nil {
 		return err
 	}
@@ -304,9 +307,9 @@ func withEpoch(e events.Event, epoch, based uint64) events.Event {
 // the server's clock (the entries' own timestamps); done is closed when
 // the watch ends before ctx, which ends the leadership term.
 func (s *Scheduler) watchHeartbeats(ctx context.Context, done chan<- struct{}) error {
-	kv, err := s.cfg.JS.CreateOrUpdateKeyValue(ctx, events.HeartbeatKV(0))
+	kv, err := s.cfg.JS.CreateOrUpdateKeyValue(ctx, events.HeartbeatKV(s.cfg.Replicas))
 	if err != nil {
-		return err
+		return events.Replicated("bucket "+events.HeartbeatBucket, s.cfg.Replicas, err)
 	}
 	w, err := kv.WatchAll(ctx)
 	if err != nil {

@@ -50,7 +50,7 @@ func (s *Scheduler) openSnapshots(ctx context.Context) *snapshots {
 	if s.cfg.SnapshotEvery < 0 {
 		return nil
 	}
-	store, err := snapshot.Open(ctx, s.cfg.JS)
+	store, err := snapshot.Open(ctx, s.cfg.JS, s.cfg.Replicas)
 	if err != nil {
 		s.cfg.Logger.Warn().Err(err).Msg("scheduler: no snapshot bucket; running without snapshots")
 		return nil

@@ -207,7 +207,7 @@ func TestRestartFromSnapshot(t *testing.T) {
 		events.Cancelled{TaskID: "h11", By: "bob"})
 	end := a.last(t)
 
-	store, err := snapshot.Open(context.Background(), a.log.JetStream())
+	store, err := snapshot.Open(context.Background(), a.log.JetStream(), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestRestartFromSnapshot(t *testing.T) {
 func TestRestartIgnoresBadSnapshot(t *testing.T) {
 	s := newServer(t)
 	s.append(t, dt.Epoch, dt.Node("n0").GPUs(2).Available(), dt.Task().ID("a").Submitted())
-	store, err := snapshot.Open(context.Background(), s.log.JetStream())
+	store, err := snapshot.Open(context.Background(), s.log.JetStream(), 1)
 	if err != nil {
 		t.Fatal(err)
 	}

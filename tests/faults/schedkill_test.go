@@ -200,7 +200,7 @@ func loadSchedulerSnapshot(c *cluster) (*domain.State, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	store, err := snapshot.Open(ctx, j)
+	store, err := snapshot.Open(ctx, j, 1)
 	if err != nil {
 		return nil, 0, err
 	}

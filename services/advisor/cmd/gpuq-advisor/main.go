@@ -42,7 +42,7 @@ func run(ctx context.Context, c *svcmain.Common, opts policy.Options, logger zer
 		return err
 	}
 	defer nc.Close()
-	return advisor.Run(ctx, advisor.Config{Log: log, JS: log.JetStream(), NC: nc, Policy: policy.New(opts), Logger: logger,
+	return advisor.Run(ctx, advisor.Config{Log: log, Replicas: c.Replicas, JS: log.JetStream(), NC: nc, Policy: policy.New(opts), Logger: logger,
 		Ready: func() { logger.Info().Msg("ready") }})
 }
 

@@ -95,7 +95,7 @@ func run(ctx context.Context, c *svcmain.Common, a config, logger zerolog.Logger
 		return err
 	}
 	defer nc.Close()
-	return gpuagent.Run(ctx, gpuagent.Config{Log: log, JS: log.JetStream(), Node: a.node, NATSURL: c.NATSURL,
+	return gpuagent.Run(ctx, gpuagent.Config{Log: log, Replicas: c.Replicas, JS: log.JetStream(), Node: a.node, NATSURL: c.NATSURL,
 		DataDir: a.dataDir, CheckpointRoot: a.ckptDir, Inventory: a.inv, Heartbeat: a.heartbeat, KillAfter: a.killAfter,
 		Logger: logger, Ready: func() { logger.Info().Str("data", a.dataDir).Str("checkpoints", a.ckptDir).Msg("ready") }})
 }

@@ -62,7 +62,7 @@ func run(ctx context.Context, c *svcmain.Common, leaseTTL time.Duration, instanc
 		return err
 	}
 	defer nc.Close()
-	return scheduler.Run(ctx, scheduler.Config{Log: log, JS: log.JetStream(), Policy: policy.New(opts),
+	return scheduler.Run(ctx, scheduler.Config{Log: log, Replicas: c.Replicas, JS: log.JetStream(), Policy: policy.New(opts),
 		Logger: logger, Instance: instance, LeaseTTL: leaseTTL, NodeTimeout: nodeTimeout, SnapshotEvery: snapEvery,
 		Ready: func() { logger.Info().Msg("ready: leading") }})
 }
