@@ -80,7 +80,7 @@ func (s *State) Apply(r events.Record) (skipped string) {
 	}
 	switch e := r.Event.(type) {
 	case events.Submitted:
-		return s.submitted(r.Seq, at, !r.Time.IsZero(), e)
+		return s.submitted(r.Seq, r.Time, e)
 	case events.Available:
 		for _, g := range e.GPUs {
 			if g.UUID == "" || g.MemoryMiB < 0 {
@@ -328,7 +328,7 @@ func (s *State) fromNode(t *Task, what, node string) string {
 	return s.ignore(fmt.Sprintf("%s: reported by node %q, but the task runs on %s", what, node, t.Node))
 }
 
-func (s *State) submitted(seq uint64, at time.Time, fromLog bool, e events.Submitted) string {
+func (s *State) submitted(seq uint64, logTime time.Time, e events.Submitted) string {
 	if d, dup := s.Tasks[e.TaskID]; dup {
 		if seq > d.LastSeq {
 			d.LastSeq = seq // the stream's expected-sequence check counts it
@@ -341,19 +341,19 @@ func (s *State) submitted(seq uint64, at time.Time, fromLog bool, e events.Submi
 	}
 	switch {
 	case e.GPUs < 1:
-		return s.skipSubmit(e, "gpus: must be ≥ 1")
+		return s.skipSubmit("gpus: must be ≥ 1")
 	case e.Hours < 0 || math.IsNaN(e.Hours) || math.IsInf(e.Hours, 0):
-		return s.skipSubmit(e, "hours: must be a finite number ≥ 0")
+		return s.skipSubmit("hours: must be a finite number ≥ 0")
 	case e.GraceS < 0 || math.IsNaN(e.GraceS) || math.IsInf(e.GraceS, 0):
-		return s.skipSubmit(e, "grace_s: must be a finite number ≥ 0")
+		return s.skipSubmit("grace_s: must be a finite number ≥ 0")
 	case e.MinGPUMemMiB < 0:
-		return s.skipSubmit(e, "min_gpu_mem_mib: must be ≥ 0")
+		return s.skipSubmit("min_gpu_mem_mib: must be ≥ 0")
 	}
 	// The place in line is the log's time of the submission when the log
 	// has one: a submitter whose clock is off moves nobody in the queue.
 	subAt := e.SubmittedAt
-	if !at.IsZero() && fromLog {
-		subAt = at
+	if !logTime.IsZero() {
+		subAt = logTime
 	}
 	t := &Task{
 		ID: e.TaskID, Name: e.Name, Team: e.Team, Priority: p, GPUs: e.GPUs, Hours: e.Hours,
@@ -376,7 +376,7 @@ func (s *State) submitted(seq uint64, at time.Time, fromLog bool, e events.Submi
 // skipSubmit refuses a submission whose data breaks a rule no submitter
 // lets through. The task does not exist, so a later valid submission
 // of the same id may still create it.
-func (s *State) skipSubmit(e events.Submitted, why string) string {
+func (s *State) skipSubmit(why string) string {
 	s.Skipped++
 	return "submitted: invalid data: " + why
 }
