@@ -698,3 +698,27 @@ func (c *cluster) waitAll(ids []string, s string, d time.Duration) map[string]st
 	})
 	return pending
 }
+
+// logUnfinished logs, for each acknowledged task the clean fold does not
+// hold as completed, its state and every record on its subject, so a
+// failed run says where the task stopped.
+func logUnfinished(t *testing.T, recs []rec, st *domain.State, ids []string) {
+	t.Helper()
+	for _, id := range ids {
+		task := st.Tasks[id]
+		if task != nil && task.State == domain.Completed {
+			continue
+		}
+		state := domain.TaskState("absent")
+		if task != nil {
+			state = task.State
+		}
+		var hist []string
+		for _, x := range recs {
+			if strings.HasPrefix(x.Subject, events.TaskPrefix+id+".") {
+				hist = append(hist, fmt.Sprintf("seq %d %s %s %T", x.Seq, x.Time.Format("15:04:05.000"), x.Subject, x.r.Event))
+			}
+		}
+		t.Logf("task %s is %s; its records:\n  %s", id, state, strings.Join(hist, "\n  "))
+	}
+}

@@ -119,6 +119,9 @@ func TestNATSRestart(t *testing.T) {
 	}
 	st := states(clean, acked)
 	res.add("stuck", len(acked)-st[domain.Completed]-countAbsent(clean, acked))
+	if res.vals["stuck"] > 0 {
+		logUnfinished(t, recs, clean, acked)
+	}
 	d := checkDoubles(recs)
 	res.add("doubled", d.GPU+d.Task)
 	for _, s := range d.Detail {
