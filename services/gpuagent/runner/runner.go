@@ -2,9 +2,9 @@ package runner
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,30 +18,69 @@ import (
 // Spec describes one task's command.
 type Spec struct {
 	// TaskID names the task in errors.
-	TaskID string
+	TaskID string `json:"task_id"`
 	// Command is run as `sh -c Command`.
-	Command string
+	Command string `json:"command"`
 	// Env holds extra KEY=VALUE entries added after the agent's own
 	// environment; they win over inherited variables of the same name.
-	Env []string
+	Env []string `json:"env,omitempty"`
 	// LogPath is the file stdout and stderr are appended to; missing parent
 	// directories are created.
-	LogPath string
+	LogPath string `json:"log_path"`
 	// Dir is the working directory; empty means the agent's.
-	Dir string
+	Dir string `json:"dir,omitempty"`
+	// RunDir holds this run's records (spec.json, proc.json, exit.json);
+	// one directory per run, never reused. Empty: <dir of LogPath>/run.
+	RunDir string `json:"run_dir"`
+	// Fence, when set, makes the supervisor stop the job itself once no
+	// agent has been alive for Fence.After (see Fence).
+	Fence *Fence `json:"fence,omitempty"`
+	// GPUs the run holds (the agent's bookkeeping; kept for adoption).
+	GPUs []string `json:"gpus,omitempty"`
+	// Dispatch is the dispatch sequence the run belongs to (the agent's
+	// bookkeeping; kept for adoption).
+	Dispatch uint64 `json:"dispatch,omitempty"`
+}
+
+// Fence is how a supervisor stops its job when the agent is gone: after
+// After without a live process at AgentFile (an Identity in JSON), it
+// sends Signal to the job, waits Grace, sends SIGTERM, waits KillAfter,
+// sends SIGKILL — the preemption protocol — and records Stopped. By then
+// the scheduler has declared the node lost and requeued the task, so the
+// job must not hold its GPUs any longer.
+type Fence struct {
+	AgentFile string        `json:"agent_file"`
+	After     time.Duration `json:"after"`
+	Signal    int           `json:"signal"`
+	Grace     time.Duration `json:"grace"`
+	KillAfter time.Duration `json:"kill_after"`
 }
 
 // Result is how the process ended.
 type Result struct {
 	// ExitCode is the exit status, or 128+signal number when Signaled, as
-	// a shell reports it.
-	ExitCode int
+	// a shell reports it; -1 when unknown (Lost).
+	ExitCode int `json:"exit_code"`
 	// Signaled is true when the process was killed by a signal.
-	Signaled bool
+	Signaled bool `json:"signaled,omitempty"`
 	// Signal is the signal that killed it (when Signaled).
-	Signal syscall.Signal
-	// Err is set when the process could not be waited for.
-	Err error
+	Signal syscall.Signal `json:"signal,omitempty"`
+	// Stopped is true when the job was stopped on purpose (Proc.MarkStopped
+	// or the supervisor's fence) rather than ending by itself; Forced
+	// when that stop needed SIGTERM or SIGKILL after the grace.
+	Stopped bool `json:"stopped,omitempty"`
+	Forced  bool `json:"forced,omitempty"`
+	// Lost is true when the process is gone without an exit record (its
+	// supervisor was killed, or the machine rebooted while it ran).
+	Lost bool `json:"lost,omitempty"`
+	// StderrTail is the last TailLines lines of the job's stderr.
+	StderrTail string `json:"stderr_tail,omitempty"`
+	// Ended is when the supervisor saw the job end.
+	Ended time.Time `json:"ended,omitzero"`
+	// Err is set when the process could not be started or waited for.
+	Err error `json:"-"`
+	// ErrText carries Err across the exit record.
+	ErrText string `json:"error,omitempty"`
 }
 
 // TailLines is how many lines of stderr StderrTail keeps.
@@ -50,20 +89,47 @@ const TailLines = 20
 // DefaultTermTimeout is how long Stop waits after SIGTERM before SIGKILL.
 const DefaultTermTimeout = 10 * time.Second
 
-// Proc is a started task process (the leader of its own process group).
+// The records of a run directory.
+const (
+	specFile    = "spec.json"
+	procFile    = "proc.json"
+	exitFile    = "exit.json"
+	stoppedFile = "stopped"
+	forcedFile  = "stopped.forced"
+	superLog    = "supervisor.log"
+)
+
+// ErrNoRun is returned by Adopt for a directory that holds no started run.
+var ErrNoRun = errors.New("runner: no run recorded")
+
+// procRecord is proc.json: who supervises and which process group is the
+// job.
+type procRecord struct {
+	Supervisor Identity `json:"supervisor"`
+	Job        Identity `json:"job"`
+}
+
+// Proc is a started task: a supervisor process (this binary, re-executed;
+// see supervise.go) that is the parent of the job — `sh -c Command`, the
+// leader of its own process group — waits for it and writes its exit
+// record. The job therefore outlives the agent, and a restarted agent
+// adopts it (Adopt) and still learns its real exit code.
 type Proc struct {
 	// TermTimeout is how long Stop waits after SIGTERM before sending
 	// SIGKILL; zero means DefaultTermTimeout. Set it before calling Stop.
 	TermTimeout time.Duration
 
-	cmd  *exec.Cmd
-	pgid int
-	tail *tailBuffer
-	done chan struct{}
-	res  Result
+	spec   Spec
+	rec    procRecord
+	pgid   int
+	reaped chan struct{} // closed when our child supervisor is reaped (nil if adopted)
+	done   chan struct{}
+	res    Result
+	mu     sync.Mutex
 }
 
-// Start starts s.Command. Errors mean nothing was started.
+// Start starts s.Command under a new supervisor. Errors mean nothing was
+// started.
 func Start(s Spec) (*Proc, error) {
 	if strings.TrimSpace(s.Command) == "" {
 		return nil, fmt.Errorf("runner: task %s: empty command", s.TaskID)
@@ -74,86 +140,187 @@ func Start(s Spec) (*Proc, error) {
 	if err := os.MkdirAll(filepath.Dir(s.LogPath), 0o755); err != nil {
 		return nil, fmt.Errorf("runner: task %s: log dir: %w", s.TaskID, err)
 	}
-	logf, err := os.OpenFile(s.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("runner: task %s: log: %w", s.TaskID, err)
+	if s.RunDir == "" {
+		s.RunDir = filepath.Join(filepath.Dir(s.LogPath), "run")
 	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("runner: task %s: stderr pipe: %w", s.TaskID, err)
+	if err := os.MkdirAll(s.RunDir, 0o755); err != nil {
+		return nil, fmt.Errorf("runner: task %s: run dir: %w", s.TaskID, err)
 	}
-
-	cmd := exec.Command("/bin/sh", "-c", s.Command)
-	cmd.Dir = s.Dir
-	cmd.Env = append(os.Environ(), s.Env...)
-	// Both are *os.File, so exec starts no copying goroutines and Wait
-	// returns when the leader exits, whatever its children hold open.
-	cmd.Stdout = logf
-	cmd.Stderr = pw
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		pr.Close()
-		pw.Close()
-		return nil, fmt.Errorf("runner: task %s: start: %w", s.TaskID, err)
-	}
-	pw.Close()
-
-	p := &Proc{
-		cmd:  cmd,
-		pgid: cmd.Process.Pid,
-		tail: newTailBuffer(TailLines),
-		done: make(chan struct{}),
-	}
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		_, _ = io.Copy(io.MultiWriter(logf, p.tail), pr)
-	}()
-	go p.wait(logf, pr, copied)
-	return p, nil
-}
-
-func (p *Proc) wait(logf, pr *os.File, copied <-chan struct{}) {
-	err := p.cmd.Wait()
-	// The task is over when its leader exits: whatever is left in its
-	// group would hold GPUs the next task gets, so it goes too.
-	_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
-	select {
-	case <-copied:
-	case <-time.After(2 * time.Second):
-		// Something outside the group still holds stderr open.
-		pr.Close()
-		<-copied
-	}
-	pr.Close()
-	logf.Close()
-
-	var res Result
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-	default:
-		res.Err = err
-	}
-	if ps := p.cmd.ProcessState; ps != nil {
-		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			res.Signaled = true
-			res.Signal = ws.Signal()
-			res.ExitCode = 128 + int(ws.Signal())
-		} else {
-			res.ExitCode = ps.ExitCode()
+	for _, f := range []string{procFile, exitFile} {
+		if _, err := os.Stat(filepath.Join(s.RunDir, f)); err == nil {
+			return nil, fmt.Errorf("runner: task %s: %s already holds a run", s.TaskID, s.RunDir)
 		}
 	}
+	if err := writeJSON(filepath.Join(s.RunDir, specFile), s); err != nil {
+		return nil, fmt.Errorf("runner: task %s: %w", s.TaskID, err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("runner: task %s: find the supervisor binary: %w", s.TaskID, err)
+	}
+	slog, err := os.OpenFile(filepath.Join(s.RunDir, superLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("runner: task %s: %w", s.TaskID, err)
+	}
+	defer slog.Close()
+	cmd := exec.Command(exe)
+	cmd.Args = []string{"gpuq-supervise", s.RunDir}
+	cmd.Env = append(os.Environ(), superviseEnv+"="+s.RunDir)
+	cmd.Stdout, cmd.Stderr = slog, slog
+	// Its own session: no signal meant for the agent's group or terminal
+	// reaches it, and it survives the agent.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("runner: task %s: start the supervisor: %w", s.TaskID, err)
+	}
+	reaped := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(reaped) }()
+	// The supervisor records the job (or why it could not start it).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var rec procRecord
+		if readJSON(filepath.Join(s.RunDir, procFile), &rec) == nil && rec.Job.PID > 0 {
+			return watch(s, rec, reaped), nil
+		}
+		var res Result
+		if readJSON(filepath.Join(s.RunDir, exitFile), &res) == nil && res.ErrText != "" {
+			<-reaped
+			return nil, fmt.Errorf("runner: task %s: start: %s", s.TaskID, res.ErrText)
+		}
+		select {
+		case <-reaped:
+			if readJSON(filepath.Join(s.RunDir, procFile), &rec) == nil && rec.Job.PID > 0 {
+				return watch(s, rec, reaped), nil
+			}
+			if readJSON(filepath.Join(s.RunDir, exitFile), &res) == nil && res.ErrText != "" {
+				return nil, fmt.Errorf("runner: task %s: start: %s", s.TaskID, res.ErrText)
+			}
+			b, _ := os.ReadFile(filepath.Join(s.RunDir, superLog))
+			return nil, fmt.Errorf("runner: task %s: the supervisor exited before starting the job: %s", s.TaskID, strings.TrimSpace(string(b)))
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			return nil, fmt.Errorf("runner: task %s: the supervisor did not start the job within 10s", s.TaskID)
+		}
+	}
+}
+
+// Adopt takes over the run recorded in runDir by an earlier agent: a
+// live job is watched as if this process had started it; a job that
+// ended meanwhile yields its recorded result at once; one that is gone
+// without a record (its supervisor killed, or the machine rebooted)
+// yields a Lost result. ErrNoRun: the directory holds no started run.
+func Adopt(runDir string) (*Proc, error) {
+	var s Spec
+	if err := readJSON(filepath.Join(runDir, specFile), &s); err != nil {
+		return nil, fmt.Errorf("%w in %s: %v", ErrNoRun, runDir, err)
+	}
+	s.RunDir = runDir
+	var rec procRecord
+	if err := readJSON(filepath.Join(runDir, procFile), &rec); err != nil {
+		var res Result
+		if readJSON(filepath.Join(runDir, exitFile), &res) == nil {
+			return finished(s, res), nil // it never started
+		}
+		return nil, fmt.Errorf("%w in %s: %v", ErrNoRun, runDir, err)
+	}
+	return watch(s, rec, nil), nil
+}
+
+// Spec is what the run was started with.
+func (p *Proc) Spec() Spec { return p.spec }
+
+func finished(s Spec, res Result) *Proc {
+	p := &Proc{spec: s, done: make(chan struct{}), res: res}
+	if res.ErrText != "" {
+		p.res.Err = errors.New(res.ErrText)
+	}
+	close(p.done)
+	return p
+}
+
+// watch follows a recorded run until its exit record appears or its
+// supervisor is gone.
+func watch(s Spec, rec procRecord, reaped chan struct{}) *Proc {
+	p := &Proc{spec: s, rec: rec, pgid: rec.Job.PID, reaped: reaped, done: make(chan struct{})}
+	go p.watch()
+	return p
+}
+
+func (p *Proc) watch() {
+	exitPath := filepath.Join(p.spec.RunDir, exitFile)
+	gone := func() bool {
+		if p.reaped != nil {
+			select {
+			case <-p.reaped:
+				return true
+			default:
+				return false
+			}
+		}
+		return !p.rec.Supervisor.Alive()
+	}
+	for {
+		var res Result
+		if readJSON(exitPath, &res) == nil {
+			p.finish(res)
+			return
+		}
+		if gone() {
+			if readJSON(exitPath, &res) == nil {
+				p.finish(res)
+				return
+			}
+			// No supervisor, no record: whatever is left of the job must
+			// not keep its GPUs.
+			if p.rec.Job.Alive() {
+				_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+			}
+			why := "its supervisor is gone without an exit record"
+			if p.rec.Supervisor.Boot != BootID() {
+				why = "the machine rebooted while it ran"
+			}
+			p.finish(Result{ExitCode: -1, Lost: true, ErrText: why})
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (p *Proc) finish(res Result) {
+	if res.ErrText != "" {
+		res.Err = errors.New(res.ErrText)
+	}
+	if _, err := os.Stat(filepath.Join(p.spec.RunDir, stoppedFile)); err == nil {
+		res.Stopped = true
+	}
+	if _, err := os.Stat(filepath.Join(p.spec.RunDir, forcedFile)); err == nil {
+		res.Forced = true
+	}
+	p.mu.Lock()
 	p.res = res
+	p.mu.Unlock()
 	close(p.done)
 }
 
-// PID is the process ID of the `sh` leader, which is also the process group
-// ID.
+// MarkStopped records that the job is being stopped on purpose (the
+// agent's fence or shutdown), so that whoever reads its result, this
+// agent or a restarted one, knows it did not end by itself; forced, that
+// the stop went past the grace (SIGTERM or SIGKILL).
+func (p *Proc) MarkStopped(forced bool) {
+	_ = os.WriteFile(filepath.Join(p.spec.RunDir, stoppedFile), nil, 0o644)
+	if forced {
+		_ = os.WriteFile(filepath.Join(p.spec.RunDir, forcedFile), nil, 0o644)
+	}
+}
+
+// PID is the process ID of the job's `sh` leader, which is also the
+// process group ID (0 for a run that never started).
 func (p *Proc) PID() int { return p.pgid }
+
+// RunDir is the run's directory.
+func (p *Proc) RunDir() string { return p.spec.RunDir }
 
 // Wait returns a channel that receives the Result once the process has
 // exited (and the log is complete), then is closed. Every call gets its own
@@ -162,7 +329,9 @@ func (p *Proc) Wait() <-chan Result {
 	ch := make(chan Result, 1)
 	go func() {
 		<-p.done
+		p.mu.Lock()
 		ch <- p.res
+		p.mu.Unlock()
 		close(ch)
 	}()
 	return ch
@@ -181,7 +350,7 @@ func (p *Proc) Exited() bool {
 // Signal sends sig to every process in the task's process group. It returns
 // os.ErrProcessDone once the task has exited.
 func (p *Proc) Signal(sig syscall.Signal) error {
-	if p.Exited() {
+	if p.Exited() || p.pgid <= 0 || !p.rec.Job.Alive() {
 		return os.ErrProcessDone
 	}
 	if err := syscall.Kill(-p.pgid, sig); err != nil {
@@ -228,8 +397,47 @@ func (p *Proc) waitFor(sig syscall.Signal, d time.Duration) bool {
 	}
 }
 
-// StderrTail returns the last TailLines lines the process wrote to stderr.
-func (p *Proc) StderrTail() string { return p.tail.String() }
+// StderrTail returns the last TailLines lines the process wrote to
+// stderr, once it has exited.
+func (p *Proc) StderrTail() string {
+	if !p.Exited() {
+		return ""
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.res.StderrTail
+}
+
+// writeJSON writes v to path atomically (temp file, fsync, rename).
+func writeJSON(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err = f.Write(b); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
 
 // maxLine bounds the bytes kept per stderr line.
 const maxLine = 4096
@@ -303,13 +511,19 @@ func (b *tailBuffer) String() string {
 // A shell that dies of SIGUSR1 would otherwise take the checkpointing job
 // with it (the runner stops the group when its leader exits).
 func (p *Proc) SignalJob(sig syscall.Signal) error {
-	pgid := p.PID()
+	if p.Exited() || p.pgid <= 0 || !p.rec.Job.Alive() {
+		return os.ErrProcessDone
+	}
+	return signalJob(p.pgid, sig)
+}
+
+func signalJob(pgid int, sig syscall.Signal) error {
 	if !isShell(pgid) {
-		return p.Signal(sig)
+		return syscall.Kill(-pgid, sig)
 	}
 	members := groupMembers(pgid)
 	if len(members) == 0 {
-		return p.Signal(sig)
+		return syscall.Kill(-pgid, sig)
 	}
 	var first error
 	for _, pid := range members {

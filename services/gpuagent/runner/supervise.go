@@ -1,0 +1,177 @@
+package runner
+
+import (
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// superviseEnv, set to a run directory, makes any binary that links this
+// package a task supervisor instead of itself (see init). The supervisor
+// clears it before starting the job, so the job never inherits it.
+const superviseEnv = "GPUQ_RUNNER_SUPERVISE"
+
+// init turns the process into a supervisor when the agent re-executed
+// its own binary for one (Start): the agent binary, `gpuq dev` and every
+// test binary that links the runner are all supervisors this way, and no
+// second executable has to be installed beside them (Nomad re-executes
+// itself as its task executor for the same reason). It runs before main
+// and before the testing framework, so nothing else of the binary starts.
+func init() {
+	if dir := os.Getenv(superviseEnv); dir != "" {
+		os.Exit(supervise(dir))
+	}
+}
+
+// supervise runs the job recorded in dir/spec.json as its parent: it
+// records the job's identity (proc.json), keeps the last lines of its
+// stderr, waits for it, stops what is left of its process group, and
+// writes the exit record (exit.json). It outlives the agent; with a
+// Fence it stops the job once no agent has been alive for Fence.After.
+func supervise(dir string) int {
+	_ = os.Unsetenv(superviseEnv)
+	// The agent's signals are for the job (its own group); a stray one
+	// (the session's hangup, a terminal's interrupt) must not kill the
+	// supervisor and lose the exit record. Caught, not ignored: ignored
+	// dispositions would be inherited by the job.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE)
+	go func() {
+		for range sigs {
+		}
+	}()
+	var s Spec
+	if err := readJSON(filepath.Join(dir, specFile), &s); err != nil {
+		failStart(dir, "read the run's spec: "+err.Error())
+		return 1
+	}
+	logf, err := os.OpenFile(s.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		failStart(dir, "log: "+err.Error())
+		return 1
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		failStart(dir, "stderr pipe: "+err.Error())
+		return 1
+	}
+	cmd := exec.Command("/bin/sh", "-c", s.Command)
+	cmd.Dir = s.Dir
+	cmd.Env = append(os.Environ(), s.Env...)
+	// Both are *os.File, so exec starts no copying goroutines and Wait
+	// returns when the leader exits, whatever its children hold open.
+	cmd.Stdout = logf
+	cmd.Stderr = pw
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		failStart(dir, err.Error())
+		return 1
+	}
+	pw.Close()
+	pgid := cmd.Process.Pid
+	rec := procRecord{Supervisor: Self(), Job: Identity{PID: pgid, Start: startTicks(pgid), Boot: BootID()}}
+	if err := writeJSON(filepath.Join(dir, procFile), rec); err != nil {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		failStart(dir, "record the job: "+err.Error())
+		return 1
+	}
+	tail := newTailBuffer(TailLines)
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = io.Copy(io.MultiWriter(logf, tail), pr)
+	}()
+	done := make(chan struct{})
+	if s.Fence != nil && s.Fence.AgentFile != "" && s.Fence.After > 0 {
+		go fence(dir, pgid, *s.Fence, done)
+	}
+	err = cmd.Wait()
+	close(done)
+	// The task is over when its leader exits: whatever is left in its
+	// group would hold GPUs the next task gets, so it goes too.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	select {
+	case <-copied:
+	case <-time.After(2 * time.Second):
+		// Something outside the group still holds stderr open.
+		pr.Close()
+		<-copied
+	}
+	pr.Close()
+	logf.Close()
+
+	res := Result{Ended: time.Now().UTC(), StderrTail: tail.String()}
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		res.ErrText = err.Error()
+	}
+	if ps := cmd.ProcessState; ps != nil {
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			res.Signaled, res.Signal, res.ExitCode = true, ws.Signal(), 128+int(ws.Signal())
+		} else {
+			res.ExitCode = ps.ExitCode()
+		}
+	}
+	if err := writeJSON(filepath.Join(dir, exitFile), res); err != nil {
+		return 1
+	}
+	return 0
+}
+
+// failStart records that the job could not be started.
+func failStart(dir, why string) {
+	_ = writeJSON(filepath.Join(dir, exitFile), Result{ExitCode: -1, ErrText: why, Ended: time.Now().UTC()})
+}
+
+// fence stops the job with the preemption protocol once no agent has
+// been alive for f.After; it returns when the job is done.
+func fence(dir string, pgid int, f Fence, done <-chan struct{}) {
+	last := time.Now()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		var agent Identity
+		if readJSON(f.AgentFile, &agent) == nil && agent.Alive() {
+			last = time.Now()
+			continue
+		}
+		if time.Since(last) < f.After {
+			continue
+		}
+		break
+	}
+	_ = os.WriteFile(filepath.Join(dir, stoppedFile), []byte("no agent for "+f.After.String()+"\n"), 0o644)
+	sig := syscall.Signal(f.Signal)
+	if sig == 0 {
+		sig = syscall.SIGUSR1
+	}
+	wait := func(d time.Duration) bool {
+		select {
+		case <-done:
+			return true
+		case <-time.After(d):
+			return false
+		}
+	}
+	_ = signalJob(pgid, sig)
+	if wait(f.Grace) {
+		return
+	}
+	_ = os.WriteFile(filepath.Join(dir, forcedFile), nil, 0o644)
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	if wait(max(f.KillAfter, time.Second)) {
+		return
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+}
