@@ -190,7 +190,8 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 			return gpuagent.Run(ctx, gpuagent.Config{Log: log, JS: js, Node: node, NATSURL: url,
 				DataDir: filepath.Join(data, "agents", node), CheckpointRoot: filepath.Join(data, "checkpoints"),
 				Inventory: inventory.Options{Mock: !f.realNVML, MockGPUs: f.gpus, MockModel: f.model},
-				Heartbeat: f.heartbeat, Logger: logger.With().Str("svc", "gpuagent").Str("node", node).Logger(), Ready: readyFn(2 + i)})
+				Heartbeat: f.heartbeat, NodeTimeout: f.nodeTO, StopOnExit: true,
+				Logger: logger.With().Str("svc", "gpuagent").Str("node", node).Logger(), Ready: readyFn(2 + i)})
 		})
 	}
 	go func() {

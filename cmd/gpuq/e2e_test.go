@@ -121,7 +121,7 @@ func (s *stack) agent(node string, gpus int) {
 	s.start("agent "+node, func(ctx context.Context, ready func()) error {
 		return gpuagent.Run(ctx, gpuagent.Config{Log: s.log, JS: s.log.JetStream(), Node: node, NATSURL: s.srv.URL(),
 			DataDir: filepath.Join(s.dir, node), CheckpointRoot: filepath.Join(s.dir, "ckpt"),
-			Inventory: inventory.Options{Mock: true, MockGPUs: gpus}, Logger: quiet, Ready: ready})
+			Inventory: inventory.Options{Mock: true, MockGPUs: gpus}, StopOnExit: true, Logger: quiet, Ready: ready})
 	})
 }
 
@@ -220,7 +220,7 @@ func TestEndToEnd(t *testing.T) {
 
 	// 2. The live scheduler's state equals a fresh fold of the log.
 	wait(t, func() bool { st := sched.Snapshot(); return st != nil && st.Seq == s.fold().Seq })
-	if diff := cmp.Diff(s.fold(), sched.Snapshot(), cmpopts.EquateEmpty(), cmpopts.IgnoreUnexported(domain.State{}, domain.Task{})); diff != "" {
+	if diff := cmp.Diff(s.fold(), sched.Snapshot(), cmpopts.EquateEmpty(), cmpopts.IgnoreUnexported(domain.State{}, domain.Task{}, domain.Node{})); diff != "" {
 		t.Errorf("live scheduler state differs from a fresh fold (-fold +live):\n%s", diff)
 	}
 

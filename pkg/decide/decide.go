@@ -23,8 +23,33 @@ type Command struct {
 // Liveness is what the scheduler knows of node heartbeats (not part of the
 // audit log: heartbeats live in a KV bucket with a TTL).
 type Liveness struct {
-	LastSeen map[string]time.Time // node → last heartbeat
+	LastSeen map[string]time.Time // node → last heartbeat, or the leader's term start if later
 	Timeout  time.Duration        // no heartbeat for this long: lost
+	// Beats holds the heartbeats themselves (node → the newest one's
+	// time); when it is non-nil, a node whose newest heartbeat is older
+	// than Fresh (default Timeout/2), or that has none, gets no new work
+	// until it reports — a node that is silent is not dispatched to
+	// while its timeout runs.
+	Beats map[string]time.Time
+	Fresh time.Duration
+}
+
+// away lists the nodes without a fresh heartbeat.
+func (l Liveness) away(st *domain.State, now time.Time) map[string]bool {
+	if l.Beats == nil || l.Timeout <= 0 {
+		return nil
+	}
+	fresh := l.Fresh
+	if fresh <= 0 {
+		fresh = l.Timeout / 2
+	}
+	out := map[string]bool{}
+	for name := range st.Nodes {
+		if at, ok := l.Beats[name]; !ok || now.Sub(at) > fresh {
+			out[name] = true
+		}
+	}
+	return out
 }
 
 // Plan is the scheduler's pure step: protocol reactions to what happened
@@ -32,6 +57,8 @@ type Liveness struct {
 // preempted) and the policy's decisions, as events.
 //
 // predict is the policy's run-time prediction (nil: the users' estimates).
+// Plan marks the nodes without a fresh heartbeat away in st (SetAway),
+// the scheduler's live view over the fold.
 func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, predict func(*domain.Task) time.Duration) []Command {
 	var out []Command
 	guard := func(t *domain.Task) *events.Expect {
@@ -82,7 +109,8 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 			})
 		}
 	}
-	// 2. The policy's decisions.
+	// 2. The policy's decisions, on the nodes with a fresh heartbeat.
+	st.SetAway(live.away(st, now))
 	for _, d := range p.Schedule(policy.Input{State: st, Now: now, Predict: predict}) {
 		t := st.Tasks[d.TaskID]
 		switch d.Kind {

@@ -211,6 +211,24 @@ func (s *State) SortedNodes() []string { return s.nodeIndex().names }
 // GPUs, sorted. The slice is shared: do not modify it.
 func (s *State) SchedulableNodes() []string { return s.nodeIndex().sched }
 
+// SetAway marks the nodes in away (and only those) as without a fresh
+// heartbeat: not schedulable, though the log says they are up. This is
+// the scheduler's live view laid over the folded one — only the
+// scheduler calls it — and it reports whether anything changed.
+func (s *State) SetAway(away map[string]bool) bool {
+	changed := false
+	for name, n := range s.Nodes {
+		if a := away[name]; a != n.away {
+			n.away = a
+			changed = true
+		}
+	}
+	if changed {
+		s.nx = buildNodeIndex(s)
+	}
+	return changed
+}
+
 // FreeNodes returns the names of the schedulable nodes with free healthy
 // GPUs, sorted. The slice is shared: do not modify it; it changes with the
 // next Apply.

@@ -28,10 +28,17 @@ type Node struct {
 	GPUs   []GPU
 	BootID string
 	Reason string
+	// away: the scheduler has no fresh heartbeat of the node (SetAway);
+	// not a fact of the log, never in a snapshot.
+	away bool
 }
 
-// Schedulable reports whether new work may be placed on the node.
-func (n *Node) Schedulable() bool { return n.State == NodeUp }
+// Schedulable reports whether new work may be placed on the node: it is
+// up and, for the scheduler, its heartbeat is fresh.
+func (n *Node) Schedulable() bool { return n.State == NodeUp && !n.away }
+
+// Away reports whether the scheduler marked the node away (SetAway).
+func (n *Node) Away() bool { return n.away }
 
 // Clone returns a deep copy.
 func (n *Node) Clone() *Node {

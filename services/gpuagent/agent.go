@@ -4,12 +4,24 @@
 // CUDA_VISIBLE_DEVICES set, delivers preemption signals with the grace
 // period, and appends started / completed / failed / preempted.
 //
-// The agent folds the event log like every other service; it keeps no
-// state of its own except the processes it started. It appends started
-// before it starts a process, guarded by the task's last sequence, so a
-// cancel that raced ahead wins and a restarted agent never runs a task
-// twice: a task the log says is running here but that this boot did not
-// start is reported failed ("agent restarted; process lost").
+// The agent folds the event log like every other service. Its only state
+// of its own is a run directory per task run under its data directory
+// (<data>/tasks/<id>/runs/<dispatch seq>/), kept by the run's supervisor:
+// the job's identity (pid, start ticks, boot id) and, once it ends, its
+// exit record. Tasks therefore outlive the agent: a restarted agent
+// adopts every live run, reports the real end of a run that finished
+// while it was down, and reports a run lost only when its process is
+// really gone without an exit record (after a reboot, none is live).
+//
+// It appends started before it starts a process, guarded by the task's
+// last sequence, so a cancel that raced ahead wins and no task runs
+// twice. It never starts a task on a GPU a live process of another run
+// still holds, nor reports such a GPU free; a run the log no longer
+// places here (cancelled, moved after a partition, ended) is stopped
+// through the signal protocol. Exit reports are retried until the log
+// has them. Cut off from NATS for longer than the node timeout, the agent
+// stops its tasks (the scheduler has requeued them by then); an agent
+// that is gone that long is fenced by the supervisors themselves.
 //
 // A task spanning several nodes (a gang) runs its command once, on its first
 // placement's node (rank 0), with GPUQ_PLACEMENTS describing every node's
@@ -27,6 +39,8 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -46,7 +60,8 @@ type Config struct {
 	Log  events.Log
 	JS   jetstream.JetStream // heartbeat bucket
 	Node string
-	// DataDir keeps task logs under <DataDir>/tasks/<id>/output.log.
+	// DataDir keeps task logs under <DataDir>/tasks/<id>/output.log and
+	// each run's records under <DataDir>/tasks/<id>/runs/<dispatch>/.
 	DataDir string
 	// CheckpointRoot is where tasks save checkpoints, shared by all nodes
 	// (GPUQ_CHECKPOINT_DIR = <CheckpointRoot>/<task id>).
@@ -63,7 +78,16 @@ type Config struct {
 	Heartbeat time.Duration
 	// KillAfter is the wait between SIGTERM and SIGKILL (default 10 s).
 	KillAfter time.Duration
-	Ready     func()
+	// NodeTimeout is the scheduler's: cut off from NATS this long, the
+	// agent stops its tasks, and gone this long, the supervisors stop
+	// them (default 30 s).
+	NodeTimeout time.Duration
+	// StopOnExit stops the tasks when the agent stops (gpuq dev: one
+	// Ctrl-C ends everything; they are reported preempted at the next
+	// start and resume from their checkpoints). Without it (gpuq-agent)
+	// they keep running for a restarted or upgraded agent to adopt.
+	StopOnExit bool
+	Ready      func()
 	// Replicas of the heartbeat bucket (0: 1; 3 on a 3-node NATS cluster).
 	Replicas int
 }
@@ -73,40 +97,65 @@ type Config struct {
 // uncontained errors.
 var criticalXid = map[uint64]bool{48: true, 63: true, 64: true, 74: true, 79: true, 92: true, 94: true, 95: true}
 
+// proc is one run of a task on this node (this agent's or adopted).
 type proc struct {
-	orphan    bool // the log no longer places the task here: stop, report nothing
+	key       string // runKey(task, dispatch)
 	p         *runner.Proc
 	task      string
 	dispatch  uint64
+	gpus      []string
+	adopted   bool
+	orphan    bool // the log no longer places the run here: stop, report nothing
 	signalled bool
 	termAt    time.Time // when to send SIGTERM (grace over)
 	killAt    time.Time // when to send SIGKILL
 	forced    bool
 	cancelled bool
 	preempt   bool
+	fenced    bool // stopped because the agent lost NATS
 }
 
+// live reports whether the run's process still holds its GPUs.
+func (pr *proc) live() bool { return pr.p != nil && !pr.p.Exited() }
+
 type exit struct {
-	task string
-	res  runner.Result
+	key string
+	res runner.Result
+}
+
+// report is an exit report not yet in the log; it is retried.
+type report struct {
+	ev       events.Event
+	msgID    string
+	task     string
+	runDir   string
+	dispatch uint64
 }
 
 // Agent is one running agent.
 type Agent struct {
-	cfg   Config
-	inv   *inventory.Inventory
-	st    *domain.State
-	procs map[string]*proc
-	exits chan exit
-	wake  chan struct{} // poked after each exit is queued
-	boot  string
-	gpus  []inventory.GPU
-	// failedLost remembers lost tasks already reported this boot.
+	cfg     Config
+	inv     *inventory.Inventory
+	st      *domain.State
+	procs   map[string]*proc // by runKey
+	pending map[string]report
+	exits   chan exit
+	wake    chan struct{} // poked after each exit is queued
+	boot    string
+	gpus    []inventory.GPU
+	// reported remembers runs whose end is in the log (or was found lost).
 	reported map[string]bool
+	lastOK   atomic.Int64 // unix nanos of the last heartbeat NATS accepted
+	fenced   bool
+	procMu   sync.Mutex
+	liveRuns []bool // what countLive saw, for the heartbeat
 }
 
-// Run blocks until ctx ends. Processes still running then are left alone
-// (a restart reports them lost); use Stop semantics through cancel events.
+func runKey(task string, dispatch uint64) string { return fmt.Sprintf("%s/%d", task, dispatch) }
+
+// Run blocks until ctx ends. Every way out goes through stop: the tasks
+// keep running under their supervisors for the next agent to adopt, or
+// with StopOnExit they are stopped.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -117,9 +166,20 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.KillAfter == 0 {
 		cfg.KillAfter = 10 * time.Second
 	}
+	if cfg.NodeTimeout == 0 {
+		cfg.NodeTimeout = 30 * time.Second
+	}
 	if !events.ValidKey(cfg.Node) {
 		return fmt.Errorf("gpuagent: invalid node name %q", cfg.Node)
 	}
+	if cfg.DataDir == "" {
+		return errors.New("gpuagent: no data directory")
+	}
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	inv := cfg.Inv
 	if inv == nil {
 		cfg.Inventory.Node = cfg.Node
@@ -140,10 +200,31 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		})
 	}()
-	a := &Agent{cfg: cfg, inv: inv, st: domain.NewState(), procs: map[string]*proc{}, exits: make(chan exit, 64), wake: make(chan struct{}, 1),
-		boot: uuid.NewString(), reported: map[string]bool{}}
+	a := &Agent{cfg: cfg, inv: inv, st: domain.NewState(), procs: map[string]*proc{}, pending: map[string]report{},
+		exits: make(chan exit, 64), wake: make(chan struct{}, 1), boot: uuid.NewString(), reported: map[string]bool{}}
 	return a.run(ctx)
 }
+
+// lockDataDir takes an exclusive lock on the data directory: two agents
+// adopting the same runs would report them twice.
+func lockDataDir(dir string) (func(), error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("gpuagent: data directory: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "agent.lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("gpuagent: data directory: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("gpuagent: another agent uses the data directory %s", dir)
+	}
+	return func() { f.Close() }, nil
+}
+
+// agentFile holds the live agent's identity; supervisors fence their
+// jobs when it names no live process for the node timeout.
+func (a *Agent) agentFile() string { return filepath.Join(a.cfg.DataDir, "agent.json") }
 
 func (a *Agent) run(ctx context.Context) error {
 	hb, err := a.cfg.JS.CreateOrUpdateKeyValue(ctx, events.HeartbeatKV(a.cfg.Replicas))
@@ -154,23 +235,32 @@ func (a *Agent) run(ctx context.Context) error {
 	// with the fold's lock held, after each batch, every 200 ms and at
 	// each process exit.
 	f := service.New("gpuagent", a.cfg.Log, a.cfg.Logger, nil)
-	var lastBeat time.Time
+	var lastAnnounce time.Time
 	err = f.Run(ctx, service.Hooks{
 		CaughtUp: func(ctx context.Context) error {
 			var err error
 			f.Read(func(st *domain.State) {
 				a.st = st
+				a.adopt()
 				// Announce the inventory.
 				if err = a.announce(ctx, true); err != nil {
 					return
 				}
-				a.beat(ctx, hb)
-				lastBeat = a.cfg.Now()
+				lastAnnounce = a.cfg.Now()
 			})
-			if err == nil && a.cfg.Ready != nil {
+			if err != nil {
+				return err
+			}
+			b, _ := json.Marshal(runner.Self())
+			if err := os.WriteFile(a.agentFile(), b, 0o644); err != nil {
+				return fmt.Errorf("gpuagent: %w", err)
+			}
+			a.lastOK.Store(a.cfg.Now().UnixNano())
+			go a.heartbeats(ctx, hb)
+			if a.cfg.Ready != nil {
 				a.cfg.Ready()
 			}
-			return err
+			return nil
 		},
 		React: func(ctx context.Context) error {
 			f.Read(func(st *domain.State) {
@@ -178,15 +268,16 @@ func (a *Agent) run(ctx context.Context) error {
 				for drained := false; !drained; {
 					select {
 					case x := <-a.exits:
-						a.exited(ctx, x)
+						a.exited(x)
 					default:
 						drained = true
 					}
 				}
+				a.flush(ctx)
+				a.fence()
 				a.escalate()
-				if now := a.cfg.Now(); now.Sub(lastBeat) >= a.cfg.Heartbeat {
-					lastBeat = now
-					a.beat(ctx, hb)
+				if now := a.cfg.Now(); now.Sub(lastAnnounce) >= a.cfg.Heartbeat {
+					lastAnnounce = now
 					if err := a.announce(ctx, false); err != nil {
 						a.cfg.Logger.Warn().Err(err).Msg("gpuagent: announce failed")
 					}
@@ -198,15 +289,95 @@ func (a *Agent) run(ctx context.Context) error {
 		Tick: 200 * time.Millisecond,
 		Wake: a.wake,
 	})
-	f.Read(func(st *domain.State) { a.stopAll() })
+	f.Read(func(st *domain.State) { a.stop() })
 	return err
 }
 
-func (a *Agent) beat(ctx context.Context, kv jetstream.KeyValue) {
-	v, _ := json.Marshal(map[string]any{"node": a.cfg.Node, "boot_id": a.boot, "time": a.cfg.Now().UTC(), "running": len(a.procs)})
-	if _, err := kv.Put(ctx, a.cfg.Node, v); err != nil && ctx.Err() == nil {
-		a.cfg.Logger.Warn().Err(err).Msg("gpuagent: heartbeat failed")
+// heartbeats puts the node's heartbeat every interval; lastOK is when
+// NATS last accepted one.
+func (a *Agent) heartbeats(ctx context.Context, kv jetstream.KeyValue) {
+	t := time.NewTicker(a.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		running := 0
+		for _, pr := range a.snapshotProcs() {
+			if pr {
+				running++
+			}
+		}
+		v, _ := json.Marshal(map[string]any{"node": a.cfg.Node, "boot_id": a.boot, "time": a.cfg.Now().UTC(), "running": running})
+		pctx, cancel := context.WithTimeout(ctx, a.cfg.Heartbeat)
+		_, err := kv.Put(pctx, a.cfg.Node, v)
+		cancel()
+		switch {
+		case err == nil:
+			a.lastOK.Store(a.cfg.Now().UnixNano())
+		case ctx.Err() == nil:
+			a.cfg.Logger.Warn().Err(err).Msg("gpuagent: heartbeat failed")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
+}
+
+// snapshotProcs is, without the fold's lock, whether each run is live
+// (for the heartbeat's count only).
+func (a *Agent) snapshotProcs() []bool {
+	a.procMu.Lock()
+	defer a.procMu.Unlock()
+	return append([]bool(nil), a.liveRuns...)
+}
+
+// adopt takes over the runs an earlier agent left under the data
+// directory (once, when the log is folded).
+func (a *Agent) adopt() {
+	dirs, _ := filepath.Glob(filepath.Join(a.cfg.DataDir, "tasks", "*", "runs", "*"))
+	sort.Strings(dirs)
+	for _, dir := range dirs {
+		p, err := runner.Adopt(dir)
+		if err != nil {
+			a.cfg.Logger.Warn().Err(err).Str("run", dir).Msg("gpuagent: not a run; removing it")
+			_ = os.RemoveAll(dir)
+			continue
+		}
+		s := p.Spec()
+		pr := &proc{key: runKey(s.TaskID, s.Dispatch), p: p, task: s.TaskID, dispatch: s.Dispatch, gpus: s.GPUs, adopted: true}
+		if _, dup := a.procs[pr.key]; dup || s.TaskID == "" {
+			continue
+		}
+		a.procs[pr.key] = pr
+		a.watch(pr)
+		a.cfg.Logger.Info().Str("task", s.TaskID).Uint64("dispatch", s.Dispatch).Int("pid", p.PID()).Bool("live", !p.Exited()).
+			Msg("gpuagent: adopted a run of an earlier agent")
+	}
+	a.countLive()
+}
+
+// watch queues the run's end for the reaction.
+func (a *Agent) watch(pr *proc) {
+	go func() {
+		a.exits <- exit{key: pr.key, res: <-pr.p.Wait()}
+		select {
+		case a.wake <- struct{}{}:
+		default:
+		}
+	}()
+}
+
+// busy is the GPUs live processes of this node hold, by UUID → run.
+func (a *Agent) busy() map[string]string {
+	out := map[string]string{}
+	for _, pr := range a.procs {
+		if pr.live() {
+			for _, g := range pr.gpus {
+				out[g] = pr.key
+			}
+		}
+	}
+	return out
 }
 
 // announce publishes available on start and whenever the inventory or
@@ -232,10 +403,11 @@ func (a *Agent) announce(ctx context.Context, force bool) error {
 		}
 	}
 	a.gpus = gpus
+	busy := a.busy()
 	ev := events.Available{Node: a.cfg.Node, BootID: a.boot, Driver: a.inv.Driver()}
 	for _, g := range gpus {
 		ev.GPUs = append(ev.GPUs, events.GPU{UUID: g.UUID, Index: g.Index, Model: g.Model, MemoryMiB: g.MemoryMiB, Healthy: g.Healthy})
-		if g.Healthy && a.st.Owner[g.UUID] == "" {
+		if g.Healthy && a.st.Owner[g.UUID] == "" && busy[g.UUID] == "" {
 			ev.FreeGPUs++
 		}
 	}
@@ -265,106 +437,197 @@ func (a *Agent) mine(t *domain.Task) (p events.Placement, rank0, ok bool) {
 	return events.Placement{}, false, false
 }
 
-// reconcile compares the folded log with the processes of this boot.
+// placedHere reports whether the log places the run (task, dispatch) on
+// this node now and the task is not over.
+func (a *Agent) placedHere(task string, dispatch uint64) (*domain.Task, bool) {
+	t := a.st.Tasks[task]
+	if t == nil || t.DispatchSeq != dispatch || !t.HoldsGPUs() {
+		return t, false
+	}
+	_, rank0, ok := a.mine(t)
+	return t, ok && rank0
+}
+
+// reconcile compares the folded log with the runs of this node.
 func (a *Agent) reconcile(ctx context.Context) {
-	// Processes the log no longer places here (requeued after this node was
-	// declared lost, say) are stopped without a report.
-	for id, pr := range a.procs {
-		t := a.st.Tasks[id]
-		if pr.p == nil || pr.signalled {
+	// Runs the log no longer places here (requeued after this node was
+	// declared lost, moved, ended) are stopped without a report.
+	for _, pr := range a.procs {
+		if !pr.live() || pr.signalled {
 			continue
 		}
-		placed := false
-		if t != nil {
-			_, _, placed = a.mine(t)
+		t, placed := a.placedHere(pr.task, pr.dispatch)
+		if placed && t.State == domain.Cancelled {
+			continue // handled below: a cancelled task is reported
 		}
-		if !placed || t.DispatchSeq != pr.dispatch {
-			if t != nil && t.State == domain.Cancelled {
-				continue // handled below: cancelled tasks are reported
-			}
+		if !placed {
 			pr.orphan, pr.signalled, pr.termAt = true, true, a.cfg.Now()
-			a.cfg.Logger.Warn().Str("task", id).Msg("gpuagent: task no longer placed here; stopping its process")
+			pr.p.MarkStopped(false)
+			a.cfg.Logger.Warn().Str("task", pr.task).Uint64("dispatch", pr.dispatch).Msg("gpuagent: the log no longer places this run here; stopping its process")
 		}
+	}
+	if a.fenced {
+		return // no new work while cut off from NATS
 	}
 	for _, t := range a.st.Active() {
 		pl, rank0, ok := a.mine(t)
 		if !ok || !rank0 {
 			continue
 		}
-		pr := a.procs[t.ID]
+		key := runKey(t.ID, t.DispatchSeq)
+		pr := a.procs[key]
+		_, waiting := a.pending[key]
 		switch {
-		case t.State == domain.Dispatched && pr == nil:
+		case t.State == domain.Dispatched && pr == nil && !waiting && !a.reported[key]:
 			a.start(ctx, t, pl)
-		case (t.State == domain.Running || t.State == domain.Preempting || t.State == domain.Cancelled) && pr == nil && !a.reported[t.ID]:
-			// Started by an earlier boot: the process is gone with it.
-			a.reported[t.ID] = true
+		case (t.State == domain.Running || t.State == domain.Preempting || t.State == domain.Cancelled) && pr == nil && !waiting && !a.reported[key]:
+			// The log says it started here, yet no run of it is recorded:
+			// the process never started (its agent died in between) or
+			// its records are gone.
+			a.reported[key] = true
 			if t.State == domain.Preempting {
 				a.append(ctx, events.Preempted{TaskID: t.ID, Node: a.cfg.Node, Checkpoint: t.Checkpoint, Forced: true, ExitCode: -1,
 					LostGPUSeconds: a.lost(t)}, fmt.Sprintf("preempted:%s:%d", t.ID, t.DispatchSeq))
 				continue
 			}
-			a.append(ctx, events.Failed{TaskID: t.ID, Node: a.cfg.Node, ExitCode: -1, Error: "agent restarted; the task's process was lost"},
+			a.append(ctx, events.Failed{TaskID: t.ID, Node: a.cfg.Node, ExitCode: -1, Error: "no record of the task's process on its node (the agent stopped before starting it)"},
 				fmt.Sprintf("exit:%s:%d", t.ID, t.DispatchSeq))
-		case t.State == domain.Preempting && pr != nil && !pr.signalled:
-			sig := domain.Signals[t.PreemptSignal]
-			if sig == 0 {
-				sig = syscall.SIGUSR1
-			}
-			grace := time.Duration(t.GraceS * float64(time.Second))
-			pr.signalled, pr.preempt, pr.termAt = true, true, a.cfg.Now().Add(grace)
-			a.cfg.Logger.Info().Str("task", t.ID).Str("signal", t.PreemptSignal).Dur("grace", grace).Msg("gpuagent: preempting")
-			_ = pr.p.SignalJob(sig)
-		case t.State == domain.Cancelled && pr != nil && !pr.signalled:
+		case t.State == domain.Preempting && pr != nil && pr.live() && !pr.signalled:
+			a.signalPreempt(pr, t, time.Duration(t.GraceS*float64(time.Second)))
+			a.cfg.Logger.Info().Str("task", t.ID).Str("signal", t.PreemptSignal).Float64("grace_s", t.GraceS).Msg("gpuagent: preempting")
+		case t.State == domain.Cancelled && pr != nil && pr.live() && !pr.signalled:
 			pr.signalled, pr.cancelled = true, true
 			pr.termAt = a.cfg.Now() // SIGTERM at once
 		}
 	}
 }
 
-// stopAll stops this boot's processes when the agent stops: a restarted
-// agent cannot adopt them (it reports them lost), so leaving them running
-// would let their GPUs be given out twice. SIGTERM, then SIGKILL after
-// KillAfter (at most 5 s here, shutdown must not hang).
-func (a *Agent) stopAll() {
-	if len(a.procs) == 0 {
+// signalPreempt starts the preemption protocol on a run: the task's
+// signal now, SIGTERM after grace, SIGKILL KillAfter later (escalate).
+func (a *Agent) signalPreempt(pr *proc, t *domain.Task, grace time.Duration) {
+	sig := syscall.SIGUSR1
+	if t != nil {
+		if s := domain.Signals[t.PreemptSignal]; s != 0 {
+			sig = s
+		}
+	}
+	pr.signalled, pr.preempt, pr.termAt = true, true, a.cfg.Now().Add(grace)
+	_ = pr.p.SignalJob(sig)
+}
+
+// fence stops every run when NATS has not taken a heartbeat for the node
+// timeout: the scheduler has declared the node lost and requeued its
+// tasks, so they must not hold these GPUs any longer. The ends are kept
+// and reported (or dropped, if the log moved the task) on reconnection.
+func (a *Agent) fence() {
+	since := a.cfg.Now().Sub(time.Unix(0, a.lastOK.Load()))
+	if since <= a.cfg.NodeTimeout {
+		if a.fenced {
+			a.cfg.Logger.Info().Msg("gpuagent: NATS reachable again; taking work")
+			a.fenced = false
+		}
 		return
 	}
-	wait := a.cfg.KillAfter
-	if wait > 5*time.Second {
-		wait = 5 * time.Second
+	if a.fenced {
+		return
 	}
+	a.fenced = true
+	a.cfg.Logger.Warn().Dur("offline", since.Round(time.Second)).Dur("node_timeout", a.cfg.NodeTimeout).
+		Msg("gpuagent: cut off from NATS for longer than the node timeout; stopping every task")
 	for _, pr := range a.procs {
-		if pr.p != nil {
-			_ = pr.p.Signal(syscall.SIGTERM)
+		if !pr.live() || pr.signalled {
+			continue
+		}
+		pr.fenced = true
+		pr.p.MarkStopped(false)
+		t := a.st.Tasks[pr.task]
+		grace := 10 * time.Second
+		if t != nil {
+			grace = time.Duration(t.GraceS * float64(time.Second))
+		}
+		a.signalPreempt(pr, t, grace)
+	}
+}
+
+// stop is the one way out: with StopOnExit every live run is stopped by
+// the preemption protocol (grace and SIGTERM wait capped at 5 s each, a
+// shutdown must not hang) and recorded as stopped, so the next agent
+// reports it preempted; otherwise the runs keep going under their
+// supervisors for the next agent to adopt.
+func (a *Agent) stop() {
+	live := 0
+	for _, pr := range a.procs {
+		if pr.live() {
+			live++
 		}
 	}
-	deadline := time.Now().Add(wait)
-	for time.Now().Before(deadline) {
-		alive := 0
-		for _, pr := range a.procs {
-			if pr.p != nil && !pr.p.Exited() {
-				alive++
+	if live == 0 {
+		return
+	}
+	if !a.cfg.StopOnExit {
+		a.cfg.Logger.Info().Int("tasks", live).Dur("node_timeout", a.cfg.NodeTimeout).
+			Msg("gpuagent: stopping; the tasks keep running for the next agent to adopt (they stop themselves if none comes back within the node timeout)")
+		return
+	}
+	a.cfg.Logger.Info().Int("tasks", live).Msg("gpuagent: stopping the tasks")
+	capped := func(d time.Duration) time.Duration { return min(d, 5*time.Second) }
+	var wg sync.WaitGroup
+	for _, pr := range a.procs {
+		if !pr.live() {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := a.st.Tasks[pr.task]
+			sig, grace := syscall.SIGUSR1, 5*time.Second
+			if t != nil {
+				if s := domain.Signals[t.PreemptSignal]; s != 0 {
+					sig = s
+				}
+				grace = capped(time.Duration(t.GraceS * float64(time.Second)))
 			}
-		}
-		if alive == 0 {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	for _, pr := range a.procs {
-		if pr.p != nil && !pr.p.Exited() {
+			pr.p.MarkStopped(false)
+			if pr.signalled && !pr.preempt {
+				sig, grace = syscall.SIGTERM, 0 // cancelled or orphaned: no checkpoint wanted
+			}
+			wait := func(d time.Duration) bool {
+				select {
+				case <-pr.p.Wait():
+					return true
+				case <-time.After(d):
+					return false
+				}
+			}
+			_ = pr.p.SignalJob(sig)
+			if wait(grace) {
+				return
+			}
+			pr.p.MarkStopped(true)
+			_ = pr.p.Signal(syscall.SIGTERM)
+			if wait(capped(a.cfg.KillAfter)) {
+				return
+			}
 			_ = pr.p.Signal(syscall.SIGKILL)
-		}
+			<-pr.p.Wait()
+		}()
 	}
+	wg.Wait()
 }
 
 // escalate sends SIGTERM after the grace period and SIGKILL after that.
 func (a *Agent) escalate() {
 	now := a.cfg.Now()
 	for _, pr := range a.procs {
+		if !pr.live() {
+			continue
+		}
 		switch {
 		case pr.signalled && pr.killAt.IsZero() && !pr.termAt.IsZero() && !now.Before(pr.termAt):
 			pr.forced = pr.preempt
+			if pr.forced {
+				pr.p.MarkStopped(true)
+			}
 			pr.killAt = now.Add(a.cfg.KillAfter)
 			_ = pr.p.Signal(syscall.SIGTERM)
 		case !pr.killAt.IsZero() && !now.Before(pr.killAt):
@@ -375,23 +638,32 @@ func (a *Agent) escalate() {
 }
 
 func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) {
+	key := runKey(t.ID, t.DispatchSeq)
+	// 0. Never on a GPU a live process of another run still holds (an
+	//    orphan being stopped, say): the task waits until it is free.
+	busy := a.busy()
+	for _, g := range pl.GPUs {
+		if other := busy[g]; other != "" && other != key {
+			a.cfg.Logger.Warn().Str("task", t.ID).Str("gpu", g).Str("held_by", other).Msg("gpuagent: a GPU of the placement is still held by a live process; waiting")
+			return
+		}
+	}
 	taskDir := filepath.Join(a.cfg.DataDir, "tasks", t.ID)
+	runDir := filepath.Join(taskDir, "runs", fmt.Sprint(t.DispatchSeq))
 	ckpt := filepath.Join(a.cfg.CheckpointRoot, t.ID)
-	// 0. The exported environment is in the task's submitted event only.
+	// 1. The exported environment is in the task's submitted event only.
 	sub, err := events.ReadSubmitted(ctx, a.cfg.Log, t.ID, t.SubmitSeq)
 	if errors.Is(err, events.ErrNotSubmitted) {
-		a.procs[t.ID] = &proc{task: t.ID, dispatch: t.DispatchSeq} // placeholder until the failure folds
+		a.reported[key] = true
 		a.append(ctx, events.Failed{TaskID: t.ID, Node: a.cfg.Node, ExitCode: -1, Error: "could not start: " + err.Error()},
 			fmt.Sprintf("exit:%s:%d", t.ID, t.DispatchSeq))
-		delete(a.procs, t.ID)
-		a.reported[t.ID] = true
 		return
 	}
 	if err != nil {
 		a.cfg.Logger.Warn().Err(err).Str("task", t.ID).Msg("gpuagent: could not read the task's submission; retrying")
 		return // the next pass tries again
 	}
-	// 1. Claim the start in the log, guarded: a cancel that came first wins.
+	// 2. Claim the start in the log, guarded: a cancel that came first wins.
 	_, err = events.Append(ctx, a.cfg.Log, events.Started{TaskID: t.ID, Node: a.cfg.Node, LogDir: taskDir}, events.Meta{Time: a.cfg.Now()},
 		fmt.Sprintf("started:%s:%d", t.ID, t.DispatchSeq), &events.Expect{Filter: events.TaskSubjects(t.ID), LastSeq: t.LastSeq})
 	if errors.Is(err, events.ErrConflict) {
@@ -401,7 +673,7 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 		a.cfg.Logger.Error().Err(err).Str("task", t.ID).Msg("gpuagent: could not record start")
 		return
 	}
-	// 2. Start the process.
+	// 3. Start the process under its supervisor.
 	placements, _ := json.Marshal(t.Placements)
 	var env []string
 	for _, k := range sortedKeys(sub.Env) {
@@ -424,56 +696,109 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 		dir = t.Dir // the submitter's working directory, when this node has it
 	}
 	_ = os.MkdirAll(taskDir, 0o755)
-	p, err := runner.Start(runner.Spec{TaskID: t.ID, Command: t.Command, Env: env, LogPath: filepath.Join(taskDir, "output.log"), Dir: dir})
+	sig := syscall.SIGUSR1
+	if s := domain.Signals[t.PreemptSignal]; s != 0 {
+		sig = s
+	}
+	spec := runner.Spec{TaskID: t.ID, Command: t.Command, Env: env, LogPath: filepath.Join(taskDir, "output.log"), Dir: dir,
+		RunDir: runDir, GPUs: pl.GPUs, Dispatch: t.DispatchSeq,
+		Fence: &runner.Fence{AgentFile: a.agentFile(), After: a.cfg.NodeTimeout, Signal: int(sig),
+			Grace: time.Duration(t.GraceS * float64(time.Second)), KillAfter: a.cfg.KillAfter}}
+	p, err := runner.Start(spec)
 	if err != nil {
-		a.procs[t.ID] = &proc{task: t.ID, dispatch: t.DispatchSeq} // placeholder until the failure folds
+		a.reported[key] = true
 		a.append(ctx, events.Failed{TaskID: t.ID, Node: a.cfg.Node, ExitCode: -1, Error: "could not start: " + err.Error()},
 			fmt.Sprintf("exit:%s:%d", t.ID, t.DispatchSeq))
-		delete(a.procs, t.ID)
-		a.reported[t.ID] = true
+		_ = os.RemoveAll(runDir)
 		return
 	}
 	a.cfg.Logger.Info().Str("task", t.ID).Int("pid", p.PID()).Str("gpus", strings.Join(pl.GPUs, ",")).Msg("gpuagent: started")
-	a.procs[t.ID] = &proc{p: p, task: t.ID, dispatch: t.DispatchSeq}
-	go func() {
-		a.exits <- exit{task: t.ID, res: <-p.Wait()}
-		select {
-		case a.wake <- struct{}{}:
-		default:
-		}
-	}()
+	pr := &proc{key: key, p: p, task: t.ID, dispatch: t.DispatchSeq, gpus: pl.GPUs}
+	a.procs[key] = pr
+	a.watch(pr)
+	a.countLive()
 }
 
-// exited reports a process's end according to what the log says of it.
-func (a *Agent) exited(ctx context.Context, x exit) {
-	pr := a.procs[x.task]
-	delete(a.procs, x.task)
+// exited turns a run's end into its report, according to what the log
+// says of the task; the report is appended by flush, retried until the
+// log has it.
+func (a *Agent) exited(x exit) {
+	pr := a.procs[x.key]
+	delete(a.procs, x.key)
+	a.countLive()
 	if pr == nil {
 		return
 	}
-	a.reported[x.task] = true
-	if pr.orphan {
+	t, placed := a.placedHere(pr.task, pr.dispatch)
+	if pr.orphan || !placed {
+		// Not this node's to report (moved, ended, or already reported).
+		a.reported[x.key] = true
+		_ = os.RemoveAll(pr.p.RunDir())
 		return
 	}
-	t := a.st.Tasks[x.task]
-	msgID := fmt.Sprintf("exit:%s:%d", x.task, pr.dispatch)
+	res := x.res
+	msgID := fmt.Sprintf("exit:%s:%d", pr.task, pr.dispatch)
+	forced := pr.forced || res.Forced
+	var ev events.Event
 	switch {
-	case t != nil && (t.State == domain.Preempting || pr.preempt) && t.State != domain.Cancelled:
-		a.append(ctx, events.Preempted{TaskID: x.task, Node: a.cfg.Node, Checkpoint: t.Checkpoint, Forced: pr.forced,
-			LostGPUSeconds: map[bool]float64{true: a.lost(t), false: 0}[pr.forced], ExitCode: x.res.ExitCode},
-			fmt.Sprintf("preempted:%s:%d", x.task, pr.dispatch))
-	case x.res.ExitCode == 0 && !pr.cancelled:
-		a.append(ctx, events.Completed{TaskID: x.task, Node: a.cfg.Node}, msgID)
+	case t.State != domain.Cancelled && (t.State == domain.Preempting || pr.preempt || res.Stopped):
+		ev = events.Preempted{TaskID: pr.task, Node: a.cfg.Node, Checkpoint: t.Checkpoint, Forced: forced,
+			LostGPUSeconds: map[bool]float64{true: a.lost(t), false: 0}[forced], ExitCode: res.ExitCode}
+		msgID = fmt.Sprintf("preempted:%s:%d", pr.task, pr.dispatch)
+	case res.ExitCode == 0 && !pr.cancelled && !res.Lost:
+		ev = events.Completed{TaskID: pr.task, Node: a.cfg.Node}
 	default:
-		msg := fmt.Sprintf("exit code %d", x.res.ExitCode)
-		if pr.cancelled {
+		msg := fmt.Sprintf("exit code %d", res.ExitCode)
+		switch {
+		case pr.cancelled || t.State == domain.Cancelled:
 			msg = "stopped: task cancelled"
+		case res.Lost:
+			msg = "process lost"
 		}
-		if x.res.Err != nil {
-			msg += ": " + x.res.Err.Error()
+		if res.Err != nil {
+			msg += ": " + res.Err.Error()
 		}
-		a.append(ctx, events.Failed{TaskID: x.task, Node: a.cfg.Node, ExitCode: x.res.ExitCode, Error: msg, StderrTail: pr.p.StderrTail()}, msgID)
+		ev = events.Failed{TaskID: pr.task, Node: a.cfg.Node, ExitCode: res.ExitCode, Error: msg, StderrTail: res.StderrTail}
 	}
+	a.pending[x.key] = report{ev: ev, msgID: msgID, task: pr.task, runDir: pr.p.RunDir(), dispatch: pr.dispatch}
+	a.cfg.Logger.Info().Str("task", pr.task).Str("event", string(ev.EventType())).Int("exit_code", res.ExitCode).Bool("adopted", pr.adopted).Msg("gpuagent: task ended")
+}
+
+// flush appends the pending exit reports; one that fails stays pending
+// (the message id makes a retry of a stored one a no-op). A report the
+// log has overtaken (the task moved meanwhile) is dropped.
+func (a *Agent) flush(ctx context.Context) {
+	for key, r := range a.pending {
+		if _, placed := a.placedHere(r.task, r.dispatch); !placed {
+			delete(a.pending, key)
+			a.reported[key] = true
+			_ = os.RemoveAll(r.runDir)
+			continue
+		}
+		if a.fenced {
+			continue
+		}
+		if _, err := events.Append(ctx, a.cfg.Log, r.ev, events.Meta{Time: a.cfg.Now()}, r.msgID, nil); err != nil {
+			if ctx.Err() == nil {
+				a.cfg.Logger.Warn().Err(err).Str("task", r.task).Str("event", string(r.ev.EventType())).Msg("gpuagent: report failed; will retry")
+			}
+			continue
+		}
+		delete(a.pending, key)
+		a.reported[key] = true
+		_ = os.RemoveAll(r.runDir)
+	}
+}
+
+// countLive refreshes the heartbeat's count of live runs.
+func (a *Agent) countLive() {
+	var live []bool
+	for _, pr := range a.procs {
+		live = append(live, pr.live())
+	}
+	a.procMu.Lock()
+	a.liveRuns = live
+	a.procMu.Unlock()
 }
 
 // lost is the GPU-seconds of work since the task's last checkpoint.

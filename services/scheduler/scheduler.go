@@ -50,7 +50,8 @@ type Scheduler struct {
 	mu    sync.Mutex
 	fold  *service.Fold // of the current leadership term; nil on standby
 	lead  bool
-	seen  map[string]time.Time // node heartbeats, on the server's clock
+	seen  map[string]time.Time // node heartbeats, on the server's clock, from the term's start
+	beats map[string]time.Time // the heartbeats themselves (a node is dispatched to only while fresh)
 	clock serverClock
 	pred  *estimate.Predictor // run times learned from the log, for backfill
 	snaps *snapshots          // nil: no snapshots
@@ -177,7 +178,7 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 					seen[name] = s.clock.now()
 				}
 				s.mu.Lock()
-				s.seen, s.lead = seen, true
+				s.seen, s.beats, s.lead = seen, map[string]time.Time{}, true
 				s.mu.Unlock()
 			})
 			if err := s.watchHeartbeats(ctx, hbDone); err != nil {
@@ -230,7 +231,7 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 func (s *Scheduler) pass(ctx context.Context, st *domain.State, lease *lease) (uint64, error) {
 	now := s.clock.now()
 	s.mu.Lock()
-	live := decide.Liveness{LastSeen: s.seen, Timeout: s.cfg.NodeTimeout}
+	live := decide.Liveness{LastSeen: s.seen, Beats: s.beats, Timeout: s.cfg.NodeTimeout}
 	if s.cfg.NodeTimeout < 0 {
 		live.Timeout = 0
 	}
@@ -340,6 +341,9 @@ func (s *Scheduler) watchHeartbeats(ctx context.Context, done chan<- struct{}) e
 				// start of the term leaves the term's start.
 				if prev, ok := s.seen[e.Key()]; !ok || at.After(prev) {
 					s.seen[e.Key()] = at
+				}
+				if prev, ok := s.beats[e.Key()]; !ok || at.After(prev) {
+					s.beats[e.Key()] = at
 				}
 				s.mu.Unlock()
 			}

@@ -240,7 +240,7 @@ func TestRestartFromSnapshot(t *testing.T) {
 	}
 	// The copy's records have the second server's stored times, and its
 	// lease other epochs: everything else must be equal.
-	opts := cmp.Options{cmpopts.IgnoreUnexported(domain.State{}, domain.Task{}), cmpopts.IgnoreTypes(time.Time{}),
+	opts := cmp.Options{cmpopts.IgnoreUnexported(domain.State{}, domain.Task{}, domain.Node{}), cmpopts.IgnoreTypes(time.Time{}),
 		cmpopts.IgnoreFields(domain.State{}, "Epoch", "EpochSeq"), cmpopts.IgnoreFields(domain.Task{}, "RunSeconds")}
 	if diff := cmp.Diff(fromLog.folded, fromSnap.folded, opts); diff != "" {
 		t.Fatalf("restarted state (-from the log +from the snapshot):\n%s", diff)

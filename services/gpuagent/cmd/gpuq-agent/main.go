@@ -30,6 +30,8 @@ type config struct {
 	node, dataDir, ckptDir string
 	inv                    inventory.Options
 	heartbeat, killAfter   time.Duration
+	nodeTimeout            time.Duration
+	stopOnExit             bool
 }
 
 func main() {
@@ -46,6 +48,8 @@ func main() {
 	f.String(&a.inv.MockModel, "gpu-model", "GPUQ_GPU_MODEL", "a100", "mock GPU model: "+strings.Join(inventory.MockModels(), ", "))
 	f.Duration(&a.heartbeat, "heartbeat", "GPUQ_HEARTBEAT", 5*time.Second, "heartbeat interval")
 	f.Duration(&a.killAfter, "kill-after", "GPUQ_KILL_AFTER", 10*time.Second, "wait between SIGTERM and SIGKILL")
+	f.Duration(&a.nodeTimeout, "node-timeout", "GPUQ_NODE_TIMEOUT", 30*time.Second, "the scheduler's node timeout: cut off from NATS (or gone) this long, the node's tasks are stopped")
+	f.Bool(&a.stopOnExit, "stop-tasks-on-exit", "GPUQ_STOP_TASKS_ON_EXIT", false, "stop the tasks when the agent stops (default: they keep running for the next agent to adopt)")
 	f.Parse(c)
 	switch {
 	case !events.ValidKey(a.node):
@@ -58,6 +62,8 @@ func main() {
 		f.Invalid("heartbeat", "must be ≥ 100ms")
 	case a.killAfter <= 0:
 		f.Invalid("kill-after", "must be > 0")
+	case a.nodeTimeout < time.Second:
+		f.Invalid("node-timeout", "must be ≥ 1s")
 	}
 	a.inv.Node = a.node
 	if a.dataDir == "" {
@@ -97,6 +103,7 @@ func run(ctx context.Context, c *svcmain.Common, a config, logger zerolog.Logger
 	defer nc.Close()
 	return gpuagent.Run(ctx, gpuagent.Config{Log: log, Replicas: c.Replicas, JS: log.JetStream(), Node: a.node, NATSURL: c.NATSURL,
 		DataDir: a.dataDir, CheckpointRoot: a.ckptDir, Inventory: a.inv, Heartbeat: a.heartbeat, KillAfter: a.killAfter,
+		NodeTimeout: a.nodeTimeout, StopOnExit: a.stopOnExit,
 		Logger: logger, Ready: func() { logger.Info().Str("data", a.dataDir).Str("checkpoints", a.ckptDir).Msg("ready") }})
 }
 
