@@ -28,6 +28,9 @@ type Node struct {
 	GPUs   []GPU
 	BootID string
 	Reason string
+	// DrainPreempt: drained with --preempt; the scheduler preempts the
+	// preemptible tasks still running there.
+	DrainPreempt bool
 	// away: the scheduler has no fresh heartbeat of the node (SetAway);
 	// not a fact of the log, never in a snapshot.
 	away bool

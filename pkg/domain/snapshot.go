@@ -37,7 +37,7 @@ import (
 // writes. A change of the layout or of what a field means is a new
 // version; a snapshot of another version is refused (ErrSnapshotVersion),
 // which costs one full fold.
-const SnapshotVersion = 2 // 2: the leader epoch
+const SnapshotVersion = 3 // 2: the leader epoch; 3: drained with preemption
 
 const snapHeader = 24
 
@@ -73,6 +73,7 @@ func EncodeSnapshot(s *State) []byte {
 		w.shared(string(n.State))
 		w.shared(n.BootID)
 		w.shared(n.Reason)
+		w.bool(n.DrainPreempt)
 		w.count(len(n.GPUs), n.GPUs == nil)
 		for _, g := range n.GPUs {
 			w.shared(g.UUID)
@@ -196,7 +197,7 @@ func DecodeSnapshot(b []byte) (st *State, err error) {
 	nn := r.length(4)
 	st.Nodes = make(map[string]*Node, nn)
 	for range nn {
-		n := &Node{Name: r.shared(), State: NodeState(r.shared()), BootID: r.shared(), Reason: r.shared()}
+		n := &Node{Name: r.shared(), State: NodeState(r.shared()), BootID: r.shared(), Reason: r.shared(), DrainPreempt: r.bool()}
 		if k, isNil := r.count(5); !isNil {
 			n.GPUs = make([]GPU, k)
 			for i := range n.GPUs {

@@ -113,7 +113,15 @@ func (s *State) Apply(r events.Record) (skipped string) {
 		return ""
 	case events.Drained:
 		n := s.node(e.Node)
-		n.State, n.Reason = NodeDrained, e.Reason
+		n.State, n.Reason, n.DrainPreempt = NodeDrained, e.Reason, e.Preempt
+		s.nodeEvent(e.Node)
+		return ""
+	case events.Undrained:
+		n := s.Nodes[e.Node]
+		if n == nil || n.State != NodeDrained {
+			return s.ignore("undrained: node " + e.Node + " is not drained")
+		}
+		n.State, n.Reason, n.DrainPreempt = NodeUp, "", false
 		s.nodeEvent(e.Node)
 		return ""
 	case events.Lost:

@@ -40,6 +40,7 @@ var nodeTypes = map[Type]func() Event{
 	TypeAvailable: func() Event { return &Available{} },
 	TypeUnhealthy: func() Event { return &Unhealthy{} },
 	TypeDrained:   func() Event { return &Drained{} },
+	TypeUndrained: func() Event { return &Undrained{} },
 	TypeLost:      func() Event { return &Lost{} },
 }
 
@@ -47,7 +48,7 @@ var nodeTypes = map[Type]func() Event{
 var (
 	TaskTypes = []Type{TypeSubmitted, TypeAmended, TypeCancelled, TypeChecklistUpdated, TypeDispatched, TypeStarted,
 		TypePreemptRequested, TypeCheckpointed, TypePreempted, TypeRequeued, TypeCompleted, TypeFailed}
-	NodeTypes = []Type{TypeAvailable, TypeUnhealthy, TypeDrained, TypeLost}
+	NodeTypes = []Type{TypeAvailable, TypeUnhealthy, TypeDrained, TypeLost, TypeUndrained}
 )
 
 // IsTaskType reports whether t is published on a task subject.
@@ -262,6 +263,8 @@ func deref(e Event) Event {
 	case *Unhealthy:
 		return *v
 	case *Drained:
+		return *v
+	case *Undrained:
 		return *v
 	case *Lost:
 		return *v

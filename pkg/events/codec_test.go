@@ -36,6 +36,7 @@ func TestWireNames(t *testing.T) {
 		"Unhealthy":        {events.TypeUnhealthy, "unhealthy"},
 		"Drained":          {events.TypeDrained, "drained"},
 		"Lost":             {events.TypeLost, "lost"},
+		"Undrained":        {events.TypeUndrained, "undrained"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -91,7 +92,7 @@ func TestEventTypeMethods(t *testing.T) {
 func TestCatalogue(t *testing.T) {
 	wantTask := []events.Type{"submitted", "amended", "cancelled", "checklist_updated", "dispatched", "started",
 		"preempt_requested", "checkpointed", "preempted", "requeued", "completed", "failed"}
-	wantNode := []events.Type{"available", "unhealthy", "drained", "lost"}
+	wantNode := []events.Type{"available", "unhealthy", "drained", "lost", "undrained"}
 	if diff := cmp.Diff(wantTask, events.TaskTypes); diff != "" {
 		t.Errorf("TaskTypes (-want +got):\n%s", diff)
 	}

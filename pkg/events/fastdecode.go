@@ -247,6 +247,8 @@ func wireType(b []byte) Type {
 		return TypeUnhealthy
 	case "drained":
 		return TypeDrained
+	case "undrained":
+		return TypeUndrained
 	case "lost":
 		return TypeLost
 	}
@@ -936,6 +938,8 @@ func (s *scan) payload(t Type) (Event, bool) {
 		return s.unhealthy()
 	case TypeDrained:
 		return s.drained()
+	case TypeUndrained:
+		return s.undrained()
 	case TypeLost:
 		return s.lost()
 	}
@@ -1491,8 +1495,9 @@ func (s *scan) unhealthy() (Event, bool) {
 }
 
 var (
-	drainedKeys = wireNames[Drained]()
-	lostKeys    = wireNames[Lost]()
+	drainedKeys   = wireNames[Drained]()
+	undrainedKeys = wireNames[Undrained]()
+	lostKeys      = wireNames[Lost]()
 )
 
 func (s *scan) nodeReason(names []string) (node, reason string, ok bool) {
@@ -1511,8 +1516,44 @@ func (s *scan) nodeReason(names []string) (node, reason string, ok bool) {
 }
 
 func (s *scan) drained() (Event, bool) {
-	n, r, ok := s.nodeReason(drainedKeys)
-	return Drained{Node: n, Reason: r}, ok
+	var e Drained
+	ok := s.members(drainedKeys, func(k []byte) (bit uint32, ok bool) {
+		switch string(k) {
+		case "node":
+			e.Node, ok = s.str(true)
+			return 1 << 0, ok
+		case "reason":
+			e.Reason, ok = s.str(true)
+			return 1 << 1, ok
+		case "by":
+			e.By, ok = s.str(true)
+			return 1 << 2, ok
+		case "preempt":
+			e.Preempt, ok = s.bool()
+			return 1 << 3, ok
+		}
+		return 0, true
+	})
+	return e, ok
+}
+
+func (s *scan) undrained() (Event, bool) {
+	var e Undrained
+	ok := s.members(undrainedKeys, func(k []byte) (bit uint32, ok bool) {
+		switch string(k) {
+		case "node":
+			e.Node, ok = s.str(true)
+			return 1 << 0, ok
+		case "reason":
+			e.Reason, ok = s.str(true)
+			return 1 << 1, ok
+		case "by":
+			e.By, ok = s.str(true)
+			return 1 << 2, ok
+		}
+		return 0, true
+	})
+	return e, ok
 }
 
 func (s *scan) lost() (Event, bool) {

@@ -61,6 +61,7 @@ func v1Events() map[events.Type]events.Event {
 		}},
 		events.TypeUnhealthy: events.Unhealthy{Node: "gpu-a1", GPUs: []string{"GPU-5d1f0c3e-1"}, Reason: "Xid 79: GPU has fallen off the bus"},
 		events.TypeDrained:   events.Drained{Node: "gpu-a1", Reason: "kernel upgrade"},
+		events.TypeUndrained: events.Undrained{Node: "gpu-a1", Reason: "upgraded", By: "ops"},
 		events.TypeLost:      events.Lost{Node: "gpu-a1", Reason: "no heartbeat for 60s"},
 	}
 }

@@ -26,6 +26,7 @@ const (
 	TypeAvailable Type = "available"
 	TypeUnhealthy Type = "unhealthy"
 	TypeDrained   Type = "drained"
+	TypeUndrained Type = "undrained"
 	TypeLost      Type = "lost"
 )
 
@@ -190,10 +191,21 @@ type Unhealthy struct {
 	Reason string   `json:"reason"`
 }
 
-// Drained: an operator took the node out of scheduling.
+// Drained: an operator took the node out of scheduling. Running tasks
+// finish; with Preempt the scheduler preempts the preemptible ones
+// politely, and they resume elsewhere.
 type Drained struct {
+	Node    string `json:"node"`
+	Reason  string `json:"reason,omitempty"`
+	By      string `json:"by,omitempty"`
+	Preempt bool   `json:"preempt,omitempty"`
+}
+
+// Undrained: an operator put a drained node back into scheduling.
+type Undrained struct {
 	Node   string `json:"node"`
 	Reason string `json:"reason,omitempty"`
+	By     string `json:"by,omitempty"`
 }
 
 // Lost: the node missed its heartbeats for longer than the node timeout.
@@ -219,6 +231,7 @@ func (Failed) EventType() Type           { return TypeFailed }
 func (Available) EventType() Type        { return TypeAvailable }
 func (Unhealthy) EventType() Type        { return TypeUnhealthy }
 func (Drained) EventType() Type          { return TypeDrained }
+func (Undrained) EventType() Type        { return TypeUndrained }
 func (Lost) EventType() Type             { return TypeLost }
 
 func (e Submitted) Key() string        { return e.TaskID }
@@ -236,6 +249,7 @@ func (e Failed) Key() string           { return e.TaskID }
 func (e Available) Key() string        { return e.Node }
 func (e Unhealthy) Key() string        { return e.Node }
 func (e Drained) Key() string          { return e.Node }
+func (e Undrained) Key() string        { return e.Node }
 func (e Lost) Key() string             { return e.Node }
 
 // Unknown is what Decode returns for a type or schema version this build

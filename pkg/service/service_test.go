@@ -331,7 +331,7 @@ func TestPropBadRecordsChangeNothing(t *testing.T) {
 			appendEvent(rt, dirty, e)
 		}
 		a, b := foldAll(rt, clean), foldAll(rt, dirty)
-		opts := cmp.Options{cmpopts.IgnoreUnexported(domain.State{}, domain.Task{}),
+		opts := cmp.Options{cmpopts.IgnoreUnexported(domain.State{}, domain.Task{}, domain.Node{}),
 			cmpopts.IgnoreFields(domain.State{}, "Seq", "Skipped", "Ignored", "EpochSeq"),
 			cmpopts.IgnoreFields(domain.Task{}, "LastSeq", "SubmitSeq", "DispatchSeq"), cmpopts.EquateEmpty()}
 		if diff := cmp.Diff(a, b, opts); diff != "" {
