@@ -103,10 +103,39 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 	for _, t := range st.InState(domain.Preempting) {
 		if !t.HoldsGPUs() {
 			out = append(out, Command{
-				Event:  events.Requeued{TaskID: t.ID, Reason: "preempted for " + t.PreemptFor + "; resumes from its checkpoint", ResumeFrom: t.Checkpoint, BasedOnSeq: st.Seq},
+				Event:  events.Requeued{TaskID: t.ID, Reason: preemptedWhy(t) + "; resumes from its checkpoint", ResumeFrom: t.Checkpoint, BasedOnSeq: st.Seq},
 				MsgID:  fmt.Sprintf("requeue:%s:%d", t.ID, t.LastSeq),
 				Expect: guard(t),
 			})
+		}
+	}
+	// 1b. A node drained with --preempt: its preemptible tasks are
+	//     preempted politely and resume elsewhere (CRITICAL never).
+	drainedPreempt := map[string]*domain.Node{}
+	for name, n := range st.Nodes {
+		if n.State == domain.NodeDrained && n.DrainPreempt {
+			drainedPreempt[name] = n
+		}
+	}
+	if len(drainedPreempt) > 0 {
+		for _, t := range st.InState(domain.Running) {
+			if !t.Preemptible || t.Priority == domain.Critical || !t.HoldsGPUs() {
+				continue
+			}
+			for _, pl := range t.Placements {
+				if n := drainedPreempt[pl.Node]; n != nil {
+					reason := "node " + pl.Node + " drained"
+					if n.Reason != "" {
+						reason += ": " + n.Reason
+					}
+					out = append(out, Command{
+						Event:  events.PreemptRequested{TaskID: t.ID, Policy: "drain", Reason: reason, GraceS: t.GraceS, BasedOnSeq: st.Seq},
+						MsgID:  fmt.Sprintf("preempt:%s:%d", t.ID, t.LastSeq),
+						Expect: guard(t),
+					})
+					break
+				}
+			}
 		}
 	}
 	// 2. The policy's decisions, on the nodes with a fresh heartbeat.
@@ -131,4 +160,15 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 		}
 	}
 	return out
+}
+
+// preemptedWhy says what a preempted task yielded to.
+func preemptedWhy(t *domain.Task) string {
+	switch {
+	case t.PreemptFor != "":
+		return "preempted for " + t.PreemptFor
+	case t.Reason != "":
+		return "preempted (" + t.Reason + ")"
+	}
+	return "preempted"
 }

@@ -25,6 +25,9 @@ func (s *server) handler() http.Handler {
 	mux.HandleFunc("POST /v1/tasks/{id}/checklist", s.httpChecklist)
 	mux.HandleFunc("POST /v1/tasks/{id}/checkpoint", s.httpCheckpoint)
 	mux.HandleFunc("GET /v1/tasks/{id}/history", s.httpHistory)
+	mux.HandleFunc("GET /v1/nodes", s.httpNodes)
+	mux.HandleFunc("POST /v1/nodes/{node}/drain", s.httpDrain(false))
+	mux.HandleFunc("POST /v1/nodes/{node}/undrain", s.httpDrain(true))
 	// The same paths without a method answer 405 in JSON (ServeMux's own
 	// 405 is plain text); anything else is a JSON 404.
 	for path, allow := range map[string]string{
@@ -36,6 +39,9 @@ func (s *server) handler() http.Handler {
 		"/v1/tasks/{id}/checklist":  "POST",
 		"/v1/tasks/{id}/checkpoint": "POST",
 		"/v1/tasks/{id}/history":    "GET, HEAD",
+		"/v1/nodes":                 "GET, HEAD",
+		"/v1/nodes/{node}/drain":    "POST",
+		"/v1/nodes/{node}/undrain":  "POST",
 	} {
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)

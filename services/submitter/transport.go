@@ -18,7 +18,7 @@ import (
 
 // ops are the NATS operations this service answers, each on
 // api.SubjectPrefix + op.
-var ops = []string{api.OpSubmit, api.OpShow, api.OpQueue, api.OpCancel, api.OpAmend, api.OpChecklist, api.OpHistory, api.OpCheckpoint}
+var ops = []string{api.OpSubmit, api.OpShow, api.OpQueue, api.OpCancel, api.OpAmend, api.OpChecklist, api.OpHistory, api.OpCheckpoint, api.OpNodes, api.OpDrain, api.OpUndrain}
 
 // decodeBody reads one JSON value into v, rejecting unknown fields and
 // trailing data. An empty body leaves v as it is (the zero request).
@@ -87,6 +87,12 @@ func (s *server) dispatch(ctx context.Context, op string, data []byte) (res any,
 		return call(data, func(r api.CheckpointRequest) (api.CheckpointReply, error) { return s.checkpoint(ctx, r) })
 	case api.OpHistory:
 		return call(data, func(r api.IDRequest) ([]api.HistoryEntry, error) { return s.history(ctx, r.TaskID) })
+	case api.OpNodes:
+		return call(data, func(struct{}) ([]api.NodeView, error) { return s.nodes(ctx) })
+	case api.OpDrain:
+		return call(data, func(r api.DrainRequest) (api.NodeView, error) { return s.drain(ctx, r, false) })
+	case api.OpUndrain:
+		return call(data, func(r api.DrainRequest) (api.NodeView, error) { return s.drain(ctx, r, true) })
 	}
 	return nil, &opError{Status: http.StatusNotFound, Field: "op", Msg: fmt.Sprintf("unknown operation %q", op)}
 }
