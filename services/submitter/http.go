@@ -25,6 +25,7 @@ func (s *server) handler() http.Handler {
 	mux.HandleFunc("POST /v1/tasks/{id}/checklist", s.httpChecklist)
 	mux.HandleFunc("POST /v1/tasks/{id}/checkpoint", s.httpCheckpoint)
 	mux.HandleFunc("GET /v1/tasks/{id}/history", s.httpHistory)
+	mux.HandleFunc("GET /v1/tasks/{id}/logs", s.httpLogs)
 	// The same paths without a method answer 405 in JSON (ServeMux's own
 	// 405 is plain text); anything else is a JSON 404.
 	for path, allow := range map[string]string{
@@ -36,6 +37,7 @@ func (s *server) handler() http.Handler {
 		"/v1/tasks/{id}/checklist":  "POST",
 		"/v1/tasks/{id}/checkpoint": "POST",
 		"/v1/tasks/{id}/history":    "GET, HEAD",
+		"/v1/tasks/{id}/logs":       "GET, HEAD",
 	} {
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)

@@ -214,6 +214,9 @@ func (s *server) show(ctx context.Context, id string) (api.TaskView, error) {
 	if !ok {
 		return api.TaskView{}, notFound(id)
 	}
+	if err := s.withLog(ctx, &v); err != nil {
+		return api.TaskView{}, err
+	}
 	return v, nil
 }
 
