@@ -95,6 +95,7 @@ func oneID(c *cobra.Command, args []string) error {
 
 func newShow() *cobra.Command {
 	var f clientFlags
+	var tf timeFmt
 	c := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show one task",
@@ -122,48 +123,13 @@ func newShow() *cobra.Command {
 			if f.json {
 				return printJSON(os.Stdout, v)
 			}
-			printTask(v)
+			printTask(os.Stdout, v, tf, time.Now())
 			return nil
 		},
 	}
 	f.add(c)
+	tf.add(c)
 	return c
-}
-
-func printTask(v api.TaskView) {
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	row := func(k string, val any) { fmt.Fprintf(w, "%s:\t%v\n", k, val) }
-	row("task", v.TaskID)
-	row("name", v.Name)
-	row("team", v.Team)
-	row("priority", v.Priority)
-	row("state", v.State)
-	row("gpus", v.GPUs)
-	row("hours", v.Hours)
-	row("hypothesis", v.Hypothesis)
-	row("submitted", v.SubmittedAt.Local().Format(time.DateTime))
-	if v.Node != "" {
-		row("node", v.Node)
-	}
-	for _, p := range v.Placements {
-		row("  "+p.Node, strings.Join(p.GPUs, ","))
-	}
-	if v.Reason != "" {
-		row("reason", v.Reason)
-	}
-	if v.Preemptions > 0 {
-		row("preemptions", v.Preemptions)
-	}
-	if v.ResumeFrom != "" {
-		row("resume_from", v.ResumeFrom)
-	}
-	if v.ExitCode != nil {
-		row("exit_code", *v.ExitCode)
-	}
-	if v.Error != "" {
-		row("error", v.Error)
-	}
-	w.Flush()
 }
 
 func newQueue() *cobra.Command {
@@ -371,6 +337,7 @@ func cancelAll(ids []string, call func(id string) (api.TaskView, error), asJSON 
 
 func newAmend() *cobra.Command {
 	var f clientFlags
+	var tf timeFmt
 	var r api.AmendRequest
 	c := &cobra.Command{
 		Use:   "amend ID [--gpus N] [--priority P] [--hours H] [--hypothesis T]",
@@ -404,11 +371,12 @@ func newAmend() *cobra.Command {
 			if f.json {
 				return printJSON(os.Stdout, v)
 			}
-			printTask(v)
+			printTask(os.Stdout, v, tf, time.Now())
 			return nil
 		},
 	}
 	f.add(c)
+	tf.add(c)
 	c.Flags().IntVar(&r.GPUs, "gpus", 0, "new GPU count")
 	c.Flags().StringVar(&r.Priority, "priority", "", "new class")
 	c.Flags().Float64Var(&r.Hours, "hours", 0, "new estimated hours")
