@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -189,12 +188,30 @@ func historyEntry(r events.Record) api.HistoryEntry {
 		CausationID: r.Envelope.CausationID, Data: r.Envelope.Data}
 }
 
-func printEntry(e api.HistoryEntry) {
-	fmt.Printf("%6d  %s  %-17s  %s\n", e.Seq, e.Time.Local().Format("2006-01-02 15:04:05.000"), e.Type, string(e.Data))
+// entryFmt is how history and watch print events for people.
+type entryFmt struct {
+	timeFmt
+	wide bool
+}
+
+func (f *entryFmt) add(c *cobra.Command) {
+	f.timeFmt.add(c)
+	c.Flags().BoolVar(&f.wide, "wide", false, "print whole payloads (on a terminal they are shortened)")
+}
+
+// printEntry prints one event: sequence, time with its zone, wire name,
+// payload; the payload shortened when short is set.
+func printEntry(w io.Writer, e api.HistoryEntry, f entryFmt, short bool) {
+	data := string(e.Data)
+	if short && !f.wide {
+		data = shorten(e.Data)
+	}
+	fmt.Fprintf(w, "%6d  %s  %-17s  %s\n", e.Seq, f.ms(e.Time), e.Type, data)
 }
 
 func newHistory() *cobra.Command {
 	var f clientFlags
+	var ef entryFmt
 	c := &cobra.Command{
 		Use:   "history ID",
 		Short: "A task's events in log order, from the log itself",
@@ -219,13 +236,15 @@ func newHistory() *cobra.Command {
 			if f.json {
 				return printJSON(os.Stdout, out)
 			}
+			short := isTTY(os.Stdout)
 			for _, e := range out {
-				printEntry(e)
+				printEntry(os.Stdout, e, ef, short)
 			}
 			return nil
 		},
 	}
 	f.add(c)
+	ef.add(c)
 	return c
 }
 
@@ -474,58 +493,6 @@ func newCheckpoint() *cobra.Command {
 	f.add(c)
 	c.Flags().StringVar(&ref, "ref", "", "checkpoint reference (a path or URI)")
 	c.Flags().StringVar(&task, "task", "", "task id (default $GPUQ_TASK_ID)")
-	return c
-}
-
-func newWatch() *cobra.Command {
-	var f clientFlags
-	c := &cobra.Command{
-		Use:   "watch ID",
-		Short: "Stream a task's events as they happen; ends when the task ends",
-		Args:  oneID,
-		RunE: func(c *cobra.Command, args []string) error {
-			l, done, err := attach(&f)
-			if err != nil {
-				return err
-			}
-			defer done()
-			ctx := c.Context()
-			if !taskExists(ctx, l, args[0]) {
-				return &exitError{exitNotFound, fmt.Errorf("task %s not found", args[0])}
-			}
-			fl, err := l.Follow(ctx, 1, events.TaskSubjects(args[0]))
-			if err != nil {
-				return err
-			}
-			defer fl.Close()
-			enc := json.NewEncoder(os.Stdout)
-			for {
-				m, err := fl.Next(ctx)
-				if err != nil {
-					return err
-				}
-				r, err := events.Decode(m)
-				if err != nil {
-					return err
-				}
-				e := historyEntry(r)
-				if f.json {
-					_ = enc.Encode(e)
-				} else {
-					printEntry(e)
-				}
-				switch ev := r.Event.(type) {
-				case events.Completed:
-					return nil
-				case events.Failed:
-					return fmt.Errorf("task %s failed: %s", args[0], ev.Error)
-				case events.Cancelled:
-					return fmt.Errorf("task %s was cancelled", args[0])
-				}
-			}
-		},
-	}
-	f.add(c)
 	return c
 }
 
