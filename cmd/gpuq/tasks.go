@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	js "github.com/nats-io/nats.go/jetstream"
@@ -30,9 +30,12 @@ func newSubmit() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			r.GraceS = grace.Seconds()
-			env, err := exportEnv(export, os.Environ())
+			env, notes, err := exportEnv(export, os.Environ())
 			if err != nil {
 				return err
+			}
+			for _, n := range notes {
+				fmt.Fprintln(os.Stderr, "gpuq: "+n)
 			}
 			r.Env = env
 			if wd, err := os.Getwd(); err == nil {
@@ -78,7 +81,7 @@ func newSubmit() *cobra.Command {
 	fl.DurationVar(&grace, "grace", 120*time.Second, "time to checkpoint after the preemption signal")
 	fl.StringVar(&r.GPUModel, "gpu-model", "", "only GPUs whose model contains this (e.g. A100, H100)")
 	fl.IntVar(&minMemGiB, "min-gpu-mem", 0, "minimum memory per GPU in GiB")
-	fl.StringVar(&export, "export", "ALL", "environment for the job: ALL (yours, minus GPUQ_*, CUDA_VISIBLE_DEVICES and secret-looking names), NONE, or VAR1,VAR2")
+	fl.StringVar(&export, "export", "ALL", "environment for the job: ALL (yours, minus GPUQ_*, CUDA_VISIBLE_DEVICES and secret-looking names), NONE, or NAME and NAME=VALUE items joined by commas, after ALL or NONE if given (ALL,SEED=2)")
 	return c
 }
 
@@ -128,43 +131,6 @@ func newShow() *cobra.Command {
 	}
 	f.add(c)
 	tf.add(c)
-	return c
-}
-
-func newQueue() *cobra.Command {
-	var f clientFlags
-	var all bool
-	c := &cobra.Command{
-		Use:   "queue [--all]",
-		Short: "List tasks not yet finished (--all: every task)",
-		Args:  cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			cl, done, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer done()
-			var vs []api.TaskView
-			if err := cl.Call(api.OpQueue, api.QueueRequest{All: all}, &vs); err != nil {
-				return err
-			}
-			if vs == nil {
-				vs = []api.TaskView{}
-			}
-			if f.json {
-				return printJSON(os.Stdout, vs)
-			}
-			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "TASK\tNAME\tTEAM\tPRIORITY\tGPUS\tSTATE\tNODE\tSUBMITTED")
-			for _, v := range vs {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", v.TaskID, v.Name, v.Team, v.Priority, v.GPUs, v.State, v.Node,
-					v.SubmittedAt.Local().Format(time.DateTime))
-			}
-			return w.Flush()
-		},
-	}
-	f.add(c)
-	c.Flags().BoolVar(&all, "all", false, "include finished tasks")
 	return c
 }
 
@@ -497,35 +463,55 @@ func newCheckpoint() *cobra.Command {
 }
 
 // exportEnv picks the environment exported with a task, like Slurm's
-// --export: ALL, NONE or a comma-separated list of names.
-func exportEnv(spec string, environ []string) (map[string]string, error) {
+// --export: ALL, NONE, or a comma-separated list of NAME (its value here)
+// and NAME=VALUE (that value), optionally after ALL or NONE
+// (ALL,FOO=1: everything and FOO=1). A value cannot contain a comma. A
+// NAME that is not set here is left out, with a note in notes.
+func exportEnv(spec string, environ []string) (env map[string]string, notes []string, err error) {
 	all := map[string]string{}
 	for _, kv := range environ {
 		if k, v, ok := strings.Cut(kv, "="); ok && !domain.ExportExcluded(k) {
 			all[k] = v
 		}
 	}
-	switch strings.ToUpper(strings.TrimSpace(spec)) {
-	case "ALL", "":
-		return all, nil
-	case "NONE":
-		return nil, nil
-	}
+	items := strings.Split(spec, ",")
 	out := map[string]string{}
-	for _, k := range strings.Split(spec, ",") {
-		k = strings.TrimSpace(k)
-		if k == "" {
+	switch strings.ToUpper(strings.TrimSpace(items[0])) {
+	case "ALL", "":
+		out, items = all, items[1:]
+	case "NONE":
+		items = items[1:]
+	}
+	for _, it := range items {
+		k, v, hasValue := strings.Cut(strings.TrimSpace(it), "=")
+		if k == "" && !hasValue {
 			continue
 		}
-		if domain.ExportExcluded(k) {
-			return nil, invalid("export", k+" is never exported (set by the agent, or looks like a secret)")
-		}
-		if v, ok := all[k]; ok {
+		switch {
+		case !envName.MatchString(k):
+			return nil, nil, invalid("export", fmt.Sprintf("%q is not a variable name: give ALL, NONE, NAME or NAME=VALUE, joined by commas (a letter or _, then letters, digits, _)", k))
+		case strings.EqualFold(k, "ALL") || strings.EqualFold(k, "NONE"):
+			return nil, nil, invalid("export", k+" must come first")
+		case domain.ExportExcluded(k):
+			return nil, nil, invalid("export", k+" is never exported (set by the agent, or looks like a secret)")
+		case hasValue:
 			out[k] = v
+		default:
+			if val, ok := all[k]; ok {
+				out[k] = val
+			} else {
+				notes = append(notes, fmt.Sprintf("export: %s is not set here; not exported (NAME=VALUE gives a value)", k))
+			}
 		}
 	}
-	return out, nil
+	if len(out) == 0 {
+		return nil, notes, nil
+	}
+	return out, notes, nil
 }
+
+// envName is a portable environment variable name.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // taskExists reports whether the log holds the task's submission.
 func taskExists(ctx context.Context, l events.Log, id string) bool {
