@@ -253,6 +253,8 @@ func newWait() *cobra.Command {
 					return nil
 				case domain.TaskState(v.State).Terminal():
 					return &exitError{exitNotRun, fmt.Errorf("task %s ended without starting: %s", id, v.State)}
+				case a.Action == estimate.ChangeRequest:
+					return &exitError{exitNotRun, fmt.Errorf("task %s cannot start on this cluster as it is (%s); change the request or cancel it", id, a.Reason)}
 				}
 				select {
 				case <-ctx.Done():

@@ -81,6 +81,7 @@ func newSubmit() *cobra.Command {
 	fl.DurationVar(&grace, "grace", 120*time.Second, "time to checkpoint after the preemption signal")
 	fl.StringVar(&r.GPUModel, "gpu-model", "", "only GPUs whose model contains this (e.g. A100, H100)")
 	fl.IntVar(&minMemGiB, "min-gpu-mem", 0, "minimum memory per GPU in GiB")
+	fl.BoolVar(&r.AllowUnplaceable, "allow-unplaceable", false, "queue the task even if no node of the cluster as it is could hold it (for a cluster about to grow)")
 	fl.StringVar(&export, "export", "ALL", "environment for the job: ALL (yours, minus GPUQ_*, CUDA_VISIBLE_DEVICES and secret-looking names), NONE, or NAME and NAME=VALUE items joined by commas, after ALL or NONE if given (ALL,SEED=2)")
 	return c
 }
