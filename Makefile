@@ -5,15 +5,23 @@ MODULES := $(shell $(GO) list -f '{{.Dir}}' -m 2>/dev/null)
 PKGS := $(addsuffix /...,$(MODULES))
 export CGO_ENABLED := 1
 export CGO_CFLAGS := -Wno-deprecated-declarations
-DATA ?= ./.gpuq
-NATS_PORT ?= 4222
-HTTP ?= 127.0.0.1:8080
+# make run's own gpuq dev: its data directory and ports differ from the
+# tour's `bin/gpuq dev` defaults (./.gpuq, 4222, 8080), so the two never
+# share a log or a port.
+DATA ?= ./.gpuq-demo
+NATS_PORT ?= 4322
+HTTP ?= 127.0.0.1:8180
 
 .DEFAULT_GOAL := help
 .PHONY: help build run test test-race test-faults lint bench contract compose-up compose-down compose-smoke images clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
+	@echo
+	@echo "Variables (make run VAR=value):"
+	@echo "  DATA           make run's data directory (default $(DATA))"
+	@echo "  NATS_PORT      make run's NATS port (default $(NATS_PORT))"
+	@echo "  HTTP           make run's HTTP API address (default $(HTTP))"
 
 build: ## Build bin/gpuq
 	$(GO) build -o bin/gpuq ./cmd/gpuq
@@ -68,5 +76,5 @@ compose-smoke: images ## Compose smoke: up, one 2-GPU task over HTTP to complete
 compose-down: ## Stop the compose stack
 	docker-compose -f deploy/compose.yaml down -v
 
-clean: ## Remove build outputs and the dev data dir
-	rm -rf bin $(DATA)
+clean: ## Remove build outputs and the dev data dirs (make run's and the tour's)
+	rm -rf bin $(DATA) ./.gpuq

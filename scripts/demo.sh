@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # make run: start `gpuq dev`, submit a small demo once it is healthy, keep running.
 set -euo pipefail
-DATA=${1:-./.gpuq}; PORT=${2:-4222}; HTTP=${3:-127.0.0.1:8080}
+DATA=${1:-./.gpuq-demo}; PORT=${2:-4322}; HTTP=${3:-127.0.0.1:8180}
 export GPUQ_NATS_URL=nats://127.0.0.1:$PORT
 bin/gpuq dev --data "$DATA" --nats-port "$PORT" --http "$HTTP" --gpus 8 --nodes 2 &
 DEV=$!
-trap 'kill $DEV 2>/dev/null; wait $DEV 2>/dev/null' EXIT INT TERM
+# Ctrl-C (or kill) stops gpuq dev cleanly and ends make run with exit 0.
+stop() { trap - EXIT INT TERM; kill -INT $DEV 2>/dev/null; wait $DEV 2>/dev/null || true; exit 0; }
+trap stop INT TERM
+trap 'kill $DEV 2>/dev/null || true' EXIT
 for _ in $(seq 1 150); do curl -fsS "http://$HTTP/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
 sub() { bin/gpuq submit --team "$1" --priority "$2" --gpus "$3" --hours "$4" --name "$5" --hypothesis "$6" --command "$7"; }
 echo
@@ -23,7 +26,8 @@ Watch them:
   bin/gpuq watch $c      # one task's events as they happen
   bin/gpuq estimate $c   # when it starts, why it waits, what to do meanwhile
   bin/gpuq history $a --json
+  bin/gpuq logs -f $a     # its output, from its node
   curl -s http://$HTTP/v1/tasks | python3 -m json.tool
 Ctrl-C stops gpuq dev; \`make run\` again continues from $DATA.
 MSG
-wait $DEV
+wait $DEV || true

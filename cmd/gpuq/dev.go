@@ -161,7 +161,7 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, services)
+	errc := make(chan error, services+f.nodes)
 	var wg sync.WaitGroup
 	spawn := func(name string, run func() error) {
 		wg.Add(1)
@@ -186,9 +186,13 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	for i := 1; i <= f.nodes; i++ {
 		node := fmt.Sprintf("node-%d", i)
 		i := i
+		agentData := filepath.Join(data, "agents", node)
+		spawn("gpuagent logs "+node, func() error {
+			return gpuagent.ServeLogs(ctx, gpuagent.LogsConfig{NC: nc, Node: node, DataDir: agentData, Logger: logger})
+		})
 		spawn("gpuagent "+node, func() error {
 			return gpuagent.Run(ctx, gpuagent.Config{Log: log, JS: js, Node: node, NATSURL: url,
-				DataDir: filepath.Join(data, "agents", node), CheckpointRoot: filepath.Join(data, "checkpoints"),
+				DataDir: agentData, CheckpointRoot: filepath.Join(data, "checkpoints"),
 				Inventory: inventory.Options{Mock: !f.realNVML, MockGPUs: f.gpus, MockModel: f.model},
 				Heartbeat: f.heartbeat, NodeTimeout: f.nodeTO, StopOnExit: true,
 				Logger: logger.With().Str("svc", "gpuagent").Str("node", node).Logger(), Ready: readyFn(2 + i)})

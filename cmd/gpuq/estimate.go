@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -99,15 +101,15 @@ func until(t, now time.Time) string {
 func newStats() *cobra.Command {
 	var f clientFlags
 	c := &cobra.Command{
-		Use:   "stats estimates",
-		Short: "How right the estimates were: P90 coverage, median P50 error, alerts",
+		Use:   "stats [estimates]",
+		Short: "The queue now (tasks by state, GPUs held) and how right the estimates were; `estimates`: only those",
 		Args: func(c *cobra.Command, args []string) error {
-			if len(args) != 1 || args[0] != "estimates" {
-				return invalid("what", "the only statistics are `estimates`")
+			if len(args) > 1 || len(args) == 1 && args[0] != "estimates" {
+				return invalid("what", fmt.Sprintf("the only statistics are `estimates`, or none for a summary (got %q)", strings.Join(args, " ")))
 			}
 			return nil
 		},
-		RunE: func(c *cobra.Command, _ []string) error {
+		RunE: func(c *cobra.Command, args []string) error {
 			cl, done, err := f.client()
 			if err != nil {
 				return err
@@ -117,16 +119,72 @@ func newStats() *cobra.Command {
 			if err := cl.Call(api.OpStats, struct{}{}, &s); err != nil {
 				return err
 			}
-			if f.json {
-				return printJSON(os.Stdout, s)
+			if len(args) == 1 {
+				if f.json {
+					return printJSON(os.Stdout, s)
+				}
+				printEstimateStats(os.Stdout, s)
+				return nil
 			}
-			fmt.Printf("judged: %v tasks (waited ≥ 60 s)\nP90 coverage: %.1f%%\nmedian |P50 error|: %s\nalerts raised: %v\n",
-				s["n"], 100*num(s["p90_coverage"]), time.Duration(num(s["p50_median_abs_err_s"])*float64(time.Second)).Round(time.Second), s["alerts_raised"])
+			var vs []api.TaskView
+			if err := cl.Call(api.OpQueue, api.QueueRequest{All: true}, &vs); err != nil {
+				return err
+			}
+			sum := summarise(vs)
+			if f.json {
+				return printJSON(os.Stdout, map[string]any{"tasks": sum.states, "gpus_held": sum.gpus, "teams": sum.teams, "estimates": s})
+			}
+			printSummary(os.Stdout, sum)
+			printEstimateStats(os.Stdout, s)
 			return nil
 		},
 	}
 	f.add(c)
 	return c
+}
+
+func printEstimateStats(w io.Writer, s map[string]any) {
+	fmt.Fprintf(w, "judged: %v tasks (waited ≥ 60 s)\nP90 coverage: %.1f%%\nmedian |P50 error|: %s\nalerts raised: %v\n",
+		s["n"], 100*num(s["p90_coverage"]), time.Duration(num(s["p50_median_abs_err_s"])*float64(time.Second)).Round(time.Second), s["alerts_raised"])
+}
+
+// summary counts tasks by state, and the GPUs held, in all and per team.
+type summary struct {
+	states map[string]int
+	gpus   int
+	teams  map[string]map[string]int // team → state → tasks, and "gpus_held"
+}
+
+func summarise(vs []api.TaskView) summary {
+	s := summary{states: map[string]int{}, teams: map[string]map[string]int{}}
+	for _, st := range allStates {
+		s.states[st] = 0
+	}
+	for _, v := range vs {
+		s.states[v.State]++
+		if s.teams[v.Team] == nil {
+			s.teams[v.Team] = map[string]int{"gpus_held": 0}
+		}
+		s.teams[v.Team][v.State]++
+		if len(v.Placements) > 0 {
+			s.gpus += v.GPUs
+			s.teams[v.Team]["gpus_held"] += v.GPUs
+		}
+	}
+	return s
+}
+
+func printSummary(w io.Writer, s summary) {
+	var parts []string
+	for _, st := range allStates {
+		parts = append(parts, fmt.Sprintf("%d %s", s.states[st], st))
+	}
+	fmt.Fprintf(w, "tasks: %s\nGPUs held: %d\n", strings.Join(parts, ", "), s.gpus)
+	teams := slices.Sorted(maps.Keys(s.teams))
+	for _, t := range teams {
+		c := s.teams[t]
+		fmt.Fprintf(w, "  %s: %d queued, %d running, %d GPUs held\n", t, c["queued"], c["running"]+c["dispatched"]+c["preempting"], c["gpus_held"])
+	}
 }
 
 func num(v any) float64 {
@@ -195,6 +253,8 @@ func newWait() *cobra.Command {
 					return nil
 				case domain.TaskState(v.State).Terminal():
 					return &exitError{exitNotRun, fmt.Errorf("task %s ended without starting: %s", id, v.State)}
+				case a.Action == estimate.ChangeRequest:
+					return &exitError{exitNotRun, fmt.Errorf("task %s cannot start on this cluster as it is (%s); change the request or cancel it", id, a.Reason)}
 				}
 				select {
 				case <-ctx.Done():

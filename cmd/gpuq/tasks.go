@@ -2,12 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	js "github.com/nats-io/nats.go/jetstream"
@@ -31,9 +30,12 @@ func newSubmit() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			r.GraceS = grace.Seconds()
-			env, err := exportEnv(export, os.Environ())
+			env, notes, err := exportEnv(export, os.Environ())
 			if err != nil {
 				return err
+			}
+			for _, n := range notes {
+				fmt.Fprintln(os.Stderr, "gpuq: "+n)
 			}
 			r.Env = env
 			if wd, err := os.Getwd(); err == nil {
@@ -79,7 +81,8 @@ func newSubmit() *cobra.Command {
 	fl.DurationVar(&grace, "grace", 120*time.Second, "time to checkpoint after the preemption signal")
 	fl.StringVar(&r.GPUModel, "gpu-model", "", "only GPUs whose model contains this (e.g. A100, H100)")
 	fl.IntVar(&minMemGiB, "min-gpu-mem", 0, "minimum memory per GPU in GiB")
-	fl.StringVar(&export, "export", "ALL", "environment for the job: ALL (yours, minus GPUQ_*, CUDA_VISIBLE_DEVICES and secret-looking names), NONE, or VAR1,VAR2")
+	fl.BoolVar(&r.AllowUnplaceable, "allow-unplaceable", false, "queue the task even if no node of the cluster as it is could hold it (for a cluster about to grow)")
+	fl.StringVar(&export, "export", "ALL", "environment for the job: ALL (yours, minus GPUQ_*, CUDA_VISIBLE_DEVICES and secret-looking names), NONE, or NAME and NAME=VALUE items joined by commas, after ALL or NONE if given (ALL,SEED=2)")
 	return c
 }
 
@@ -95,6 +98,7 @@ func oneID(c *cobra.Command, args []string) error {
 
 func newShow() *cobra.Command {
 	var f clientFlags
+	var tf timeFmt
 	c := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show one task",
@@ -122,84 +126,12 @@ func newShow() *cobra.Command {
 			if f.json {
 				return printJSON(os.Stdout, v)
 			}
-			printTask(v)
+			printTask(os.Stdout, v, tf, time.Now())
 			return nil
 		},
 	}
 	f.add(c)
-	return c
-}
-
-func printTask(v api.TaskView) {
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	row := func(k string, val any) { fmt.Fprintf(w, "%s:\t%v\n", k, val) }
-	row("task", v.TaskID)
-	row("name", v.Name)
-	row("team", v.Team)
-	row("priority", v.Priority)
-	row("state", v.State)
-	row("gpus", v.GPUs)
-	row("hours", v.Hours)
-	row("hypothesis", v.Hypothesis)
-	row("submitted", v.SubmittedAt.Local().Format(time.DateTime))
-	if v.Node != "" {
-		row("node", v.Node)
-	}
-	for _, p := range v.Placements {
-		row("  "+p.Node, strings.Join(p.GPUs, ","))
-	}
-	if v.Reason != "" {
-		row("reason", v.Reason)
-	}
-	if v.Preemptions > 0 {
-		row("preemptions", v.Preemptions)
-	}
-	if v.ResumeFrom != "" {
-		row("resume_from", v.ResumeFrom)
-	}
-	if v.ExitCode != nil {
-		row("exit_code", *v.ExitCode)
-	}
-	if v.Error != "" {
-		row("error", v.Error)
-	}
-	w.Flush()
-}
-
-func newQueue() *cobra.Command {
-	var f clientFlags
-	var all bool
-	c := &cobra.Command{
-		Use:   "queue [--all]",
-		Short: "List tasks not yet finished (--all: every task)",
-		Args:  cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			cl, done, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer done()
-			var vs []api.TaskView
-			if err := cl.Call(api.OpQueue, api.QueueRequest{All: all}, &vs); err != nil {
-				return err
-			}
-			if vs == nil {
-				vs = []api.TaskView{}
-			}
-			if f.json {
-				return printJSON(os.Stdout, vs)
-			}
-			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "TASK\tNAME\tTEAM\tPRIORITY\tGPUS\tSTATE\tNODE\tSUBMITTED")
-			for _, v := range vs {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", v.TaskID, v.Name, v.Team, v.Priority, v.GPUs, v.State, v.Node,
-					v.SubmittedAt.Local().Format(time.DateTime))
-			}
-			return w.Flush()
-		},
-	}
-	f.add(c)
-	c.Flags().BoolVar(&all, "all", false, "include finished tasks")
+	tf.add(c)
 	return c
 }
 
@@ -223,12 +155,30 @@ func historyEntry(r events.Record) api.HistoryEntry {
 		CausationID: r.Envelope.CausationID, Data: r.Envelope.Data}
 }
 
-func printEntry(e api.HistoryEntry) {
-	fmt.Printf("%6d  %s  %-17s  %s\n", e.Seq, e.Time.Local().Format("2006-01-02 15:04:05.000"), e.Type, string(e.Data))
+// entryFmt is how history and watch print events for people.
+type entryFmt struct {
+	timeFmt
+	wide bool
+}
+
+func (f *entryFmt) add(c *cobra.Command) {
+	f.timeFmt.add(c)
+	c.Flags().BoolVar(&f.wide, "wide", false, "print whole payloads (on a terminal they are shortened)")
+}
+
+// printEntry prints one event: sequence, time with its zone, wire name,
+// payload; the payload shortened when short is set.
+func printEntry(w io.Writer, e api.HistoryEntry, f entryFmt, short bool) {
+	data := string(e.Data)
+	if short && !f.wide {
+		data = shorten(e.Data)
+	}
+	fmt.Fprintf(w, "%6d  %s  %-17s  %s\n", e.Seq, f.ms(e.Time), e.Type, data)
 }
 
 func newHistory() *cobra.Command {
 	var f clientFlags
+	var ef entryFmt
 	c := &cobra.Command{
 		Use:   "history ID",
 		Short: "A task's events in log order, from the log itself",
@@ -253,13 +203,15 @@ func newHistory() *cobra.Command {
 			if f.json {
 				return printJSON(os.Stdout, out)
 			}
+			short := isTTY(os.Stdout)
 			for _, e := range out {
-				printEntry(e)
+				printEntry(os.Stdout, e, ef, short)
 			}
 			return nil
 		},
 	}
 	f.add(c)
+	ef.add(c)
 	return c
 }
 
@@ -371,6 +323,7 @@ func cancelAll(ids []string, call func(id string) (api.TaskView, error), asJSON 
 
 func newAmend() *cobra.Command {
 	var f clientFlags
+	var tf timeFmt
 	var r api.AmendRequest
 	c := &cobra.Command{
 		Use:   "amend ID [--gpus N] [--priority P] [--hours H] [--hypothesis T]",
@@ -404,11 +357,12 @@ func newAmend() *cobra.Command {
 			if f.json {
 				return printJSON(os.Stdout, v)
 			}
-			printTask(v)
+			printTask(os.Stdout, v, tf, time.Now())
 			return nil
 		},
 	}
 	f.add(c)
+	tf.add(c)
 	c.Flags().IntVar(&r.GPUs, "gpus", 0, "new GPU count")
 	c.Flags().StringVar(&r.Priority, "priority", "", "new class")
 	c.Flags().Float64Var(&r.Hours, "hours", 0, "new estimated hours")
@@ -509,88 +463,56 @@ func newCheckpoint() *cobra.Command {
 	return c
 }
 
-func newWatch() *cobra.Command {
-	var f clientFlags
-	c := &cobra.Command{
-		Use:   "watch ID",
-		Short: "Stream a task's events as they happen; ends when the task ends",
-		Args:  oneID,
-		RunE: func(c *cobra.Command, args []string) error {
-			l, done, err := attach(&f)
-			if err != nil {
-				return err
-			}
-			defer done()
-			ctx := c.Context()
-			if !taskExists(ctx, l, args[0]) {
-				return &exitError{exitNotFound, fmt.Errorf("task %s not found", args[0])}
-			}
-			fl, err := l.Follow(ctx, 1, events.TaskSubjects(args[0]))
-			if err != nil {
-				return err
-			}
-			defer fl.Close()
-			enc := json.NewEncoder(os.Stdout)
-			for {
-				m, err := fl.Next(ctx)
-				if err != nil {
-					return err
-				}
-				r, err := events.Decode(m)
-				if err != nil {
-					return err
-				}
-				e := historyEntry(r)
-				if f.json {
-					_ = enc.Encode(e)
-				} else {
-					printEntry(e)
-				}
-				switch ev := r.Event.(type) {
-				case events.Completed:
-					return nil
-				case events.Failed:
-					return fmt.Errorf("task %s failed: %s", args[0], ev.Error)
-				case events.Cancelled:
-					return fmt.Errorf("task %s was cancelled", args[0])
-				}
-			}
-		},
-	}
-	f.add(c)
-	return c
-}
-
 // exportEnv picks the environment exported with a task, like Slurm's
-// --export: ALL, NONE or a comma-separated list of names.
-func exportEnv(spec string, environ []string) (map[string]string, error) {
+// --export: ALL, NONE, or a comma-separated list of NAME (its value here)
+// and NAME=VALUE (that value), optionally after ALL or NONE
+// (ALL,FOO=1: everything and FOO=1). A value cannot contain a comma. A
+// NAME that is not set here is left out, with a note in notes.
+func exportEnv(spec string, environ []string) (env map[string]string, notes []string, err error) {
 	all := map[string]string{}
 	for _, kv := range environ {
 		if k, v, ok := strings.Cut(kv, "="); ok && !domain.ExportExcluded(k) {
 			all[k] = v
 		}
 	}
-	switch strings.ToUpper(strings.TrimSpace(spec)) {
-	case "ALL", "":
-		return all, nil
-	case "NONE":
-		return nil, nil
-	}
+	items := strings.Split(spec, ",")
 	out := map[string]string{}
-	for _, k := range strings.Split(spec, ",") {
-		k = strings.TrimSpace(k)
-		if k == "" {
+	switch strings.ToUpper(strings.TrimSpace(items[0])) {
+	case "ALL", "":
+		out, items = all, items[1:]
+	case "NONE":
+		items = items[1:]
+	}
+	for _, it := range items {
+		k, v, hasValue := strings.Cut(strings.TrimSpace(it), "=")
+		if k == "" && !hasValue {
 			continue
 		}
-		if domain.ExportExcluded(k) {
-			return nil, invalid("export", k+" is never exported (set by the agent, or looks like a secret)")
-		}
-		if v, ok := all[k]; ok {
+		switch {
+		case !envName.MatchString(k):
+			return nil, nil, invalid("export", fmt.Sprintf("%q is not a variable name: give ALL, NONE, NAME or NAME=VALUE, joined by commas (a letter or _, then letters, digits, _)", k))
+		case strings.EqualFold(k, "ALL") || strings.EqualFold(k, "NONE"):
+			return nil, nil, invalid("export", k+" must come first")
+		case domain.ExportExcluded(k):
+			return nil, nil, invalid("export", k+" is never exported (set by the agent, or looks like a secret)")
+		case hasValue:
 			out[k] = v
+		default:
+			if val, ok := all[k]; ok {
+				out[k] = val
+			} else {
+				notes = append(notes, fmt.Sprintf("export: %s is not set here; not exported (NAME=VALUE gives a value)", k))
+			}
 		}
 	}
-	return out, nil
+	if len(out) == 0 {
+		return nil, notes, nil
+	}
+	return out, notes, nil
 }
+
+// envName is a portable environment variable name.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // taskExists reports whether the log holds the task's submission.
 func taskExists(ctx context.Context, l events.Log, id string) bool {

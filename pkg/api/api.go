@@ -133,13 +133,18 @@ type TaskView struct {
 	EndedAt      *time.Time      `json:"ended_at,omitempty"`
 	ExitCode     *int            `json:"exit_code,omitempty"`
 	Error        string          `json:"error,omitempty"`
+	StderrTail   string          `json:"stderr_tail,omitempty"`
 	Reason       string          `json:"reason,omitempty"`
 	Preemptions  int             `json:"preemptions"`
 	Checkpoint   string          `json:"checkpoint,omitempty"`
 	ResumeFrom   string          `json:"resume_from,omitempty"`
 	LostGPUHours float64         `json:"lost_gpu_hours,omitempty"`
 	Checklist    map[string]bool `json:"checklist,omitempty"`
-	Seq          uint64          `json:"seq"`
+	// LogNode and LogPath: where the task's output is (the node of its
+	// latest start, and the file there); `show` only.
+	LogNode string `json:"log_node,omitempty"`
+	LogPath string `json:"log_path,omitempty"`
+	Seq     uint64 `json:"seq"`
 }
 
 // PlacementView is a part of a task on one node.
@@ -153,7 +158,7 @@ func View(t *domain.Task) TaskView {
 	v := TaskView{
 		TaskID: t.ID, Name: t.Name, Team: t.Team, Priority: t.Priority.String(), GPUs: t.GPUs, Hours: t.Hours,
 		Hypothesis: t.Hypothesis, Command: t.Command, Preemptible: t.Preemptible, GPUModel: t.GPUModel,
-		State: string(t.State), Node: t.Node, SubmittedAt: t.SubmittedAt, Error: t.Error, Reason: t.Reason,
+		State: string(t.State), Node: t.Node, SubmittedAt: t.SubmittedAt, Error: t.Error, StderrTail: t.StderrTail, Reason: reason(t),
 		Preemptions: t.Preemptions, Checkpoint: t.Checkpoint, ResumeFrom: t.ResumeFrom,
 		LostGPUHours: t.LostGPUSecs / 3600, Seq: t.LastSeq,
 	}
@@ -182,6 +187,23 @@ func View(t *domain.Task) TaskView {
 		v.Node = ""
 	}
 	return v
+}
+
+// reason is the task's reason as its state says it: the last decision's
+// while it is queued, placed or being preempted, or cancelled; how it
+// ended once it completed or failed (a failed task's last decision, its
+// placement, says nothing of why it failed).
+func reason(t *domain.Task) string {
+	switch t.State {
+	case domain.Completed:
+		return fmt.Sprintf("completed: exit code %d", t.ExitCode)
+	case domain.Failed:
+		if t.Error != "" {
+			return "failed: " + t.Error
+		}
+		return fmt.Sprintf("failed: exit code %d", t.ExitCode)
+	}
+	return t.Reason
 }
 
 // HistoryEntry is one event of a task's history.

@@ -42,6 +42,10 @@ type Request struct {
 	// working directory when it exists on the node.
 	Env map[string]string `json:"env,omitempty"`
 	Dir string            `json:"dir,omitempty"`
+	// AllowUnplaceable queues a task that no node of the cluster as it is
+	// could hold (for a cluster about to grow); without it the submitter
+	// refuses such a task. It is not recorded.
+	AllowUnplaceable bool `json:"allow_unplaceable,omitempty"`
 }
 
 // MaxEnvBytes bounds the exported environment of one task.

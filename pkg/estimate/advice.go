@@ -94,6 +94,14 @@ func (e *Estimator) advise(st *domain.State, t *domain.Task, pos int, est Estima
 		if a.Reason == "" {
 			a.Reason = policy.ReasonUnsatisfiable
 		}
+		// Waiting cannot help a task no node could ever hold: the advice
+		// is to change the request, and why.
+		if fe := policy.Unplaceable(st, t); fe != nil {
+			a.Reason = policy.ReasonUnsatisfiable
+			a.Action = ChangeRequest
+			a.ActionText = fmt.Sprintf("Change the request: it cannot start on this cluster as it is (%s: %s). "+
+				"Amend it (gpuq amend %s --gpus N keeps its place) or cancel it; waiting will not help.", fe.Field, fe.Rule, t.ID)
+		}
 	}
 	waited := now.Sub(t.SubmittedAt)
 	// The one moment to worry: the wait passed 2× the estimate at submission.

@@ -42,6 +42,10 @@ type Action struct {
 // WaitCalmly is the action once preparation is done.
 const WaitCalmly = "wait_calmly"
 
+// ChangeRequest is the action for a task no node could ever hold: waiting
+// will not help.
+const ChangeRequest = "change_request"
+
 var actionText = map[string]string{
 	domain.ItemCodeReview:     "Review the code: check the training script for bugs, the config, and the data pipeline.",
 	domain.ItemExperimentPlan: "Plan the experiments: set priorities, the resources for the next runs, and a fallback plan.",

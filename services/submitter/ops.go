@@ -17,6 +17,7 @@ import (
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/policy"
 )
 
 // opError is an operation's failure as both transports report it.
@@ -120,7 +121,24 @@ func (s *server) submit(ctx context.Context, req domain.Request) (api.SubmitRepl
 		}
 	}
 
-	// 2. Append; the message id covers concurrent retries.
+	// 2. Refuse a task no node could ever hold, unless asked not to; the
+	// policy says what "could" means.
+	if !req.AllowUnplaceable {
+		if key == "" {
+			if err := s.sync(ctx); err != nil {
+				return api.SubmitReply{}, err
+			}
+		}
+		var fe *domain.FieldError
+		s.m.read(func(st *domain.State) {
+			fe = policy.Unplaceable(st, &domain.Task{GPUs: req.GPUs, GPUModel: req.GPUModel, MinGPUMemMiB: req.MinGPUMemMiB})
+		})
+		if fe != nil {
+			return api.SubmitReply{}, invalid(fe.Field, "cannot run on this cluster: "+fe.Rule+"; submit with allow_unplaceable (--allow-unplaceable) to queue it anyway")
+		}
+	}
+
+	// 3. Append; the message id covers concurrent retries.
 	id, err := uuid.NewV7()
 	if err != nil {
 		return api.SubmitReply{}, err
@@ -146,7 +164,7 @@ func (s *server) submit(ctx context.Context, req domain.Request) (api.SubmitRepl
 				Int("gpus", e.GPUs).Uint64("seq", ack.Seq).Msg("submitted")
 			return api.SubmitReply{TaskID: e.TaskID, Seq: ack.Seq}, nil
 		}
-		// 3. A concurrent retry won: answer with the original.
+		// A concurrent retry won: answer with the original.
 		orig, err := s.submittedAt(ctx, ack.Seq)
 		if err != nil {
 			return api.SubmitReply{}, err
@@ -213,6 +231,9 @@ func (s *server) show(ctx context.Context, id string) (api.TaskView, error) {
 	})
 	if !ok {
 		return api.TaskView{}, notFound(id)
+	}
+	if err := s.withLog(ctx, &v); err != nil {
+		return api.TaskView{}, err
 	}
 	return v, nil
 }

@@ -53,6 +53,7 @@ const (
 // server holds what the operations share.
 type server struct {
 	log         events.Log
+	nc          *nats.Conn // asks agents for task output; nil: no logs
 	limits      domain.Limits
 	now         func() time.Time
 	logger      zerolog.Logger
@@ -69,6 +70,7 @@ func newServer(cfg Config) *server {
 	}
 	return &server{
 		log:         cfg.Log,
+		nc:          cfg.NC,
 		limits:      cfg.Limits,
 		now:         now,
 		logger:      cfg.Logger,

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -20,21 +21,36 @@ import (
 // api.SubjectPrefix + op.
 var ops = []string{api.OpSubmit, api.OpShow, api.OpQueue, api.OpCancel, api.OpAmend, api.OpChecklist, api.OpHistory, api.OpCheckpoint, api.OpNodes, api.OpDrain, api.OpUndrain}
 
-// decodeBody reads one JSON value into v, rejecting unknown fields and
-// trailing data. An empty body leaves v as it is (the zero request).
-// Errors name the field when a value has the wrong type, else "body".
+// decodeBody reads one JSON object into v, strictly: no unknown fields, no
+// repeated keys (the last would win silently), no trailing data, and a
+// whole number where the field is an integer. An empty body leaves v as it
+// is (the zero request). Errors name the field and the rule, never a Go
+// type; "body" when the body as a whole is at fault.
 func decodeBody(data []byte, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil
+	}
+	if err := noRepeatedKeys(data); err != nil {
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return invalid(te.Field, fmt.Sprintf("must be a JSON %s (got %s)", jsonKind(te.Type.Kind().String()), te.Value))
+		var se *json.SyntaxError
+		switch {
+		case errors.As(err, &te) && te.Field != "":
+			return invalid(te.Field, jsonRule(te.Type.Kind(), te.Value))
+		case errors.As(err, &te):
+			return invalid("body", fmt.Sprintf("must be a JSON object (got %s)", jsonValueKind(te.Value)))
+		case errors.As(err, &se):
+			return invalid("body", fmt.Sprintf("invalid JSON at byte %d: %s", se.Offset, se.Error()))
 		}
-		return invalid("body", "invalid JSON: "+strings.TrimPrefix(err.Error(), "json: "))
+		msg := strings.TrimPrefix(err.Error(), "json: ")
+		if f, ok := strings.CutPrefix(msg, "unknown field "); ok {
+			return invalid("body", "unknown field "+f+": not a field of this request")
+		}
+		return invalid("body", "invalid JSON: "+msg)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return invalid("body", "invalid JSON: unexpected data after the value")
@@ -42,18 +58,94 @@ func decodeBody(data []byte, v any) error {
 	return nil
 }
 
-func jsonKind(goKind string) string {
-	switch goKind {
-	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64", "float32", "float64":
-		return "number"
-	case "bool":
-		return "boolean"
-	case "struct", "map":
-		return "object"
-	case "slice", "array":
-		return "array"
+// jsonRule states what a field of kind k must be; got is the decoder's
+// description of the value ("number 2.5", "string", "array").
+func jsonRule(k reflect.Kind, got string) string {
+	var rule string
+	switch k {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		rule = "must be a whole number"
+		if n, ok := strings.CutPrefix(got, "number "); ok {
+			return fmt.Sprintf("%s (got %s)", rule, n)
+		}
+	case reflect.Float32, reflect.Float64:
+		rule = "must be a number"
+	case reflect.Bool:
+		rule = "must be true or false"
+	case reflect.String:
+		rule = "must be a JSON string"
+	case reflect.Struct, reflect.Map:
+		rule = "must be a JSON object"
+	case reflect.Slice, reflect.Array:
+		rule = "must be a JSON array"
+	default:
+		rule = "has the wrong type"
 	}
-	return goKind
+	return fmt.Sprintf("%s (got %s)", rule, jsonValueKind(got))
+}
+
+// jsonValueKind is the decoder's description of a value without its text:
+// "number 2.5" is a number.
+func jsonValueKind(got string) string {
+	k, _, _ := strings.Cut(got, " ")
+	if k == "" {
+		return "another kind of value"
+	}
+	return k
+}
+
+// noRepeatedKeys refuses an object with the same key twice, at any depth
+// (encoding/json keeps the last silently: {"gpus":1,"gpus":64} would ask
+// for 64). Syntax errors are left to the decoder proper.
+func noRepeatedKeys(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	err := repeatedKeys(dec, "")
+	var oe *opError
+	if errors.As(err, &oe) {
+		return err
+	}
+	return nil
+}
+
+func repeatedKeys(dec *json.Decoder, path string) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	switch tok {
+	case json.Delim('{'):
+		seen := map[string]bool{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			k, _ := kt.(string)
+			field := k
+			if path != "" {
+				field = path + "." + k
+			}
+			if seen[k] {
+				return invalid(field, "is given twice; give each key once")
+			}
+			seen[k] = true
+			if err := repeatedKeys(dec, field); err != nil {
+				return err
+			}
+		}
+	case json.Delim('['):
+		for i := 0; dec.More(); i++ {
+			if err := repeatedKeys(dec, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	default:
+		return nil
+	}
+	_, err = dec.Token() // the closing delimiter
+	return err
 }
 
 // call decodes a request of type Req and runs op on it.

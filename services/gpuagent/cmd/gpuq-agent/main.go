@@ -101,6 +101,12 @@ func run(ctx context.Context, c *svcmain.Common, a config, logger zerolog.Logger
 		return err
 	}
 	defer nc.Close()
+	// The task output is served beside the agent, on the same connection.
+	stopLogs, err := gpuagent.StartLogs(gpuagent.LogsConfig{NC: nc, Node: a.node, DataDir: a.dataDir, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer stopLogs()
 	return gpuagent.Run(ctx, gpuagent.Config{Log: log, Replicas: c.Replicas, JS: log.JetStream(), Node: a.node, NATSURL: c.NATSURL,
 		DataDir: a.dataDir, CheckpointRoot: a.ckptDir, Inventory: a.inv, Heartbeat: a.heartbeat, KillAfter: a.killAfter,
 		NodeTimeout: a.nodeTimeout, StopOnExit: a.stopOnExit,

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gpuq/gpuq/pkg/api"
+	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/services/gpuagent"
+	"github.com/gpuq/gpuq/services/scheduler"
+	"github.com/gpuq/gpuq/services/submitter"
+)
+
+// freeAddr is a loopback address nothing listens on (at the time).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// logsStack is a submitter with HTTP, a scheduler and node-1's agent with
+// its logs service.
+func logsStack(t *testing.T) (*stack, string) {
+	t.Helper()
+	s := newStack(t)
+	addr := freeAddr(t)
+	s.start("submitter", func(ctx context.Context, ready func()) error {
+		return submitter.Run(ctx, submitter.Config{NC: s.nc, Log: s.log, HTTPAddr: addr, Logger: quiet,
+			Limits: domain.Limits{MaxGPUs: 16, MaxHours: 48}, Ready: ready})
+	})
+	var sched *scheduler.Scheduler
+	s.scheduler(&sched)
+	s.agent("node-1", 8)
+	s.start("logs node-1", func(ctx context.Context, ready func()) error {
+		stop, err := gpuagent.StartLogs(gpuagent.LogsConfig{NC: s.nc, Node: "node-1", DataDir: filepath.Join(s.dir, "node-1"), Logger: quiet})
+		if err != nil {
+			return err
+		}
+		ready()
+		<-ctx.Done()
+		stop()
+		return nil
+	})
+	return s, addr
+}
+
+func (s *stack) submitCmd(command string) string {
+	s.t.Helper()
+	var r api.SubmitReply
+	if err := s.client().Call(api.OpSubmit, domain.Request{Name: "logs", Team: "t", Priority: "high", GPUs: 1, Hours: 0.01,
+		Hypothesis: "h", Command: command}, &r); err != nil {
+		s.t.Fatal(err)
+	}
+	return r.TaskID
+}
+
+// TestLogs: `gpuq logs` reads a task's output through its node's agent,
+// the HTTP API answers the same, and -f follows a task until it ends.
+func TestLogs(t *testing.T) {
+	s, addr := logsStack(t)
+	url := s.srv.URL()
+	done := s.submitCmd(`echo one; sleep 0.2; echo two >&2; sleep 0.2; echo three`) // stderr is its own pipe: spaced out, so the order is known
+	s.waitState(done, "completed", 30*time.Second)
+	for name, tc := range map[string]struct {
+		args []string
+		code int
+		want string
+	}{
+		"all of it":    {[]string{"logs", done}, 0, "one\ntwo\nthree\n"},
+		"the last two": {[]string{"logs", done, "--tail", "2"}, 0, "two\nthree\n"},
+		"follow ended": {[]string{"logs", "-f", done}, 0, "one\ntwo\nthree\n"},
+		"unknown task": {[]string{"logs", "01a2295c-0000-7000-8000-000000000000"}, exitNotFound, ""},
+		"bad tail":     {[]string{"logs", done, "--tail", "-1"}, exitInvalid, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			code, out := runCLI(t, append(tc.args, "--nats", url)...)
+			if code != tc.code || out != tc.want {
+				t.Errorf("gpuq %v: exit %d, %q; want %d, %q", tc.args, code, out, tc.code, tc.want)
+			}
+		})
+	}
+
+	// Following a task from before it starts until it ends.
+	slow := s.submitCmd(`for i in 1 2 3; do echo "step $i"; sleep 0.3; done`)
+	if code, out := runCLI(t, "logs", "-f", slow, "--nats", url); code != 0 || out != "step 1\nstep 2\nstep 3\n" {
+		t.Errorf("logs -f: exit %d, %q", code, out)
+	}
+
+	// show says where the output is, when it ran, and how it ended.
+	var v api.TaskView
+	if err := s.client().Call(api.OpShow, api.IDRequest{TaskID: done}, &v); err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(s.dir, "node-1", "tasks", done, "output.log"); v.LogNode != "node-1" || v.LogPath != want {
+		t.Errorf("show: log %s:%s, want node-1:%s", v.LogNode, v.LogPath, want)
+	}
+
+	// The HTTP API.
+	for name, tc := range map[string]struct {
+		path   string
+		status int
+		data   string
+		field  string
+	}{
+		"all":          {"/v1/tasks/" + done + "/logs", 200, "one\ntwo\nthree\n", ""},
+		"tail":         {"/v1/tasks/" + done + "/logs?tail=1", 200, "three\n", ""},
+		"offset":       {"/v1/tasks/" + done + "/logs?offset=4", 200, "two\nthree\n", ""},
+		"bad tail":     {"/v1/tasks/" + done + "/logs?tail=x", 400, "", "tail"},
+		"unknown task": {"/v1/tasks/01a2295c-0000-7000-8000-000000000000/logs", 404, "", ""},
+	} {
+		t.Run("http "+name, func(t *testing.T) {
+			resp, err := http.Get("http://" + addr + tc.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var got struct {
+				api.LogsReply
+				Field string `json:"field"`
+			}
+			_ = json.Unmarshal(b, &got)
+			if resp.StatusCode != tc.status || got.Data != tc.data || got.Field != tc.field {
+				t.Errorf("GET %s: %d %s; want %d data %q field %q", tc.path, resp.StatusCode, b, tc.status, tc.data, tc.field)
+			}
+		})
+	}
+}

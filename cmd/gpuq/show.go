@@ -1,0 +1,121 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuq/gpuq/pkg/api"
+	"github.com/gpuq/gpuq/pkg/domain"
+)
+
+// timeFmt prints times for people: local with the zone's name by default,
+// UTC with --utc.
+type timeFmt struct{ utc bool }
+
+func (f *timeFmt) add(c *cobra.Command) {
+	c.Flags().BoolVar(&f.utc, "utc", false, "print times in UTC (default: local time, with the zone)")
+}
+
+func (f timeFmt) in(t time.Time) time.Time {
+	if f.utc {
+		return t.UTC()
+	}
+	return t.Local()
+}
+
+// at is a time to the second, with its zone: 2026-11-29 22:17:28 CET.
+func (f timeFmt) at(t time.Time) string { return f.in(t).Format("2006-01-02 15:04:05 MST") }
+
+// ms is a time to the millisecond, with its zone.
+func (f timeFmt) ms(t time.Time) string { return f.in(t).Format("2006-01-02 15:04:05.000 MST") }
+
+// elapsed is a duration for people, to the second (to the millisecond
+// under a second).
+func elapsed(d time.Duration) string {
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// taskElapsed is the time from the task's first start to its end (to now
+// while it has not ended); ok false when it never started.
+func taskElapsed(v api.TaskView, now time.Time) (time.Duration, bool) {
+	if v.StartedAt == nil {
+		return 0, false
+	}
+	end := now
+	if v.EndedAt != nil {
+		end = *v.EndedAt
+	}
+	return max(0, end.Sub(*v.StartedAt)), true
+}
+
+// printTask prints one task as `show` does: what was asked, then when it
+// ran, where, where its output is and how it ended.
+func printTask(out io.Writer, v api.TaskView, tf timeFmt, now time.Time) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	row := func(k string, val any) { fmt.Fprintf(w, "%s:\t%v\n", k, val) }
+	row("task", v.TaskID)
+	row("name", v.Name)
+	row("team", v.Team)
+	row("priority", v.Priority)
+	row("state", v.State)
+	row("gpus", v.GPUs)
+	row("hours", v.Hours)
+	row("hypothesis", v.Hypothesis)
+	row("submitted", tf.at(v.SubmittedAt))
+	if v.StartedAt != nil {
+		row("started", tf.at(*v.StartedAt))
+	}
+	if v.EndedAt != nil {
+		row("ended", tf.at(*v.EndedAt))
+	}
+	if d, ok := taskElapsed(v, now); ok {
+		e := elapsed(d)
+		if v.EndedAt == nil {
+			e += " (so far)"
+		}
+		row("elapsed", e)
+	}
+	if v.Node != "" {
+		row("node", v.Node)
+	}
+	for _, p := range v.Placements {
+		row("  "+p.Node, strings.Join(p.GPUs, ","))
+	}
+	if v.LogNode != "" {
+		loc := v.LogNode
+		if v.LogPath != "" {
+			loc += ":" + v.LogPath
+		}
+		row("log", loc+"  (gpuq logs "+v.TaskID+")")
+	}
+	if v.ExitCode != nil {
+		row("exit_code", *v.ExitCode)
+	}
+	if v.Reason != "" {
+		row("reason", v.Reason)
+	}
+	if v.Error != "" && !strings.Contains(v.Reason, v.Error) {
+		row("error", v.Error)
+	}
+	if v.Preemptions > 0 {
+		row("preemptions", v.Preemptions)
+	}
+	if v.ResumeFrom != "" && !domain.TaskState(v.State).Terminal() {
+		row("resume_from", v.ResumeFrom)
+	}
+	w.Flush()
+	if tail := strings.TrimRight(v.StderrTail, "\n"); tail != "" {
+		fmt.Fprintln(out, "stderr (last lines):")
+		for _, l := range strings.Split(tail, "\n") {
+			fmt.Fprintln(out, "  | "+l)
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuq/gpuq/pkg/api"
+	"github.com/gpuq/gpuq/pkg/domain"
+)
+
+// TestPrintTask: show prints when the task ran, for how long, where its
+// output is and how it ended; the reason matches the state.
+func TestPrintTask(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 22, 17, 28, 0, time.UTC)
+	task := func(st domain.TaskState, mod func(*domain.Task)) api.TaskView {
+		tk := &domain.Task{ID: "t1", Name: "n", Team: "vision", Priority: domain.High, GPUs: 2, Hours: 1, Hypothesis: "h",
+			State: st, SubmittedAt: t0, FirstStarted: t0.Add(time.Minute), Node: "node-1", Reason: "placed in queue order"}
+		if st.Terminal() {
+			tk.EndedAt = t0.Add(6 * time.Minute)
+		}
+		mod(tk)
+		v := api.View(tk)
+		v.LogNode, v.LogPath = "node-1", "/data/agents/node-1/tasks/t1/output.log"
+		return v
+	}
+	now := t0.Add(10 * time.Minute)
+	for name, tc := range map[string]struct {
+		v    api.TaskView
+		want []string
+		not  []string
+	}{
+		"failed": {
+			v: task(domain.Failed, func(t *domain.Task) {
+				t.ExitCode, t.Error, t.StderrTail = 1, "exit code 1", "Traceback (most recent call last):\nValueError: bad lr\n"
+			}),
+			want: []string{"started:     2026-11-29 22:18:28 UTC", "ended:       2026-11-29 22:23:28 UTC", "elapsed:     5m0s",
+				"log:         node-1:/data/agents/node-1/tasks/t1/output.log  (gpuq logs t1)", "exit_code:   1",
+				"reason:      failed: exit code 1", "stderr (last lines):\n  | Traceback (most recent call last):\n  | ValueError: bad lr\n"},
+			not: []string{"placed in queue order"},
+		},
+		"completed": {
+			v:    task(domain.Completed, func(*domain.Task) {}),
+			want: []string{"elapsed:     5m0s", "exit_code:   0", "reason:      completed: exit code 0"},
+			not:  []string{"placed in queue order", "stderr"},
+		},
+		"running": {
+			v:    task(domain.Running, func(*domain.Task) {}),
+			want: []string{"started:     2026-11-29 22:18:28 UTC", "elapsed:     9m0s (so far)", "reason:      placed in queue order"},
+			not:  []string{"ended:", "exit_code"},
+		},
+		"queued": {
+			v:    task(domain.Queued, func(t *domain.Task) { t.FirstStarted, t.Reason = time.Time{}, "" }),
+			want: []string{"submitted:   2026-11-29 22:17:28 UTC"},
+			not:  []string{"started:", "elapsed:", "exit_code"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var b bytes.Buffer
+			printTask(&b, tc.v, timeFmt{utc: true}, now)
+			for _, w := range tc.want {
+				if !strings.Contains(b.String(), w) {
+					t.Errorf("missing %q in:\n%s", w, b.String())
+				}
+			}
+			for _, w := range tc.not {
+				if strings.Contains(b.String(), w) {
+					t.Errorf("unexpected %q in:\n%s", w, b.String())
+				}
+			}
+		})
+	}
+}
