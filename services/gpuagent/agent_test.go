@@ -197,10 +197,16 @@ func TestRestart(t *testing.T) {
 			want:    events.TypeCompleted,
 		},
 		{
-			name:      "finished while no agent ran: its real exit code",
-			command:   `touch "$OUT/started"; echo boom >&2; exit 3`,
-			whileDown: func(n *node, out string) { time.Sleep(500 * time.Millisecond) },
-			want:      events.TypeFailed, wantCode: 3, wantError: "exit code 3",
+			name:    "finished while no agent ran: its real exit code",
+			command: `touch "$OUT/started"; while [ ! -f "$OUT/go" ]; do sleep 0.05; done; echo boom >&2; exit 3`,
+			whileDown: func(n *node, out string) {
+				// It ends only now, with no agent watching.
+				if err := os.WriteFile(filepath.Join(out, "go"), nil, 0o644); err != nil {
+					n.t.Fatal(err)
+				}
+				time.Sleep(500 * time.Millisecond)
+			},
+			want: events.TypeFailed, wantCode: 3, wantError: "exit code 3",
 		},
 		{
 			name:    "supervisor's pid reused: lost, reported failed, the job stopped",
