@@ -58,8 +58,8 @@ func newDev() *cobra.Command {
 			switch {
 			case f.gpus < 1:
 				return invalid("gpus", "must be ≥ 1")
-			case f.nodes < 1:
-				return invalid("nodes", "must be ≥ 1")
+			case f.nodes < 0:
+				return invalid("nodes", "must be ≥ 0 (0: no agent, e.g. to import a log)")
 			case f.port < 0 || f.port > 65535:
 				return invalid("nats-port", "must be between 0 and 65535")
 			}
@@ -85,7 +85,7 @@ func newDev() *cobra.Command {
 	fl.IntVar(&f.port, "nats-port", 4222, "NATS client port")
 	fl.StringVar(&f.http, "http", "127.0.0.1:8080", "HTTP API address")
 	fl.IntVar(&f.gpus, "gpus", 8, "mock GPUs per node")
-	fl.IntVar(&f.nodes, "nodes", 1, "mock nodes")
+	fl.IntVar(&f.nodes, "nodes", 1, "mock nodes (0: no agent, nothing writes to a fresh log, for gpuq audit import)")
 	fl.StringVar(&f.model, "gpu-model", "a100", "mock GPU model: a100, h100, h200, a30, b200")
 	fl.BoolVar(&f.realNVML, "nvml", false, "use the real NVML library when a driver exists (one node)")
 	fl.DurationVar(&f.dedupe, "dedupe-window", 24*time.Hour, "how long an idempotency key de-duplicates in the stream")
