@@ -64,17 +64,17 @@ func TestVerify(t *testing.T) {
 		"a preempted task never requeued": {
 			log: running(newTimed().at(0, dt.Node("n1").GPUs(4).Available()), "v", domain.Low, true, "n1", 0, 1, 2, 3).
 				at(5, task("c").GPUs(4).Priority(domain.Critical).Submitted(),
-					events.PreemptRequested{TaskID: "v", For: "c", Policy: policy.CriticalOnly, Reason: "for critical"}).
+											events.PreemptRequested{TaskID: "v", For: "c", Policy: policy.CriticalOnly, Reason: "for critical"}).
 				at(10, events.Preempted{TaskID: "v", Node: "n1"}). // seq 7
 				at(300, dt.Node("n1").GPUs(4).Available()),
 			want: []found{{7, audit.PreemptedNotRequeued, "v"}},
 		},
 		"a dispatch onto an unhealthy GPU": {
-			log: newTimed().at(0, dt.Node("n1").GPUs(4).Unhealthy(2).Available(), task("q").GPUs(2).Submitted(), dt.Dispatch("q", dt.On("n1", 1, 2))),
+			log:  newTimed().at(0, dt.Node("n1").GPUs(4).Unhealthy(2).Available(), task("q").GPUs(2).Submitted(), dt.Dispatch("q", dt.On("n1", 1, 2))),
 			want: []found{{3, audit.DispatchWithoutCapacity, "q"}},
 		},
 		"a dispatch of fewer GPUs than asked": {
-			log: newTimed().at(0, dt.Node("n1").GPUs(4).Available(), task("q").GPUs(2).Submitted(), dt.Dispatch("q", dt.On("n1", 1))),
+			log:  newTimed().at(0, dt.Node("n1").GPUs(4).Available(), task("q").GPUs(2).Submitted(), dt.Dispatch("q", dt.On("n1", 1))),
 			want: []found{{3, audit.DispatchWithoutCapacity, "q"}},
 		},
 		"a guarantee left unserved while a borrower runs": {
