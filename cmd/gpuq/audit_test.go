@@ -129,3 +129,16 @@ func TestAuditExportImport(t *testing.T) {
 		t.Errorf("explain of an unknown task: exit %d, want %d", code, exitNotFound)
 	}
 }
+
+// verified checks the stack's whole log with the audit's verifier: the
+// logs of the end-to-end tests break no invariant.
+func (s *stack) verified() {
+	s.t.Helper()
+	var recs []events.Record
+	if _, err := events.ReadAll(context.Background(), s.log, 1, "", func(r events.Record) error { recs = append(recs, r); return nil }); err != nil {
+		s.t.Fatal(err)
+	}
+	if rep := audit.Verify(recs, audit.Options{}); !rep.OK {
+		s.t.Errorf("audit verify of the test's log: %+v", rep.Violations)
+	}
+}
