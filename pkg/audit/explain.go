@@ -367,7 +367,7 @@ func (ex Explanation) who(ids []string) string {
 	return strings.Join(parts, ", ")
 }
 
-// dur writes seconds as 3h12m, 40m, 27s or 0.4s.
+// dur writes seconds as 3h12m, 40m00s, 27s, 5.6s, 12ms or <1ms.
 func dur(s float64) string {
 	d := time.Duration(s * float64(time.Second))
 	switch {
@@ -377,6 +377,10 @@ func dur(s float64) string {
 		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
 	case d >= 10*time.Second:
 		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d >= time.Second:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%dms", d.Milliseconds())
 	}
-	return fmt.Sprintf("%.1fs", d.Seconds())
+	return "<1ms"
 }
