@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -245,8 +246,11 @@ func newAuditImport() *cobra.Command {
 		Use:   "import FILE",
 		Short: "Append an archive (gpuq audit export) to an empty stream, keeping order, ids, payloads and log times",
 		Long: `Appends every line of an archive, in order, to the audit stream, which
-must be empty (start the cluster with gpuq dev --nodes 0, so that no agent
-writes first). Each envelope is stored as it was exported, with one key
+must be empty, and nothing else may write to it meanwhile: start the
+cluster with gpuq dev --nodes 0 (no agent, no scheduler) on a fresh --data,
+import, then restart it with its nodes on the same --data. Each append
+expects the stream's previous sequence, so a record another writer appends
+meanwhile stops the import. Each envelope is stored as it was exported, with one key
 added in front: "origin": {"seq", "time"}, the record's sequence and log
 time in the log it came from. Folds take that time as the record's (see
 docs/events.md), so the imported log folds to the same state and digest.`,
@@ -278,10 +282,17 @@ docs/events.md), so the imported log folds to the same state and digest.`,
 			for from := 0; from < len(ls); from += chunk {
 				part := ls[from:min(from+chunk, len(ls))]
 				ms := make([]events.Msg, len(part))
+				// Each append expects the stream's last sequence to be the
+				// previous one's: a record another writer appends meanwhile
+				// stops the import at once instead of interleaving.
+				prev := out.LastSeq
 				for i, line := range part {
-					ms[i] = events.Msg{Subject: line.Subject, Data: audit.ImportData(line)}
+					ms[i] = events.Msg{Subject: line.Subject, Data: audit.ImportData(line), Expect: &events.Expect{Filter: ">", LastSeq: prev + uint64(i)}}
 				}
 				for i, r := range events.AppendAll(c.Context(), l, ms) {
+					if errors.Is(r.Err, events.ErrConflict) {
+						return fmt.Errorf("line with seq %d: another writer appended to the stream during the import (%d records imported): import into a cluster where nothing writes (gpuq dev --nodes 0)", part[i].Seq, out.Imported)
+					}
 					if r.Err != nil {
 						return fmt.Errorf("line with seq %d: %w (%d records imported)", part[i].Seq, r.Err, out.Imported)
 					}
