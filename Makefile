@@ -61,7 +61,7 @@ bench: ## Go benchmarks (fold, ingest, placement)
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 $(PKGS)
 
 contract: build ## The shared black-box contract checks
-	@for s in ../shared/contract/core-e2e.sh ../shared/contract/preempt-resume.sh ../shared/contract/advice.sh ../shared/contract/poison.sh; do \
+	@for s in ../shared/contract/core-e2e.sh ../shared/contract/preempt-resume.sh ../shared/contract/advice.sh ../shared/contract/poison.sh ../shared/contract/audit.sh; do \
 	  [ -x $$s ] || continue; echo "== $$s"; bash $$s || exit 1; done
 
 images: ## Build FROM-scratch images for deploy/compose.yaml

@@ -58,8 +58,8 @@ func newDev() *cobra.Command {
 			switch {
 			case f.gpus < 1:
 				return invalid("gpus", "must be ≥ 1")
-			case f.nodes < 1:
-				return invalid("nodes", "must be ≥ 1")
+			case f.nodes < 0:
+				return invalid("nodes", "must be ≥ 0 (0: no agent, e.g. to import a log)")
 			case f.port < 0 || f.port > 65535:
 				return invalid("nats-port", "must be between 0 and 65535")
 			}
@@ -85,7 +85,7 @@ func newDev() *cobra.Command {
 	fl.IntVar(&f.port, "nats-port", 4222, "NATS client port")
 	fl.StringVar(&f.http, "http", "127.0.0.1:8080", "HTTP API address")
 	fl.IntVar(&f.gpus, "gpus", 8, "mock GPUs per node")
-	fl.IntVar(&f.nodes, "nodes", 1, "mock nodes")
+	fl.IntVar(&f.nodes, "nodes", 1, "mock nodes (0: no agent and no scheduler, nothing writes to the log, for gpuq audit import)")
 	fl.StringVar(&f.model, "gpu-model", "a100", "mock GPU model: a100, h100, h200, a30, b200")
 	fl.BoolVar(&f.realNVML, "nvml", false, "use the real NVML library when a driver exists (one node)")
 	fl.DurationVar(&f.dedupe, "dedupe-window", 24*time.Hour, "how long an idempotency key de-duplicates in the stream")
@@ -144,7 +144,14 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 
 	// 2. The four services, each as it would run on its own.
 	var ready sync.WaitGroup
+	// --nodes 0 runs no agent and no scheduler: nothing writes to the log,
+	// so that a log can be imported (gpuq audit import) without another
+	// writer's decision landing between its records.
+	withScheduler := f.nodes > 0
 	services := 3 + f.nodes
+	if !withScheduler {
+		services = 2
+	}
 	ready.Add(services)
 	var readyOnce []sync.Once = make([]sync.Once, services)
 	readyFn := func(i int) func() { return func() { readyOnce[i].Do(ready.Done) } }
@@ -176,12 +183,14 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 		return submitter.Run(ctx, submitter.Config{NC: nc, Log: log, HTTPAddr: f.http, Logger: logger.With().Str("svc", "submitter").Logger(),
 			Limits: domain.Limits{MaxGPUs: f.maxGPUs, MaxHours: f.maxHours}, Ready: readyFn(0), Health: health})
 	})
-	spawn("scheduler", func() error {
-		return scheduler.Run(ctx, scheduler.Config{Log: log, JS: js, Policy: policy.New(opts), NodeTimeout: f.nodeTO,
-			Logger: logger.With().Str("svc", "scheduler").Logger(), LeaseTTL: 5 * time.Second, Ready: readyFn(1)})
-	})
+	if withScheduler {
+		spawn("scheduler", func() error {
+			return scheduler.Run(ctx, scheduler.Config{Log: log, JS: js, Policy: policy.New(opts), NodeTimeout: f.nodeTO,
+				Logger: logger.With().Str("svc", "scheduler").Logger(), LeaseTTL: 5 * time.Second, Ready: readyFn(2)})
+		})
+	}
 	spawn("advisor", func() error {
-		return advisor.Run(ctx, advisor.Config{Log: log, JS: js, NC: nc, Policy: policy.New(opts), Logger: logger.With().Str("svc", "advisor").Logger(), Ready: readyFn(2)})
+		return advisor.Run(ctx, advisor.Config{Log: log, JS: js, NC: nc, Policy: policy.New(opts), Logger: logger.With().Str("svc", "advisor").Logger(), Ready: readyFn(1)})
 	})
 	for i := 1; i <= f.nodes; i++ {
 		node := fmt.Sprintf("node-%d", i)

@@ -280,6 +280,7 @@ func TestEndToEnd(t *testing.T) {
 	if st := s.fold(); st.Tasks[r.TaskID].State != domain.Cancelled {
 		t.Errorf("cancelled task is %s", st.Tasks[r.TaskID].State)
 	}
+	s.verified()
 }
 
 func wait(t *testing.T, ok func() bool) {

@@ -169,7 +169,7 @@ func newRoot() *cobra.Command {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError(c, flagError(err))
 	})
-	root.AddCommand(newDev(), newAudit(), newSubmit(), newShow(), newQueue(), newHistory(), newCancel(), newAmend(),
+	root.AddCommand(newDev(), newAudit(), newReplay(), newExplain(), newSubmit(), newShow(), newQueue(), newHistory(), newCancel(), newAmend(),
 		newChecklist(), newCheckpoint(), newWatch(), newLogs(), newEstimate(), newWait(), newStats(), newBench(), newSim(), newVersion(), newNode())
 	guardArgs(root)
 	// cobra's own help command answers an unknown topic with the whole

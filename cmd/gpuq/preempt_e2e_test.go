@@ -101,4 +101,5 @@ func TestPreemptCheckpointResume(t *testing.T) {
 	if !strings.Contains(string(out), "resuming from "+lt.ResumeFrom) || !strings.Contains(string(out), "done: 80 steps") {
 		t.Errorf("LOW output does not show a resume to completion:\n%s", out)
 	}
+	s.verified()
 }

@@ -129,7 +129,7 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 						reason += ": " + n.Reason
 					}
 					out = append(out, Command{
-						Event:  events.PreemptRequested{TaskID: t.ID, Policy: "drain", Reason: reason, GraceS: t.GraceS, BasedOnSeq: st.Seq},
+						Event:  events.PreemptRequested{TaskID: t.ID, Policy: policy.Drain, Reason: reason, GraceS: t.GraceS, BasedOnSeq: st.Seq},
 						MsgID:  fmt.Sprintf("preempt:%s:%d", t.ID, t.LastSeq),
 						Expect: guard(t),
 					})

@@ -75,12 +75,25 @@ func ValidKey(s string) bool {
 
 // Envelope is the wire form of every event.
 type Envelope struct {
-	ID          string          `json:"id"`
-	Type        Type            `json:"type"`
-	Version     int             `json:"v"`
-	Time        time.Time       `json:"time"`
-	CausationID string          `json:"causation_id,omitempty"`
-	Data        json.RawMessage `json:"data"`
+	ID          string    `json:"id"`
+	Type        Type      `json:"type"`
+	Version     int       `json:"v"`
+	Time        time.Time `json:"time"`
+	CausationID string    `json:"causation_id,omitempty"`
+	// Origin is set only by an import (gpuq audit import): where the
+	// record was in the log it was exported from. See Record.Time.
+	Origin *Origin         `json:"origin,omitempty"`
+	Data   json.RawMessage `json:"data"`
+}
+
+// Origin is an imported record's place in its original log: its sequence
+// and the original stream's stored time. A fold takes Time as the
+// record's log time (Record.Time) when it is not after the time the
+// importing stream stored, so that an imported log folds to the state the
+// original did; nothing but an import writes it.
+type Origin struct {
+	Seq  uint64    `json:"seq"`
+	Time time.Time `json:"time"`
 }
 
 // Meta is what a writer adds around an event.
@@ -118,6 +131,9 @@ func Encode(e Event, m Meta) (subject string, data []byte, id string, err error)
 // then writes it, or returns its error.
 func appendEnvelope(b []byte, env *Envelope) ([]byte, bool) {
 	var ok bool
+	if env.Origin != nil {
+		return nil, false // only an import writes it, with encoding/json
+	}
 	b = append(b, `{"id":`...)
 	if b, ok = appendPlainString(b, env.ID); !ok {
 		return nil, false

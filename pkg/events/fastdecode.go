@@ -97,6 +97,7 @@ func (d *decoder) decode(m Stored) (r Record, ok bool) {
 		fTime
 		fCause
 		fData
+		fOrigin
 	)
 	if !s.objStart() {
 		return r, false
@@ -128,6 +129,11 @@ func (d *decoder) decode(m Stored) (r Record, ok bool) {
 		case "causation_id":
 			bit = fCause
 			env.CausationID, ok = s.str(false)
+		case "origin":
+			bit = fOrigin
+			o := &Origin{}
+			ok = s.origin(o)
+			env.Origin = o
 		case "data":
 			bit = fData
 			s.ws()
@@ -168,6 +174,22 @@ func (d *decoder) decode(m Stored) (r Record, ok bool) {
 }
 
 var envelopeKeys = wireNames[Envelope]()
+
+var originKeys = wireNames[Origin]()
+
+// origin reads an import's Envelope.Origin.
+func (s *scan) origin(o *Origin) bool {
+	return s.members(originKeys, func(k []byte) (bit uint32, ok bool) {
+		switch string(k) {
+		case "seq":
+			o.Seq, ok = s.uint()
+			return 1 << 0, ok
+		case "time":
+			return 1 << 1, s.time(&o.Time)
+		}
+		return 0, true
+	})
+}
 
 // wireNames lists the keys encoding/json decodes into a T, from its struct
 // tags: each field's tag name, or its Go name where the tag has none; the

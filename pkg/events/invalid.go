@@ -47,11 +47,23 @@ func (d *decoder) record(m Stored) Record {
 	if err != nil {
 		return invalid(m, "undecodable: "+strings.TrimPrefix(err.Error(), "events: "))
 	}
-	r.Time = m.Time
+	r.Time = logTime(m.Time, r.Envelope.Origin)
 	if why := mismatch(m.Subject, r); why != "" {
 		return invalid(m, why)
 	}
 	return r
+}
+
+// logTime is a record's time on the fold's clock: the stream's stored
+// time, or an imported record's original one (Envelope.Origin) when that
+// is set and not after the stored time. An import happens after the
+// original append, so an origin later than the stored time is no import:
+// it is ignored, and no writer can push the fold's clock forward with it.
+func logTime(stored time.Time, o *Origin) time.Time {
+	if o == nil || o.Time.IsZero() || (!stored.IsZero() && o.Time.After(stored)) {
+		return stored
+	}
+	return o.Time
 }
 
 func invalid(m Stored, why string) Record {

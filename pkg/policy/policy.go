@@ -31,6 +31,10 @@ type Decision struct {
 const (
 	CriticalOnly = "critical-only" // the default: only CRITICAL preempts
 	Ladder       = "ladder"        // each class may preempt strictly lower ones
+	// Drain names the preemptions of a node drained with --preempt (the
+	// scheduler's protocol, not a policy choice: preemptible, non-CRITICAL
+	// tasks on that node only).
+	Drain = "drain"
 )
 
 // Choices of victims among the candidates of one class (Options.Victims).

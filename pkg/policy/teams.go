@@ -22,6 +22,10 @@ type Guarantee struct {
 // Teams maps a team to its guarantee.
 type Teams map[string]Guarantee
 
+// Of resolves the guarantee on a cluster of total healthy GPUs, as the
+// policy does (the audit's verifier judges guarantees with it).
+func (g Guarantee) Of(total int) int { return g.of(total) }
+
 // GPUs resolves the guarantee on a cluster of total GPUs.
 func (g Guarantee) of(total int) int {
 	if g.GPUs > 0 {

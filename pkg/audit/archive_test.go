@@ -1,0 +1,52 @@
+package audit_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuq/gpuq/pkg/audit"
+	"github.com/gpuq/gpuq/pkg/events"
+)
+
+func jsonLine(l audit.Line) ([]byte, error) {
+	b, err := json.Marshal(l)
+	return append(b, '\n'), err
+}
+
+// ImportData adds the origin in front and keeps every other byte.
+func TestImportData(t *testing.T) {
+	when := time.Date(2026, 11, 29, 22, 17, 28, 851000000, time.UTC)
+	env := `{"id":"e1","type":"completed","v":1,"time":"2026-11-29T22:17:28Z","data":{"task_id":"t1","node":"n1"}}`
+	got := string(audit.ImportData(audit.Line{Seq: 7, Subject: "gpuq.task.t1.completed", Time: when, Data: json.RawMessage(env)}))
+	want := `{"origin":{"seq":7,"time":"2026-11-29T22:17:28.851Z"},` + env[1:]
+	if got != want {
+		t.Fatalf("ImportData =\n%s\nwant\n%s", got, want)
+	}
+	again := string(audit.ImportData(audit.Line{Seq: 3, Time: when.Add(time.Hour), Data: json.RawMessage(got)}))
+	if again != got {
+		t.Errorf("a record imported before keeps its origin:\n%s", again)
+	}
+	r := events.DecodeRecord(events.Stored{Seq: 1, Subject: "gpuq.task.t1.completed", Data: []byte(got), Time: when.Add(48 * time.Hour)})
+	if !r.Time.Equal(when) || r.Envelope.Origin == nil || r.Envelope.Origin.Seq != 7 {
+		t.Errorf("imported record folds at %s with origin %+v", r.Time, r.Envelope.Origin)
+	}
+}
+
+// A bad archive line is an error naming the line and the field.
+func TestReadLinesErrors(t *testing.T) {
+	cases := map[string]string{
+		"not json":  "line 1:",
+		`{"seq":0}`: "line 1: seq",
+		`{"seq":1,"time":"2026-11-29T22:17:28Z","data":{}}`: "line 1: subject",
+		`{"seq":1,"subject":"s","data":{}}`:                 "line 1: time",
+		`{"seq":2,"subject":"s","time":"2026-11-29T22:17:28Z","data":{}}` + "\n" + `{"seq":2,"subject":"s","time":"2026-11-29T22:17:28Z","data":{}}`: "line 2: seq",
+	}
+	for in, want := range cases {
+		_, err := audit.ReadLines(strings.NewReader(in))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ReadLines(%q) = %v, want an error with %q", in, err, want)
+		}
+	}
+}

@@ -1,0 +1,63 @@
+package audit
+
+import (
+	"time"
+
+	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/estimate"
+	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/policy"
+)
+
+// folder is the fold of a log as the scheduler keeps it: the state and the
+// run-time predictor, which learns from every completed task.
+type folder struct {
+	st   *domain.State
+	pred *estimate.Predictor
+}
+
+func newFolder() *folder { return &folder{st: domain.NewState(), pred: estimate.NewPredictor(0)} }
+
+// apply folds one record and returns why it was skipped ("" if applied).
+func (f *folder) apply(r events.Record) string {
+	why := f.st.Apply(r)
+	if c, ok := r.Event.(events.Completed); ok && why == "" {
+		if t := f.st.Tasks[c.TaskID]; t != nil {
+			f.pred.Observe(t)
+		}
+	}
+	return why
+}
+
+// plan runs the policy, with reasons, on the state as folded, at the
+// fold's own time.
+func (f *folder) plan(pol *policy.Policy) policy.Result {
+	now := f.st.LastTime
+	return pol.With(true).Plan(policy.Input{State: f.st, Now: now, Predict: f.pred.ForPolicy(now)})
+}
+
+// Fold applies records to a new state, up to and including sequence upto
+// (0: all of them).
+func Fold(recs []events.Record, upto uint64) *domain.State {
+	f := newFolder()
+	for _, r := range recs {
+		if upto > 0 && r.Seq > upto {
+			break
+		}
+		f.apply(r)
+	}
+	return f.st
+}
+
+// SeqAt is the sequence of the last record whose log time (Record.At) is
+// not after t; 0 when the first record is later.
+func SeqAt(recs []events.Record, t time.Time) uint64 {
+	var seq uint64
+	for _, r := range recs {
+		if r.At().After(t) {
+			break
+		}
+		seq = r.Seq
+	}
+	return seq
+}
