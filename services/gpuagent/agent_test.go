@@ -20,6 +20,7 @@ import (
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/events/memlog"
 	"github.com/gpuq/gpuq/services/gpuagent/inventory"
+	"github.com/gpuq/gpuq/services/gpuagent/runner"
 )
 
 // node is one agent under test: the event log is a memlog (the test plays
@@ -47,6 +48,18 @@ func newNode(t *testing.T) *node {
 		if !n.natsOff {
 			n.start(true)
 			n.stop()
+		}
+		// The temporary directory goes only once no supervisor writes
+		// into it any more.
+		dirs, _ := filepath.Glob(filepath.Join(n.dir, "tasks", "*", "runs", "*"))
+		for _, dir := range dirs {
+			if p, err := runner.Adopt(dir); err == nil {
+				select {
+				case <-p.Wait():
+				case <-time.After(15 * time.Second):
+					t.Errorf("run %s still going at the end of the test", dir)
+				}
+			}
 		}
 	})
 	return n
