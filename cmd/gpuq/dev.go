@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -46,6 +48,7 @@ type devFlags struct {
 	maxWait    time.Duration
 	classAging time.Duration
 	victims    string
+	injectXid  []string
 }
 
 func newDev() *cobra.Command {
@@ -75,6 +78,9 @@ func newDev() *cobra.Command {
 			if err := opts.Validate(); err != nil {
 				return &exitError{exitInvalid, err}
 			}
+			if _, err := parseXids(f.injectXid, f.nodes, f.gpus); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return runDev(ctx, f, opts)
@@ -101,6 +107,7 @@ func newDev() *cobra.Command {
 	fl.DurationVar(&f.maxWait, "max-wait", policy.DefaultMaxWait, "shortest-predicted: tasks waiting this long go first in their class")
 	fl.DurationVar(&f.classAging, "class-aging", policy.DefaultClassAging, "starvation guard across classes under fifo within class: each class above LOW counts as submitted this much earlier per class (0: off)")
 	fl.StringVar(&f.victims, "victims", policy.LeastLost, "choice among victims of the same classes: least-lost or newest")
+	fl.StringArrayVar(&f.injectXid, "inject-xid", nil, "NODE:GPU_INDEX:AFTER — a critical Xid (79) on that mock GPU AFTER the start (e.g. node-1:0:30s); repeatable")
 	return c
 }
 
@@ -192,6 +199,7 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	spawn("advisor", func() error {
 		return advisor.Run(ctx, advisor.Config{Log: log, JS: js, NC: nc, Policy: policy.New(opts), Logger: logger.With().Str("svc", "advisor").Logger(), Ready: readyFn(1)})
 	})
+	xids, _ := parseXids(f.injectXid, f.nodes, f.gpus)
 	for i := 1; i <= f.nodes; i++ {
 		node := fmt.Sprintf("node-%d", i)
 		i := i
@@ -199,10 +207,19 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 		spawn("gpuagent logs "+node, func() error {
 			return gpuagent.ServeLogs(ctx, gpuagent.LogsConfig{NC: nc, Node: node, DataDir: agentData, Logger: logger})
 		})
+		invOpts := inventory.Options{Node: node, Mock: !f.realNVML, MockGPUs: f.gpus, MockModel: f.model}
+		inv, err := inventory.Open(invOpts)
+		if err != nil {
+			return err
+		}
+		defer inv.Close()
+		for _, x := range xids[node] {
+			go injectXid(ctx, inv, x, logger)
+		}
 		spawn("gpuagent "+node, func() error {
 			return gpuagent.Run(ctx, gpuagent.Config{Log: log, JS: js, Node: node, NATSURL: url,
 				DataDir: agentData, CheckpointRoot: filepath.Join(data, "checkpoints"),
-				Inventory: inventory.Options{Mock: !f.realNVML, MockGPUs: f.gpus, MockModel: f.model},
+				Inventory: invOpts, Inv: inv,
 				Heartbeat: f.heartbeat, NodeTimeout: f.nodeTO, StopOnExit: true,
 				Logger: logger.With().Str("svc", "gpuagent").Str("node", node).Logger(), Ready: readyFn(2 + i)})
 		})
@@ -232,4 +249,52 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 		logger.Warn().Msg("gpuq dev: services did not stop in 10 s")
 	}
 	return runErr
+}
+
+// xid is one --inject-xid: a critical Xid on a mock GPU after a delay.
+type xid struct {
+	gpu   int
+	after time.Duration
+}
+
+// parseXids reads the --inject-xid values (NODE:GPU_INDEX:AFTER) by node.
+func parseXids(specs []string, nodes, gpus int) (map[string][]xid, error) {
+	out := map[string][]xid{}
+	for _, s := range specs {
+		parts := strings.Split(s, ":")
+		if len(parts) != 3 {
+			return nil, invalid("inject-xid", fmt.Sprintf("%q: must be NODE:GPU_INDEX:AFTER, e.g. node-1:0:30s", s))
+		}
+		var n int
+		if _, err := fmt.Sscanf(parts[0], "node-%d", &n); err != nil || n < 1 || n > nodes || parts[0] != fmt.Sprintf("node-%d", n) {
+			return nil, invalid("inject-xid", fmt.Sprintf("%q: the node must be one of node-1 … node-%d", s, nodes))
+		}
+		idx, err := strconv.Atoi(parts[1])
+		if err != nil || idx < 0 || idx >= gpus {
+			return nil, invalid("inject-xid", fmt.Sprintf("%q: the GPU index must be 0 … %d", s, gpus-1))
+		}
+		after, err := time.ParseDuration(parts[2])
+		if err != nil || after < 0 {
+			return nil, invalid("inject-xid", fmt.Sprintf("%q: AFTER must be a duration ≥ 0, e.g. 30s", s))
+		}
+		out[parts[0]] = append(out[parts[0]], xid{gpu: idx, after: after})
+	}
+	return out, nil
+}
+
+// injectXid marks the GPU unhealthy after the delay, as a critical Xid
+// (79, fallen off the bus) would; the agent reports it at its next
+// heartbeat and the scheduler moves the task holding it.
+func injectXid(ctx context.Context, inv *inventory.Inventory, x xid, logger zerolog.Logger) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(x.after):
+	}
+	gpus, err := inv.GPUs()
+	if err != nil || x.gpu >= len(gpus) {
+		return
+	}
+	inv.MarkUnhealthy(gpus[x.gpu].UUID, "Xid 79 (injected)")
+	logger.Warn().Str("gpu", gpus[x.gpu].UUID).Int("index", x.gpu).Msg("gpuq dev: injected a critical Xid")
 }

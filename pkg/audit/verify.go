@@ -2,6 +2,7 @@ package audit
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -189,9 +190,12 @@ func (v *verifier) before(r events.Record) {
 		if t == nil || (t.State != domain.Running && t.State != domain.Dispatched) {
 			return
 		}
-		if t.Priority == domain.Critical {
+		// A GPU that died is hardware, not policy: whatever the task's
+		// class, it resumes elsewhere (allowed checks the GPU is bad).
+		hw := e.Policy == policy.GPUUnhealthy
+		if t.Priority == domain.Critical && !hw {
 			v.pending = append(v.pending, Violation{r.Seq, PreemptedProtected, t.ID, "a CRITICAL task was preempted"})
-		} else if !t.Preemptible {
+		} else if !t.Preemptible && !hw {
 			v.pending = append(v.pending, Violation{r.Seq, PreemptedProtected, t.ID, "a non-preemptible task was preempted"})
 		}
 		if why := v.allowed(t, e); why != "" {
@@ -204,6 +208,18 @@ func (v *verifier) before(r events.Record) {
 // ("" when it does).
 func (v *verifier) allowed(victim *domain.Task, e events.PreemptRequested) string {
 	st := v.f.st
+	if e.Policy == policy.GPUUnhealthy {
+		for _, pl := range victim.Placements {
+			if n := st.Nodes[pl.Node]; n != nil {
+				for _, g := range n.GPUs {
+					if !g.Healthy && slices.Contains(pl.GPUs, g.UUID) {
+						return ""
+					}
+				}
+			}
+		}
+		return "a gpu-unhealthy preemption of a task holding no unhealthy GPU"
+	}
 	if e.Policy == policy.Drain {
 		for _, pl := range victim.Placements {
 			if n := st.Nodes[pl.Node]; n != nil && n.State == domain.NodeDrained && n.DrainPreempt {

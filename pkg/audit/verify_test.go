@@ -74,6 +74,19 @@ func TestVerify(t *testing.T) {
 					events.PreemptRequested{TaskID: "v", Policy: policy.Drain, Reason: "node n1 drained"}), // seq 6
 			want: []found{{6, audit.PreemptionNotAllowed, "v"}},
 		},
+		"clean: a CRITICAL task on a GPU that died is preempted to resume elsewhere": {
+			log: running(newTimed().at(0, dt.Node("n1").GPUs(4).Available()), "c", domain.Critical, false, "n1", 0, 1).
+				at(5, events.Unhealthy{Node: "n1", GPUs: []string{dt.GPU("n1", 1)}, Reason: "Xid 79"},
+					events.PreemptRequested{TaskID: "c", Policy: policy.GPUUnhealthy, Reason: "gpu-unhealthy"}).
+				at(10, events.Preempted{TaskID: "c", Node: "n1"}, events.Requeued{TaskID: "c"}),
+			want: nil,
+		},
+		"a gpu-unhealthy preemption of a task on healthy GPUs": {
+			log: running(newTimed().at(0, dt.Node("n1").GPUs(4).Available()), "v", domain.Low, true, "n1", 0, 1).
+				at(5, events.Unhealthy{Node: "n1", GPUs: []string{dt.GPU("n1", 3)}, Reason: "Xid 79"},
+					events.PreemptRequested{TaskID: "v", Policy: policy.GPUUnhealthy, Reason: "gpu-unhealthy"}), // seq 6
+			want: []found{{6, audit.PreemptionNotAllowed, "v"}},
+		},
 		"a preempted task never requeued": {
 			log: running(newTimed().at(0, dt.Node("n1").GPUs(4).Available()), "v", domain.Low, true, "n1", 0, 1, 2, 3).
 				at(5, task("c").GPUs(4).Priority(domain.Critical).Submitted(),

@@ -138,6 +138,22 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 			}
 		}
 	}
+	// 1c. A task holding a GPU that turned unhealthy is preempted, whatever
+	//     its class: the GPU is gone; it resumes elsewhere from its last
+	//     checkpoint, and the GPU is not offered again until healthy.
+	for _, t := range st.InState(domain.Running) {
+		if g, n := unhealthyHeld(st, t); g != "" {
+			reason := policy.GPUUnhealthy + ": " + g + " on " + n.Name
+			if n.Reason != "" {
+				reason += " (" + n.Reason + ")"
+			}
+			out = append(out, Command{
+				Event:  events.PreemptRequested{TaskID: t.ID, Policy: policy.GPUUnhealthy, Reason: reason, GraceS: t.GraceS, BasedOnSeq: st.Seq},
+				MsgID:  fmt.Sprintf("preempt:%s:%d", t.ID, t.LastSeq),
+				Expect: guard(t),
+			})
+		}
+	}
 	// 2. The policy's decisions, on the nodes with a fresh heartbeat.
 	st.SetAway(live.away(st, now))
 	for _, d := range p.Schedule(policy.Input{State: st, Now: now, Predict: predict}) {
@@ -171,4 +187,23 @@ func preemptedWhy(t *domain.Task) string {
 		return "preempted (" + t.Reason + ")"
 	}
 	return "preempted"
+}
+
+// unhealthyHeld returns a GPU of t that its node reports unhealthy, and
+// the node ("" when none).
+func unhealthyHeld(st *domain.State, t *domain.Task) (string, *domain.Node) {
+	for _, pl := range t.Placements {
+		n := st.Nodes[pl.Node]
+		if n == nil {
+			continue
+		}
+		for _, u := range pl.GPUs {
+			for _, g := range n.GPUs {
+				if g.UUID == u && !g.Healthy {
+					return u, n
+				}
+			}
+		}
+	}
+	return "", nil
 }

@@ -92,6 +92,14 @@ func TestPlan(t *testing.T) {
 				events.Drained{Node: "n1"}, queued),
 			live: decide.Liveness{LastSeen: fresh, Beats: fresh, Timeout: 30 * time.Second},
 		},
+		"a GPU turns unhealthy: its task is preempted, whatever its class; the GPU is not offered": {
+			log: append(append(append([]events.Event{dt.Node("n1").GPUs(2).Available()},
+				running("crit", domain.Critical, false, dt.On("n1", 0), 1)...),
+				events.Unhealthy{Node: "n1", GPUs: []string{dt.GPU("n1", 0), dt.GPU("n1", 1)}, Reason: "Xid 79"}),
+				dt.Task().ID("q").GPUs(1).Submitted()),
+			live: decide.Liveness{LastSeen: fresh, Beats: fresh, Timeout: 30 * time.Second},
+			want: []string{"preempt_requested crit"},
+		},
 		"undrained: work again": {
 			log:  []events.Event{n1, events.Drained{Node: "n1"}, events.Undrained{Node: "n1"}, queued},
 			live: decide.Liveness{LastSeen: fresh, Beats: fresh, Timeout: 30 * time.Second},

@@ -35,6 +35,10 @@ const (
 	// scheduler's protocol, not a policy choice: preemptible, non-CRITICAL
 	// tasks on that node only).
 	Drain = "drain"
+	// GPUUnhealthy names the preemption of a task holding a GPU that
+	// turned unhealthy (the scheduler's protocol, any class: the GPU is
+	// gone, the task resumes elsewhere from its checkpoint).
+	GPUUnhealthy = "gpu-unhealthy"
 )
 
 // Choices of victims among the candidates of one class (Options.Victims).

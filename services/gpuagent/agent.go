@@ -37,6 +37,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -421,7 +422,11 @@ func (a *Agent) announce(ctx context.Context, force bool) error {
 		}
 	}
 	if len(newBad) > 0 {
-		_, err = events.Append(ctx, a.cfg.Log, events.Unhealthy{Node: a.cfg.Node, GPUs: newBad, Reason: "NVML reports the GPU unhealthy"}, events.Meta{Time: a.cfg.Now()}, "", nil)
+		reason := "NVML reports the GPU unhealthy"
+		if r, ok := a.inv.UnhealthyReason(newBad[0]); ok && r != "" {
+			reason = r
+		}
+		_, err = events.Append(ctx, a.cfg.Log, events.Unhealthy{Node: a.cfg.Node, GPUs: newBad, Reason: reason}, events.Meta{Time: a.cfg.Now()}, "", nil)
 	}
 	return err
 }
@@ -741,7 +746,7 @@ func (a *Agent) exited(x exit) {
 	forced := pr.forced || res.Forced
 	var ev events.Event
 	switch {
-	case t.State != domain.Cancelled && (t.State == domain.Preempting || pr.preempt || res.Stopped):
+	case t.State != domain.Cancelled && (t.State == domain.Preempting || pr.preempt || res.Stopped || a.gpuDied(pr)):
 		ev = events.Preempted{TaskID: pr.task, Node: a.cfg.Node, Checkpoint: t.Checkpoint, Forced: forced,
 			LostGPUSeconds: map[bool]float64{true: a.lost(t), false: 0}[forced], ExitCode: res.ExitCode}
 		msgID = fmt.Sprintf("preempted:%s:%d", pr.task, pr.dispatch)
@@ -762,6 +767,18 @@ func (a *Agent) exited(x exit) {
 	}
 	a.pending[x.key] = report{ev: ev, msgID: msgID, task: pr.task, runDir: pr.p.RunDir(), dispatch: pr.dispatch}
 	a.cfg.Logger.Info().Str("task", pr.task).Str("event", string(ev.EventType())).Int("exit_code", res.ExitCode).Bool("adopted", pr.adopted).Msg("gpuagent: task ended")
+}
+
+// gpuDied reports whether a GPU the run held is unhealthy now: a job that
+// ends then (crashed with its GPU, typically) is preempted, not failed,
+// and resumes elsewhere from its checkpoint.
+func (a *Agent) gpuDied(pr *proc) bool {
+	for _, g := range a.gpus {
+		if !g.Healthy && slices.Contains(pr.gpus, g.UUID) {
+			return true
+		}
+	}
+	return false
 }
 
 // flush appends the pending exit reports; one that fails stays pending

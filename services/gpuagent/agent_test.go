@@ -34,6 +34,7 @@ type node struct {
 	name    string
 	timeout time.Duration
 	natsOff bool // the test shut the NATS server down
+	inv     *inventory.Inventory
 	cancel  context.CancelFunc
 	done    chan error
 }
@@ -79,7 +80,7 @@ func (n *node) start(stopOnExit bool) {
 	n.cancel, n.done = cancel, make(chan error, 1)
 	go func() {
 		n.done <- Run(ctx, Config{Log: n.log, JS: js, Node: n.name, DataDir: n.dir, CheckpointRoot: filepath.Join(n.dir, "ckpt"),
-			Inventory: inventory.Options{Mock: true, MockGPUs: 2}, Logger: zerolog.Nop(), Heartbeat: 200 * time.Millisecond,
+			Inventory: inventory.Options{Mock: true, MockGPUs: 2}, Inv: n.inv, Logger: zerolog.Nop(), Heartbeat: 200 * time.Millisecond,
 			KillAfter: time.Second, NodeTimeout: n.timeout, StopOnExit: stopOnExit, Ready: func() { once.Do(func() { close(ready) }) }})
 	}()
 	select {
@@ -349,6 +350,44 @@ func TestStopOnExit(t *testing.T) {
 	n.start(false)
 	n.waitState("t1", domain.Preempting, 20*time.Second)
 	if n.count("t1", events.TypePreempted) != 1 || n.count("t1", events.TypeFailed) != 0 {
+		t.Errorf("history: %s", n.types("t1"))
+	}
+}
+
+// TestGPUTurnsUnhealthy: a GPU marked unhealthy mid-task is reported, and
+// the task that dies with it is reported preempted (it resumes elsewhere
+// from its checkpoint), not failed.
+func TestGPUTurnsUnhealthy(t *testing.T) {
+	n := newNode(t)
+	inv, err := inventory.Open(inventory.Options{Node: n.name, Mock: true, MockGPUs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inv.Close() })
+	n.inv = inv
+	out := t.TempDir()
+	n.start(false)
+	n.run("t1", `touch `+out+`/started; while [ ! -f `+out+`/crash ]; do sleep 0.05; done; exit 1`, 0)
+	n.waitState("t1", domain.Running, 10*time.Second)
+	waitFile(t, filepath.Join(out, "started"), 10*time.Second)
+	gpu := n.fold().Tasks["t1"].Placements[0].GPUs[0]
+	inv.MarkUnhealthy(gpu, "Xid 79 (test)")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := n.fold()
+		if g := st.Nodes[n.name].GPUs[0]; !g.Healthy && g.UUID == gpu && strings.Contains(st.Nodes[n.name].Reason, "Xid 79") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the agent did not report the GPU unhealthy")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := os.WriteFile(filepath.Join(out, "crash"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.waitState("t1", domain.Preempting, 10*time.Second)
+	if n.count("t1", events.TypeFailed) != 0 {
 		t.Errorf("history: %s", n.types("t1"))
 	}
 }
