@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -188,4 +189,38 @@ func withID(e events.Event, id string) events.Event {
 		return e
 	}
 	return e
+}
+
+// TestCheckpointSpooled: inside a job whose node cannot reach NATS, the
+// ref is kept for the agent (exit 0); outside a job, or for another task,
+// an unreachable NATS is an error as before.
+func TestCheckpointSpooled(t *testing.T) {
+	dead := "nats://127.0.0.1:1" // nothing listens there
+	cases := map[string]struct {
+		envTask, task string
+		wantCode      int
+		wantSpool     bool
+	}{
+		"inside the job: kept for the agent": {envTask: "t1", task: "t1", wantSpool: true},
+		"another task's checkpoint":          {envTask: "t1", task: "t2", wantCode: exitErr},
+		"outside a job":                      {task: "t1", wantCode: exitErr},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Setenv("GPUQ_TASK_ID", tc.envTask)
+			t.Setenv("GPUQ_CHECKPOINT_DIR", dir)
+			got, _ := runCLI(t, "checkpoint", "--nats", dead, "--task", tc.task, "--ref", "/ck/step-7")
+			if got != tc.wantCode {
+				t.Errorf("exit code %d, want %d", got, tc.wantCode)
+			}
+			b, err := os.ReadFile(filepath.Join(dir, PendingRefFile))
+			if tc.wantSpool && string(b) != "/ck/step-7" {
+				t.Errorf("spooled %q (%v), want the ref", b, err)
+			}
+			if !tc.wantSpool && err == nil {
+				t.Errorf("spooled %q for a checkpoint that is not this job's", b)
+			}
+		})
+	}
 }

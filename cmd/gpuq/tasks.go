@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -444,12 +446,16 @@ func newCheckpoint() *cobra.Command {
 			}
 			cl, done, err := f.client()
 			if err != nil {
-				return err
+				return spoolCheckpoint(task, ref, err, c.ErrOrStderr())
 			}
 			defer done()
 			var out api.CheckpointReply
 			if err := cl.Call(api.OpCheckpoint, req, &out); err != nil {
-				return err
+				var ae *api.Error
+				if errors.As(err, &ae) {
+					return err
+				}
+				return spoolCheckpoint(task, ref, err, c.ErrOrStderr())
 			}
 			if f.json {
 				return printJSON(os.Stdout, map[string]any{"task_id": out.TaskID, "ref": out.Ref, "seq": out.Seq, "state": out.State})
@@ -522,4 +528,29 @@ func taskExists(ctx context.Context, l events.Log, id string) bool {
 		return nil
 	})
 	return found
+}
+
+// PendingRefFile is where a job's checkpoint ref waits, under its
+// GPUQ_CHECKPOINT_DIR, when NATS cannot be reached; the node's agent
+// reports it when NATS is back (services/gpuagent reads the same name).
+const PendingRefFile = ".gpuq-pending-ref"
+
+// spoolCheckpoint keeps the ref of a job's checkpoint for its agent when
+// NATS is unreachable (a partitioned node): inside a job, the report is
+// not lost and the job goes on; outside one, it is the error it was.
+func spoolCheckpoint(task, ref string, cause error, stderr io.Writer) error {
+	dir := os.Getenv("GPUQ_CHECKPOINT_DIR")
+	if dir == "" || os.Getenv("GPUQ_TASK_ID") != task {
+		return cause
+	}
+	path := filepath.Join(dir, PendingRefFile)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(ref), 0o644); err != nil {
+		return cause
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return cause
+	}
+	fmt.Fprintf(stderr, "gpuq: NATS unreachable (%v); the checkpoint is kept in %s and the agent reports it when NATS is back\n", cause, path)
+	return nil
 }

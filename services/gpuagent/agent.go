@@ -31,6 +31,7 @@ package gpuagent
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -785,6 +786,9 @@ func (a *Agent) gpuDied(pr *proc) bool {
 // (the message id makes a retry of a stored one a no-op). A report the
 // log has overtaken (the task moved meanwhile) is dropped.
 func (a *Agent) flush(ctx context.Context) {
+	if !a.fenced {
+		a.spooled(ctx)
+	}
 	for key, r := range a.pending {
 		if _, placed := a.placedHere(r.task, r.dispatch); !placed {
 			delete(a.pending, key)
@@ -804,6 +808,52 @@ func (a *Agent) flush(ctx context.Context) {
 		delete(a.pending, key)
 		a.reported[key] = true
 		_ = os.RemoveAll(r.runDir)
+	}
+}
+
+// pendingRefFile is where a job's `gpuq checkpoint` keeps its ref when
+// NATS is unreachable (cmd/gpuq writes the same name).
+const pendingRefFile = ".gpuq-pending-ref"
+
+// spooled reports the checkpoint refs jobs kept while NATS was
+// unreachable, before any exit report of theirs, so that a preempted task
+// resumes from the checkpoint it saved during a partition.
+func (a *Agent) spooled(ctx context.Context) {
+	tasks := map[string]bool{}
+	for _, pr := range a.procs {
+		tasks[pr.task] = true
+	}
+	for _, r := range a.pending {
+		tasks[r.task] = true
+	}
+	for task := range tasks {
+		path := filepath.Join(a.cfg.CheckpointRoot, task, pendingRefFile)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		ref := strings.TrimSpace(string(b))
+		t := a.st.Tasks[task]
+		if ref == "" || t == nil || !t.HoldsGPUs() || t.Checkpoint == ref {
+			_ = os.Remove(path)
+			continue
+		}
+		sum := sha256.Sum256([]byte(ref))
+		_, err = events.Append(ctx, a.cfg.Log, events.Checkpointed{TaskID: task, Ref: ref}, events.Meta{Time: a.cfg.Now()},
+			fmt.Sprintf("ckpt:%s:%x", task, sum[:8]), nil)
+		if err != nil {
+			continue
+		}
+		_ = os.Remove(path)
+		a.cfg.Logger.Info().Str("task", task).Str("ref", ref).Msg("gpuagent: reported a checkpoint kept while NATS was unreachable")
+		// A report not yet in the log carries it too.
+		for key, r := range a.pending {
+			if p, ok := r.ev.(events.Preempted); ok && r.task == task {
+				p.Checkpoint = ref
+				r.ev = p
+				a.pending[key] = r
+			}
+		}
 	}
 }
 

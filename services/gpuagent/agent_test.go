@@ -391,3 +391,23 @@ func TestGPUTurnsUnhealthy(t *testing.T) {
 		t.Errorf("history: %s", n.types("t1"))
 	}
 }
+
+// TestSpooledCheckpoint: a ref the job's `gpuq checkpoint` kept because
+// NATS was unreachable is reported by the agent, so the task resumes from
+// it.
+func TestSpooledCheckpoint(t *testing.T) {
+	n := newNode(t)
+	n.start(false)
+	n.run("t1", `echo -n step-42 > "$GPUQ_CHECKPOINT_DIR/.gpuq-pending-ref"; sleep 30`, 0)
+	n.waitState("t1", domain.Running, 10*time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	for n.fold().Tasks["t1"].Checkpoint != "step-42" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the spooled checkpoint was not reported: %s", n.types("t1"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := os.Stat(filepath.Join(n.dir, "ckpt", "t1", ".gpuq-pending-ref")); !os.IsNotExist(err) {
+		t.Errorf("the spool file is still there after the report (%v)", err)
+	}
+}
