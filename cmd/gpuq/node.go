@@ -84,6 +84,9 @@ func printNodes(w io.Writer, nodes []api.NodeView, now time.Time) {
 			if !g.Healthy {
 				health = "UNHEALTHY"
 			}
+			if g.Utilization != nil {
+				health += fmt.Sprintf(", %d%% busy", *g.Utilization)
+			}
 			fmt.Fprintf(tw, "  %d %s\t%s\t%d MiB\t%s\t%s\t\n", g.Index, g.UUID, g.Model, g.MemoryMiB, health, task)
 		}
 	}

@@ -29,6 +29,9 @@ type GPUView struct {
 	MemoryMiB int     `json:"memory_mib"`
 	Healthy   bool    `json:"healthy"`
 	TaskID    *string `json:"task_id"`
+	// Utilization is the busy percentage of the agent's last heartbeat,
+	// where NVML reports it.
+	Utilization *int `json:"utilization_pct,omitempty"`
 }
 
 // DrainRequest drains (or, for undrain, restores) a node.

@@ -37,7 +37,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -150,7 +149,8 @@ type Agent struct {
 	lastOK   atomic.Int64 // unix nanos of the last heartbeat NATS accepted
 	fenced   bool
 	procMu   sync.Mutex
-	liveRuns []bool // what countLive saw, for the heartbeat
+	liveRuns []bool         // what countLive saw, for the heartbeat
+	util     map[string]int // GPU UUID → utilization %, for the heartbeat
 }
 
 func runKey(task string, dispatch uint64) string { return fmt.Sprintf("%s/%d", task, dispatch) }
@@ -307,7 +307,10 @@ func (a *Agent) heartbeats(ctx context.Context, kv jetstream.KeyValue) {
 				running++
 			}
 		}
-		v, _ := json.Marshal(map[string]any{"node": a.cfg.Node, "boot_id": a.boot, "time": a.cfg.Now().UTC(), "running": running})
+		a.procMu.Lock()
+		util := a.util
+		a.procMu.Unlock()
+		v, _ := json.Marshal(map[string]any{"node": a.cfg.Node, "boot_id": a.boot, "time": a.cfg.Now().UTC(), "running": running, "utilization": util})
 		pctx, cancel := context.WithTimeout(ctx, a.cfg.Heartbeat)
 		_, err := kv.Put(pctx, a.cfg.Node, v)
 		cancel()
@@ -389,7 +392,8 @@ func (a *Agent) announce(ctx context.Context, force bool) error {
 	if err != nil {
 		return err
 	}
-	if !force && reflect.DeepEqual(gpus, a.gpus) {
+	a.setUtil(gpus)
+	if !force && sameInventory(gpus, a.gpus) {
 		return nil
 	}
 	var bad []string
@@ -430,6 +434,35 @@ func (a *Agent) announce(ctx context.Context, force bool) error {
 		_, err = events.Append(ctx, a.cfg.Log, events.Unhealthy{Node: a.cfg.Node, GPUs: newBad, Reason: reason}, events.Meta{Time: a.cfg.Now()}, "", nil)
 	}
 	return err
+}
+
+// sameInventory compares two reads of the GPUs, utilization aside (it
+// travels with the heartbeat, not in the log).
+func sameInventory(a, b []inventory.GPU) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		x.Utilization, y.Utilization = 0, 0
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// setUtil keeps the GPUs' utilization for the next heartbeat.
+func (a *Agent) setUtil(gpus []inventory.GPU) {
+	util := map[string]int{}
+	for _, g := range gpus {
+		if g.Utilization >= 0 && g.UUID != "" {
+			util[g.UUID] = g.Utilization
+		}
+	}
+	a.procMu.Lock()
+	a.util = util
+	a.procMu.Unlock()
 }
 
 // mine returns this node's placement of t (ok false if none); rank0 is

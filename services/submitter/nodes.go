@@ -47,11 +47,17 @@ func (s *server) nodes(ctx context.Context) ([]api.NodeView, error) {
 				continue
 			}
 			var beat struct {
-				Time time.Time `json:"time"`
+				Time        time.Time      `json:"time"`
+				Utilization map[string]int `json:"utilization"`
 			}
 			at := e.Created()
 			if json.Unmarshal(e.Value(), &beat) == nil && !beat.Time.IsZero() {
 				at = beat.Time
+			}
+			for j, g := range out[i].GPUs {
+				if u, ok := beat.Utilization[g.UUID]; ok {
+					out[i].GPUs[j].Utilization = &u
+				}
 			}
 			at = at.UTC()
 			out[i].LastHeartbeat = &at

@@ -263,7 +263,10 @@ func (c *cluster) scheduler(name string, extra ...string) *proc {
 
 func (c *cluster) agent(node string, gpus int, extra ...string) *proc {
 	args := append(c.common(), "--node", node, "--mock", "--gpus", strconv.Itoa(gpus), "--heartbeat", "500ms",
-		"--kill-after", "2s", "--data-dir", filepath.Join(c.dir, "agents", node), "--checkpoint-dir", filepath.Join(c.dir, "ckpt"))
+		"--kill-after", "2s", "--data-dir", filepath.Join(c.dir, "agents", node), "--checkpoint-dir", filepath.Join(c.dir, "ckpt"),
+		// A clean stop at the end of a scenario stops the tasks (a kill -9
+		// in a scenario leaves them to the next agent, as in production).
+		"--stop-tasks-on-exit")
 	return c.add("agent-"+node, "gpuq-agent", nil, append(args, extra...)...)
 }
 

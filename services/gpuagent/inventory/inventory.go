@@ -29,9 +29,13 @@ type GPU struct {
 	Model string
 	// MemoryMiB is the total framebuffer memory in MiB.
 	MemoryMiB int
-	// Healthy is false when the GPU was marked unhealthy or NVML failed to
-	// read it.
+	// Healthy is false when the GPU was marked unhealthy, NVML failed to
+	// read it, or NVML reports retired pages pending or a row remapping
+	// pending or failed (where the GPU supports them).
 	Healthy bool
+	// Utilization is the GPU's busy percentage over NVML's last sample
+	// period, -1 where NVML does not report it (the mock).
+	Utilization int
 }
 
 // Options selects the backend.
@@ -228,7 +232,7 @@ func (i *Inventory) GPUs() ([]GPU, error) {
 }
 
 func (i *Inventory) read(idx int) GPU {
-	g := GPU{Index: idx}
+	g := GPU{Index: idx, Utilization: -1}
 	dev, ret := safe(func() (nvml.Device, nvml.Return) { return i.lib.DeviceGetHandleByIndex(idx) })
 	if ret != nvml.SUCCESS {
 		return g
@@ -246,7 +250,27 @@ func (i *Inventory) read(idx int) GPU {
 	} else {
 		healthy = false
 	}
+	if u, ok := get(dev.GetUtilizationRates); ok {
+		g.Utilization = int(u.Gpu)
+	}
 	if g.UUID != "" {
+		// Memory the driver could not keep: the GPU needs a reset before
+		// it gets new work. Kept like an Xid until the agent restarts.
+		if st, ok := get(dev.GetRetiredPagesPendingStatus); ok && st == nvml.FEATURE_ENABLED {
+			i.MarkUnhealthy(g.UUID, "NVML: retired pages pending (the GPU needs a reset)")
+		}
+		type remap struct{ pending, failed bool }
+		if r, ok := get(func() (remap, nvml.Return) {
+			_, _, pending, failed, ret := dev.GetRemappedRows()
+			return remap{pending, failed}, ret
+		}); ok {
+			switch {
+			case r.failed:
+				i.MarkUnhealthy(g.UUID, "NVML: row remapping failed")
+			case r.pending:
+				i.MarkUnhealthy(g.UUID, "NVML: row remapping pending (the GPU needs a reset)")
+			}
+		}
 		if _, marked := i.UnhealthyReason(g.UUID); marked {
 			healthy = false
 		}

@@ -255,7 +255,7 @@ func TestDeviceHandleErrorIsUnhealthy(t *testing.T) {
 		return s.Devices[i], nvml.SUCCESS
 	}
 	gs := mustGPUs(t, newInventory(s, backend))
-	want := []GPU{{Index: 0}, {UUID: MockUUID("n", 1), Index: 1, Model: gs[1].Model, MemoryMiB: 40960, Healthy: true}}
+	want := []GPU{{Index: 0, Utilization: -1}, {UUID: MockUUID("n", 1), Index: 1, Model: gs[1].Model, MemoryMiB: 40960, Healthy: true, Utilization: -1}}
 	for i := range want {
 		if gs[i] != want[i] {
 			t.Errorf("gpu %d = %+v, want %+v", i, gs[i], want[i])
@@ -441,5 +441,54 @@ func TestWatchXidOpenBackend(t *testing.T) {
 		if el := time.Since(begin); el < time.Second {
 			t.Errorf("WatchXid returned after %v, before ctx was done", el)
 		}
+	}
+}
+
+// TestMemoryHealth: where NVML reports retired pages pending or a row
+// remapping pending or failed, the GPU is unhealthy with that reason; the
+// utilization NVML samples is reported.
+func TestMemoryHealth(t *testing.T) {
+	tests := map[string]struct {
+		setup      func(d *server.Device)
+		wantHealth bool
+		wantReason string
+		wantUtil   int
+	}{
+		"nothing reported": {setup: func(d *server.Device) {}, wantHealth: true, wantUtil: -1},
+		"utilization": {setup: func(d *server.Device) {
+			d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{Gpu: 87}, nvml.SUCCESS }
+		}, wantHealth: true, wantUtil: 87},
+		"retired pages pending": {setup: func(d *server.Device) {
+			d.GetRetiredPagesPendingStatusFunc = func() (nvml.EnableState, nvml.Return) { return nvml.FEATURE_ENABLED, nvml.SUCCESS }
+		}, wantReason: "retired pages pending", wantUtil: -1},
+		"row remapping pending": {setup: func(d *server.Device) {
+			d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 0, 1, true, false, nvml.SUCCESS }
+		}, wantReason: "row remapping pending", wantUtil: -1},
+		"row remapping failed": {setup: func(d *server.Device) {
+			d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 0, 9, false, true, nvml.SUCCESS }
+		}, wantReason: "row remapping failed", wantUtil: -1},
+		"remapping not supported": {setup: func(d *server.Device) {
+			d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 0, 0, false, false, nvml.ERROR_NOT_SUPPORTED }
+		}, wantHealth: true, wantUtil: -1},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s, backend, err := newMock(Options{Node: "n", MockGPUs: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.setup(s.Devices[1].(*server.Device))
+			inv := newInventory(s, backend)
+			gs := mustGPUs(t, inv)
+			if gs[1].Healthy != tc.wantHealth || gs[1].Utilization != tc.wantUtil {
+				t.Errorf("gpu 1 = %+v, want healthy %v utilization %d", gs[1], tc.wantHealth, tc.wantUtil)
+			}
+			if !gs[0].Healthy {
+				t.Errorf("gpu 0 turned unhealthy: %+v", gs[0])
+			}
+			if r, _ := inv.UnhealthyReason(gs[1].UUID); !strings.Contains(r, tc.wantReason) || (tc.wantReason == "") != (r == "") {
+				t.Errorf("reason %q, want %q", r, tc.wantReason)
+			}
+		})
 	}
 }
