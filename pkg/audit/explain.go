@@ -272,7 +272,7 @@ func causeOf(f *folder, pol *policy.Policy, t *domain.Task) (cause, reason strin
 		return CauseReservation, w.Reason, bl
 	case policy.ReasonUnsatisfiable:
 		return CauseConstraint, w.Reason, bl
-	case policy.ReasonNodesUnhealthy:
+	case policy.ReasonNodesUnhealthy, policy.ReasonNodeDrained:
 		return CauseNode, w.Reason, bl
 	case policy.ReasonNoCapacity:
 		if f.st.FreeCount() >= t.GPUs {

@@ -533,3 +533,23 @@ func (c *capacity) count(t *domain.Task, healthyOnly bool) (total, best int) {
 	}
 	return total, best
 }
+
+// fitsUndrained reports whether t would fit on the schedulable and the
+// drained nodes' healthy GPUs (why it cannot run now is a drain).
+func (c *capacity) fitsUndrained(t *domain.Task) bool {
+	total, best := 0, 0
+	for _, n := range c.s.Nodes {
+		if !n.Schedulable() && n.State != domain.NodeDrained {
+			continue
+		}
+		k := 0
+		for _, g := range n.GPUs {
+			if g.Healthy && gpuFits(t, g) {
+				k++
+			}
+		}
+		total += k
+		best = max(best, k)
+	}
+	return best >= t.GPUs || total >= t.GPUs
+}

@@ -79,7 +79,8 @@ type ending struct {
 //
 //  1. Take the queued tasks in order (order.go).
 //  2. Skip what can never run here (constraint-unsatisfiable) or not on
-//     the healthy nodes (nodes-unhealthy); it blocks nobody.
+//     the healthy nodes (nodes-unhealthy, or node-drained when drained
+//     nodes would take it); it blocks nobody.
 //  3. Place the task on free GPUs that no reservation holds; or, when it is
 //     predicted to end before a reservation starts, on reserved ones too
 //     (EASY backfill).
@@ -107,7 +108,10 @@ func (pc *pass) step(t *domain.Task, tier, pos int) bool {
 	ever, now := pc.cap.feasible(t)
 	if !ever || !now {
 		r := ReasonUnsatisfiable
-		if ever {
+		switch {
+		case ever && pc.cap.fitsUndrained(t):
+			r = ReasonNodeDrained
+		case ever:
 			r = ReasonNodesUnhealthy
 		}
 		pc.wait(t, pos, r, nil)

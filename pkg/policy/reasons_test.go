@@ -80,8 +80,13 @@ func TestReasons(t *testing.T) {
 			task:  "q",
 			want:  policy.Wait{Position: 1, Reason: policy.ReasonNodesUnhealthy, Blockers: []string{}},
 		},
-		"nodes-unhealthy: a drained node": {
+		"node-drained: it would fit with the drained node back": {
 			setup: func(c *harness) { c.nodes(2, 8).drain("n2").submit(task{id: "q", gpus: 16}) },
+			task:  "q",
+			want:  policy.Wait{Position: 1, Reason: policy.ReasonNodeDrained, Blockers: []string{}},
+		},
+		"nodes-unhealthy: a drained node would not be enough": {
+			setup: func(c *harness) { c.nodes(2, 8).drain("n2").lose("n1").submit(task{id: "q", gpus: 16}) },
 			task:  "q",
 			want:  policy.Wait{Position: 1, Reason: policy.ReasonNodesUnhealthy, Blockers: []string{}},
 		},
@@ -159,5 +164,5 @@ func TestExplainCoversTheQueue(t *testing.T) {
 var knownReason = map[string]bool{
 	policy.ReasonNoCapacity: true, policy.ReasonHigherAhead: true, policy.ReasonTeamOver: true,
 	policy.ReasonReserved: true, policy.ReasonUnsatisfiable: true, policy.ReasonNodesUnhealthy: true,
-	policy.ReasonPreempting: true,
+	policy.ReasonPreempting: true, policy.ReasonNodeDrained: true,
 }
