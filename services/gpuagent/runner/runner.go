@@ -267,6 +267,14 @@ func (p *Proc) watch() {
 			p.finish(res)
 			return
 		}
+		if p.reaped != nil {
+			// Our own child: its exit is the moment to look (the record
+			// is written just before); poll slowly otherwise.
+			select {
+			case <-p.reaped:
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
 		if gone() {
 			if readJSON(exitPath, &res) == nil {
 				p.finish(res)
@@ -284,7 +292,9 @@ func (p *Proc) watch() {
 			p.finish(Result{ExitCode: -1, Lost: true, ErrText: why})
 			return
 		}
-		time.Sleep(50 * time.Millisecond)
+		if p.reaped == nil {
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 }
 
