@@ -751,7 +751,7 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 		_ = os.RemoveAll(runDir)
 		return
 	}
-	a.cfg.Logger.Info().Str("task", t.ID).Int("pid", p.PID()).Str("gpus", strings.Join(pl.GPUs, ",")).Msg("gpuagent: started")
+	a.cfg.Logger.Info().Str("task", t.ID).Str("run", runDir).Str("gpus", strings.Join(pl.GPUs, ",")).Msg("gpuagent: started")
 	pr := &proc{key: key, p: p, task: t.ID, dispatch: t.DispatchSeq, gpus: pl.GPUs}
 	a.procs[key] = pr
 	a.watch(pr)

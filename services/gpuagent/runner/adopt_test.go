@@ -79,7 +79,8 @@ func TestAdopt(t *testing.T) {
 			name:    "supervisor killed: lost, and what is left of the job goes too",
 			command: "sleep 30",
 			before: func(t *testing.T, p *Proc) {
-				_ = syscall.Kill(p.rec.Supervisor.PID, syscall.SIGKILL)
+				rec, _ := p.job()
+				_ = syscall.Kill(rec.Supervisor.PID, syscall.SIGKILL)
 				<-p.Wait()
 			},
 			want: Result{ExitCode: -1, Lost: true},
@@ -89,7 +90,8 @@ func TestAdopt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			p := start(t, Spec{Command: tc.command, LogPath: filepath.Join(dir, "out.log")})
-			job := p.rec.Job
+			rec, _ := p.job()
+			job := rec.Job
 			if tc.before != nil {
 				tc.before(t, p)
 			}

@@ -123,6 +123,7 @@ type Proc struct {
 	rec    procRecord
 	pgid   int
 	reaped chan struct{} // closed when our child supervisor is reaped (nil if adopted)
+	ready  chan struct{} // closed once rec and pgid are known
 	done   chan struct{}
 	res    Result
 	mu     sync.Mutex
@@ -139,6 +140,11 @@ func Start(s Spec) (*Proc, error) {
 	}
 	if err := os.MkdirAll(filepath.Dir(s.LogPath), 0o755); err != nil {
 		return nil, fmt.Errorf("runner: task %s: log dir: %w", s.TaskID, err)
+	}
+	if s.Dir != "" {
+		if st, err := os.Stat(s.Dir); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("runner: task %s: start: working directory %s is not a directory", s.TaskID, s.Dir)
+		}
 	}
 	if s.RunDir == "" {
 		s.RunDir = filepath.Join(filepath.Dir(s.LogPath), "run")
@@ -175,35 +181,78 @@ func Start(s Spec) (*Proc, error) {
 	}
 	reaped := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(reaped) }()
-	// The supervisor records the job (or why it could not start it).
-	deadline := time.Now().Add(10 * time.Second)
+	// The supervisor records the job (or why it could not start it) in a
+	// few milliseconds; the caller does not wait for it: Signal and PID
+	// do, and a start that fails ends as a Result with Err.
+	p := &Proc{spec: s, reaped: reaped, done: make(chan struct{}), ready: make(chan struct{})}
+	go p.await()
+	return p, nil
+}
+
+// await waits for the supervisor's record of the job, then watches it.
+func (p *Proc) await() {
+	s := p.spec
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var rec procRecord
 		if readJSON(filepath.Join(s.RunDir, procFile), &rec) == nil && rec.Job.PID > 0 {
-			return watch(s, rec, reaped), nil
+			p.setRecord(rec)
+			p.watch()
+			return
 		}
 		var res Result
-		if readJSON(filepath.Join(s.RunDir, exitFile), &res) == nil && res.ErrText != "" {
-			<-reaped
-			return nil, fmt.Errorf("runner: task %s: start: %s", s.TaskID, res.ErrText)
+		if readJSON(filepath.Join(s.RunDir, exitFile), &res) == nil {
+			p.setRecord(procRecord{})
+			res.ExitCode = -1
+			res.ErrText = "start: " + res.ErrText
+			p.finish(res)
+			return
 		}
 		select {
-		case <-reaped:
+		case <-p.reaped:
 			if readJSON(filepath.Join(s.RunDir, procFile), &rec) == nil && rec.Job.PID > 0 {
-				return watch(s, rec, reaped), nil
+				p.setRecord(rec)
+				p.watch()
+				return
 			}
-			if readJSON(filepath.Join(s.RunDir, exitFile), &res) == nil && res.ErrText != "" {
-				return nil, fmt.Errorf("runner: task %s: start: %s", s.TaskID, res.ErrText)
+			if readJSON(filepath.Join(s.RunDir, exitFile), &res) == nil {
+				p.setRecord(procRecord{})
+				res.ExitCode = -1
+				res.ErrText = "start: " + res.ErrText
+				p.finish(res)
+				return
 			}
 			b, _ := os.ReadFile(filepath.Join(s.RunDir, superLog))
-			return nil, fmt.Errorf("runner: task %s: the supervisor exited before starting the job: %s", s.TaskID, strings.TrimSpace(string(b)))
-		case <-time.After(5 * time.Millisecond):
+			p.setRecord(procRecord{})
+			p.finish(Result{ExitCode: -1, ErrText: "start: the supervisor exited before starting the job: " + strings.TrimSpace(string(b))})
+			return
+		case <-time.After(2 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			return nil, fmt.Errorf("runner: task %s: the supervisor did not start the job within 10s", s.TaskID)
+			p.setRecord(procRecord{})
+			p.finish(Result{ExitCode: -1, ErrText: "start: the supervisor did not start the job within 30s"})
+			return
 		}
 	}
+}
+
+// setRecord publishes the job's identity (once).
+func (p *Proc) setRecord(rec procRecord) {
+	p.mu.Lock()
+	p.rec, p.pgid = rec, rec.Job.PID
+	p.mu.Unlock()
+	close(p.ready)
+}
+
+// job waits (briefly) until the job's identity is known and returns it.
+func (p *Proc) job() (procRecord, int) {
+	select {
+	case <-p.ready:
+	case <-time.After(10 * time.Second):
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rec, p.pgid
 }
 
 // Adopt takes over the run recorded in runDir by an earlier agent: a
@@ -232,7 +281,8 @@ func Adopt(runDir string) (*Proc, error) {
 func (p *Proc) Spec() Spec { return p.spec }
 
 func finished(s Spec, res Result) *Proc {
-	p := &Proc{spec: s, done: make(chan struct{}), res: res}
+	p := &Proc{spec: s, done: make(chan struct{}), ready: make(chan struct{}), res: res}
+	close(p.ready)
 	if res.ErrText != "" {
 		p.res.Err = errors.New(res.ErrText)
 	}
@@ -243,7 +293,8 @@ func finished(s Spec, res Result) *Proc {
 // watch follows a recorded run until its exit record appears or its
 // supervisor is gone.
 func watch(s Spec, rec procRecord, reaped chan struct{}) *Proc {
-	p := &Proc{spec: s, rec: rec, pgid: rec.Job.PID, reaped: reaped, done: make(chan struct{})}
+	p := &Proc{spec: s, rec: rec, pgid: rec.Job.PID, reaped: reaped, done: make(chan struct{}), ready: make(chan struct{})}
+	close(p.ready)
 	go p.watch()
 	return p
 }
@@ -327,7 +378,10 @@ func (p *Proc) MarkStopped(forced bool) {
 
 // PID is the process ID of the job's `sh` leader, which is also the
 // process group ID (0 for a run that never started).
-func (p *Proc) PID() int { return p.pgid }
+func (p *Proc) PID() int {
+	_, pgid := p.job()
+	return pgid
+}
 
 // RunDir is the run's directory.
 func (p *Proc) RunDir() string { return p.spec.RunDir }
@@ -360,14 +414,15 @@ func (p *Proc) Exited() bool {
 // Signal sends sig to every process in the task's process group. It returns
 // os.ErrProcessDone once the task has exited.
 func (p *Proc) Signal(sig syscall.Signal) error {
-	if p.Exited() || p.pgid <= 0 || !p.rec.Job.Alive() {
+	rec, pgid := p.job()
+	if p.Exited() || pgid <= 0 || !rec.Job.Alive() {
 		return os.ErrProcessDone
 	}
-	if err := syscall.Kill(-p.pgid, sig); err != nil {
+	if err := syscall.Kill(-pgid, sig); err != nil {
 		if errors.Is(err, syscall.ESRCH) {
 			return os.ErrProcessDone
 		}
-		return fmt.Errorf("runner: signal %v to group %d: %w", sig, p.pgid, err)
+		return fmt.Errorf("runner: signal %v to group %d: %w", sig, pgid, err)
 	}
 	return nil
 }
@@ -521,10 +576,11 @@ func (b *tailBuffer) String() string {
 // A shell that dies of SIGUSR1 would otherwise take the checkpointing job
 // with it (the runner stops the group when its leader exits).
 func (p *Proc) SignalJob(sig syscall.Signal) error {
-	if p.Exited() || p.pgid <= 0 || !p.rec.Job.Alive() {
+	rec, pgid := p.job()
+	if p.Exited() || pgid <= 0 || !rec.Job.Alive() {
 		return os.ErrProcessDone
 	}
-	return signalJob(p.pgid, sig)
+	return signalJob(pgid, sig)
 }
 
 func signalJob(pgid int, sig syscall.Signal) error {
