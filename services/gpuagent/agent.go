@@ -800,7 +800,11 @@ func (a *Agent) exited(x exit) {
 		ev = events.Failed{TaskID: pr.task, Node: a.cfg.Node, ExitCode: res.ExitCode, Error: msg, StderrTail: res.StderrTail}
 	}
 	a.pending[x.key] = report{ev: ev, msgID: msgID, task: pr.task, runDir: pr.p.RunDir(), dispatch: pr.dispatch}
-	a.cfg.Logger.Info().Str("task", pr.task).Str("event", string(ev.EventType())).Int("exit_code", res.ExitCode).Bool("adopted", pr.adopted).Msg("gpuagent: task ended")
+	l := a.cfg.Logger.Info()
+	if f, ok := ev.(events.Failed); ok {
+		l = a.cfg.Logger.Warn().Str("error", f.Error)
+	}
+	l.Str("task", pr.task).Str("event", string(ev.EventType())).Int("exit_code", res.ExitCode).Bool("adopted", pr.adopted).Msg("gpuagent: task ended")
 }
 
 // gpuDied reports whether a GPU the run held is unhealthy now: a job that

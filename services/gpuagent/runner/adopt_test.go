@@ -2,9 +2,11 @@ package runner
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -185,5 +187,64 @@ time.sleep(30)'`, wantStop: true},
 				}
 			}
 		})
+	}
+}
+
+// TestStartQuickJobs: a job that ends at once is never taken for a start
+// that failed (its exit record can appear before its start is seen);
+// many at once, so that the supervisors race the watchers.
+func TestStartQuickJobs(t *testing.T) {
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	errs := make(chan string, 400)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				p, err := Start(Spec{TaskID: "t", Command: "exit 7", LogPath: filepath.Join(dir, "out.log"), RunDir: filepath.Join(dir, fmt.Sprint(w, "-", i))})
+				if err != nil {
+					errs <- err.Error()
+					continue
+				}
+				if r := <-p.Wait(); r.ExitCode != 7 || r.Err != nil {
+					errs <- fmt.Sprintf("run %d-%d: %+v", w, i, r)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+}
+
+// TestStartRecordRace: the first look at proc.json misses it (the job ran
+// and ended between the reads of proc.json and exit.json): the run's real
+// end is still reported, not a failed start.
+func TestStartRecordRace(t *testing.T) {
+	var mu sync.Mutex
+	missed := false
+	awaitRead = func(path string, v any) error {
+		mu.Lock()
+		miss := !missed && filepath.Base(path) == procFile
+		if miss {
+			missed = true
+		}
+		mu.Unlock()
+		if miss {
+			// Let the job end meanwhile.
+			for _, err := os.Stat(filepath.Join(filepath.Dir(path), exitFile)); err != nil; _, err = os.Stat(filepath.Join(filepath.Dir(path), exitFile)) {
+				time.Sleep(time.Millisecond)
+			}
+			return os.ErrNotExist
+		}
+		return readJSON(path, v)
+	}
+	t.Cleanup(func() { awaitRead = readJSON })
+	p := start(t, Spec{Command: "exit 7", LogPath: filepath.Join(t.TempDir(), "out.log")})
+	if r := result(t, p); r.ExitCode != 7 || r.Err != nil {
+		t.Fatalf("Result = %+v, want exit 7", r)
 	}
 }

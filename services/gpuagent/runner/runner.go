@@ -189,19 +189,30 @@ func Start(s Spec) (*Proc, error) {
 	return p, nil
 }
 
+// awaitRead reads a run record for await (a seam: tests make a read
+// miss, as a busy machine's scheduling can).
+var awaitRead = readJSON
+
 // await waits for the supervisor's record of the job, then watches it.
 func (p *Proc) await() {
 	s := p.spec
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var rec procRecord
-		if readJSON(filepath.Join(s.RunDir, procFile), &rec) == nil && rec.Job.PID > 0 {
+		if awaitRead(filepath.Join(s.RunDir, procFile), &rec) == nil && rec.Job.PID > 0 {
 			p.setRecord(rec)
 			p.watch()
 			return
 		}
 		var res Result
-		if readJSON(filepath.Join(s.RunDir, exitFile), &res) == nil {
+		if awaitRead(filepath.Join(s.RunDir, exitFile), &res) == nil {
+			// The job may have run and ended between the two reads: the
+			// supervisor writes proc.json before exit.json.
+			if awaitRead(filepath.Join(s.RunDir, procFile), &rec) == nil && rec.Job.PID > 0 {
+				p.setRecord(rec)
+				p.watch()
+				return
+			}
 			p.setRecord(procRecord{})
 			res.ExitCode = -1
 			res.ErrText = "start: " + res.ErrText
@@ -210,12 +221,12 @@ func (p *Proc) await() {
 		}
 		select {
 		case <-p.reaped:
-			if readJSON(filepath.Join(s.RunDir, procFile), &rec) == nil && rec.Job.PID > 0 {
+			if awaitRead(filepath.Join(s.RunDir, procFile), &rec) == nil && rec.Job.PID > 0 {
 				p.setRecord(rec)
 				p.watch()
 				return
 			}
-			if readJSON(filepath.Join(s.RunDir, exitFile), &res) == nil {
+			if awaitRead(filepath.Join(s.RunDir, exitFile), &res) == nil {
 				p.setRecord(procRecord{})
 				res.ExitCode = -1
 				res.ErrText = "start: " + res.ErrText
