@@ -1,8 +1,21 @@
 // Package runner owns running one task's command as a real process on the
-// agent's host: starting it with `sh -c` in its own process group, appending
-// its stdout and stderr to the task's log file, keeping the last lines of
-// stderr for failure reports, delivering signals to the whole process group,
-// and the preemption escalation (first signal, grace, SIGTERM, SIGKILL).
+// agent's host, so that it outlives the agent: each run has a supervisor
+// — the agent's own binary re-executed (supervise.go), in its own session
+// — that starts `sh -c Command` in its own process group, appends its
+// stdout and stderr to the task's log file, keeps the last lines of stderr,
+// waits for it, stops whatever is left of its group, and writes the run's
+// records in the run directory: spec.json (what to run), proc.json (the
+// supervisor's and the job's pid, start ticks and boot id) and exit.json
+// (how it ended). A restarted agent adopts a run from those records
+// (Adopt): a live job is watched as before, an ended one yields its real
+// exit code, and a pid that now names another process, or a record from
+// another boot, is never taken for the job. With a Fence the supervisor
+// stops its job itself, by the preemption protocol, once no agent has been
+// alive for the node timeout.
+//
+// Signals go to the job's process group (Signal), or to the job without its
+// wrapping shell (SignalJob, the preemption signal); Stop is the escalation
+// (first signal, grace, SIGTERM, SIGKILL).
 //
 // What the command runs with (GPU assignment, GPUQ_* variables, checkpoint
 // directories) is decided by the caller and passed in Spec.Env; reporting
