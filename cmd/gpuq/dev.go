@@ -116,7 +116,10 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	if f.verbose {
 		lvl = zerolog.DebugLevel
 	}
-	logger := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"}).Level(lvl).With().Timestamp().Logger()
+	// Real milliseconds (zerolog's default time field has whole seconds),
+	// colour only on a terminal.
+	zerolog.TimeFieldFormat = logTimeFormat
+	logger := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000", NoColor: !isTerminal(os.Stderr)}).Level(lvl).With().Timestamp().Logger()
 	data, err := filepath.Abs(f.data)
 	if err != nil {
 		return err
@@ -297,4 +300,14 @@ func injectXid(ctx context.Context, inv *inventory.Inventory, x xid, logger zero
 	}
 	inv.MarkUnhealthy(gpus[x.gpu].UUID, "Xid 79 (injected)")
 	logger.Warn().Str("gpu", gpus[x.gpu].UUID).Int("index", x.gpu).Msg("gpuq dev: injected a critical Xid")
+}
+
+// logTimeFormat is RFC 3339 with milliseconds.
+const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// isTerminal reports whether f is a character device (a terminal), not a
+// file or a pipe.
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

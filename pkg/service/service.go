@@ -213,7 +213,7 @@ func (f *Fold) Run(ctx context.Context, h Hooks) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		f.logger.Warn().Err(err).Dur("retry_in", backoff).Msg(f.name + ": reading the log failed")
+		f.logger.Warn().Err(err).Str("retry_in", backoff.String()).Msg(f.name + ": reading the log failed")
 		if !sleep(ctx, backoff) {
 			return nil
 		}
@@ -315,7 +315,7 @@ func (f *Fold) follow(ctx context.Context, recs chan<- events.Stored) {
 			return
 		}
 		f.Counters.Reconnects.Add(1)
-		f.logger.Warn().Err(err).Dur("retry_in", backoff).Msg(f.name + ": following the log failed; re-opening")
+		f.logger.Warn().Err(err).Str("retry_in", backoff.String()).Msg(f.name + ": following the log failed; re-opening")
 		if !sleep(ctx, backoff) {
 			return
 		}

@@ -571,7 +571,7 @@ func (a *Agent) fence() {
 		return
 	}
 	a.fenced = true
-	a.cfg.Logger.Warn().Dur("offline", since.Round(time.Second)).Dur("node_timeout", a.cfg.NodeTimeout).
+	a.cfg.Logger.Warn().Str("offline", since.Round(time.Second).String()).Str("node_timeout", a.cfg.NodeTimeout.String()).
 		Msg("gpuagent: cut off from NATS for longer than the node timeout; stopping every task")
 	for _, pr := range a.procs {
 		if !pr.live() || pr.signalled {
@@ -604,7 +604,7 @@ func (a *Agent) stop() {
 		return
 	}
 	if !a.cfg.StopOnExit {
-		a.cfg.Logger.Info().Int("tasks", live).Dur("node_timeout", a.cfg.NodeTimeout).
+		a.cfg.Logger.Info().Int("tasks", live).Str("node_timeout", a.cfg.NodeTimeout.String()).
 			Msg("gpuagent: stopping; the tasks keep running for the next agent to adopt (they stop themselves if none comes back within the node timeout)")
 		return
 	}

@@ -73,7 +73,7 @@ func (sn *snapshots) restore(ctx context.Context, l events.Log) (*domain.State, 
 		sn.logger.Warn().Err(err).Msg("scheduler: snapshot ignored; folding the whole log")
 	default:
 		sn.seq = st.Seq
-		sn.logger.Info().Uint64("seq", st.Seq).Int("tasks", len(st.Tasks)).Dur("took", time.Since(start)).Msg("scheduler: state from snapshot")
+		sn.logger.Info().Uint64("seq", st.Seq).Int("tasks", len(st.Tasks)).Str("took", time.Since(start).Round(time.Millisecond).String()).Msg("scheduler: state from snapshot")
 		return st, pred, st.Seq + 1
 	}
 	return domain.NewState(), estimate.NewPredictor(0), 1
@@ -165,5 +165,5 @@ func (sn *snapshots) save(ctx context.Context, at snapshot.Mark, encode time.Dur
 		sn.logger.Warn().Err(err).Uint64("seq", at.Seq).Msg("scheduler: snapshot not stored")
 		return
 	}
-	sn.logger.Info().Uint64("seq", at.Seq).Int("bytes", n).Dur("encode", encode).Dur("store", time.Since(start)).Msg("scheduler: snapshot stored")
+	sn.logger.Info().Uint64("seq", at.Seq).Int("bytes", n).Str("encode", encode.Round(time.Microsecond).String()).Str("store", time.Since(start).Round(time.Microsecond).String()).Msg("scheduler: snapshot stored")
 }
