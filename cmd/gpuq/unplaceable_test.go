@@ -75,4 +75,21 @@ func TestUnplaceableSubmit(t *testing.T) {
 	if code, _ := runCLI(t, "wait", id, "--timeout", "20s", "--nats", url); code != exitNotRun {
 		t.Errorf("wait: exit %d, want 4", code)
 	}
+
+	// Amending a task that fits to more GPUs than the cluster has is
+	// refused as a submission would be; the unplaceable one keeps waiting.
+	var all []api.TaskView
+	if err := s.client().Call(api.OpQueue, api.QueueRequest{All: true}, &all); err != nil {
+		t.Fatal(err)
+	}
+	fits := ""
+	for _, v := range all {
+		if v.GPUs == 8 {
+			fits = v.TaskID
+		}
+	}
+	err := s.client().Call(api.OpAmend, api.AmendRequest{TaskID: fits, GPUs: 12}, nil)
+	if !api.IsInvalid(err) || !strings.Contains(err.Error(), "gpus: cannot run on this cluster: the cluster has 8 GPUs in all (got 12)") {
+		t.Errorf("amend to 12 GPUs: %v, want invalid naming the cluster's size", err)
+	}
 }

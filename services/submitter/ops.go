@@ -384,6 +384,22 @@ func (s *server) amend(ctx context.Context, req api.AmendRequest) (api.TaskView,
 		}
 		return api.TaskView{}, invalid("body", "nothing to amend: give gpus, priority, hours or hypothesis")
 	}
+	// More GPUs than the cluster could ever give is refused as at submit
+	// (a task submitted with --allow-unplaceable keeps its right to wait).
+	if req.GPUs != 0 && checkID(req.TaskID) == nil {
+		if err := s.sync(ctx); err != nil {
+			return api.TaskView{}, err
+		}
+		var fe *domain.FieldError
+		s.m.read(func(st *domain.State) {
+			if t := st.Tasks[req.TaskID]; t != nil && req.GPUs > t.GPUs && policy.Unplaceable(st, t) == nil {
+				fe = policy.Unplaceable(st, &domain.Task{GPUs: req.GPUs, GPUModel: t.GPUModel, MinGPUMemMiB: t.MinGPUMemMiB})
+			}
+		})
+		if fe != nil {
+			return api.TaskView{}, invalid(fe.Field, "cannot run on this cluster: "+fe.Rule)
+		}
+	}
 	return s.mutate(ctx, req.TaskID, func(t *domain.Task) (decision, error) {
 		if t.State != domain.Queued {
 			return decision{}, invalid("task_id", "task is "+string(t.State)+"; only queued tasks can be amended")
