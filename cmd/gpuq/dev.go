@@ -73,6 +73,11 @@ func newDev() *cobra.Command {
 				if err != nil {
 					return &exitError{exitInvalid, fmt.Errorf("teams: %w", err)}
 				}
+				if f.nodes > 0 {
+					if err := ts.CheckCluster(f.nodes * f.gpus); err != nil {
+						return &exitError{exitInvalid, fmt.Errorf("teams file %s: %w", f.teams, err)}
+					}
+				}
 				opts.Teams = ts
 			}
 			if err := opts.Validate(); err != nil {

@@ -1,19 +1,15 @@
 package policy
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"sort"
-	"strings"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/gpuq/gpuq/pkg/domain"
 )
 
 // Guarantee is a team's guaranteed minimum: a GPU count, or a share of the
-// cluster's healthy GPUs (0 < share ≤ 1). GPUs wins when both are set.
+// cluster's healthy GPUs (0 < share ≤ 1), not both.
 type Guarantee struct {
 	GPUs  int     `json:"gpus,omitempty" yaml:"gpus,omitempty"`
 	Share float64 `json:"share,omitempty" yaml:"share,omitempty"`
@@ -44,8 +40,11 @@ func (ts Teams) Validate() error {
 	sum := 0.0
 	for _, n := range names {
 		g := ts[n]
-		if n == "" {
-			return fmt.Errorf("teams: empty team name")
+		if !domain.ValidTeam(n) {
+			return fmt.Errorf("teams: team %q: the name %s", n, domain.TeamRule)
+		}
+		if g.GPUs > 0 && g.Share > 0 {
+			return fmt.Errorf("teams: %s: give gpus or share, not both", n)
 		}
 		if g.GPUs < 0 || g.Share < 0 || g.Share > 1 {
 			return fmt.Errorf("teams: %s: gpus must be ≥ 0 and share between 0 and 1", n)
@@ -69,27 +68,12 @@ func (ts Teams) Validate() error {
 //	  vision: {gpus: 8}
 //	  nlp: {share: 0.25}
 func LoadTeams(path string) (Teams, error) {
-	b, err := os.ReadFile(path)
+	ts, err := readTeamsFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var doc struct {
-		Teams Teams `json:"teams" yaml:"teams"`
-	}
-	if strings.EqualFold(filepath.Ext(path), ".json") {
-		dec := json.NewDecoder(strings.NewReader(string(b)))
-		dec.DisallowUnknownFields()
-		err = dec.Decode(&doc)
-	} else {
-		dec := yaml.NewDecoder(strings.NewReader(string(b)))
-		dec.KnownFields(true)
-		err = dec.Decode(&doc)
-	}
-	if err != nil {
+	if err := ts.Validate(); err != nil {
 		return nil, fmt.Errorf("teams file %s: %w", path, err)
 	}
-	if err := doc.Teams.Validate(); err != nil {
-		return nil, fmt.Errorf("teams file %s: %w", path, err)
-	}
-	return doc.Teams, nil
+	return ts, nil
 }

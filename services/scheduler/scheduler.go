@@ -52,6 +52,9 @@ type Scheduler struct {
 	lead  bool
 	seen  map[string]time.Time // node heartbeats, on the server's clock, from the term's start
 	beats map[string]time.Time // the heartbeats themselves (a node is dispatched to only while fresh)
+	// checkedTotal is the healthy GPU count the teams were last checked
+	// against.
+	checkedTotal int
 	clock serverClock
 	pred  *estimate.Predictor // run times learned from the log, for backfill
 	snaps *snapshots          // nil: no snapshots
@@ -230,6 +233,12 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 // certainly held when the pass is ready to append, nothing is appended.
 func (s *Scheduler) pass(ctx context.Context, st *domain.State, lease *lease) (uint64, error) {
 	now := s.clock.now()
+	if total := st.Totals().Healthy; total != s.checkedTotal {
+		s.checkedTotal = total
+		if err := s.cfg.Policy.Options().Teams.CheckCluster(total); err != nil {
+			s.cfg.Logger.Warn().Err(err).Msg("scheduler: the teams file promises more than the cluster has")
+		}
+	}
 	s.mu.Lock()
 	live := decide.Liveness{LastSeen: s.seen, Beats: s.beats, Timeout: s.cfg.NodeTimeout}
 	if s.cfg.NodeTimeout < 0 {

@@ -1,0 +1,135 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/gpuq/gpuq/pkg/domain"
+)
+
+// parseTeams reads a teams document, YAML or JSON (JSON is YAML), from its
+// syntax tree, so that every error names its line and column and the rule,
+// never a Go type:
+//
+//	teams:
+//	  vision: {gpus: 8}
+//	  nlp: {share: 0.25}
+func parseTeams(b []byte) (Teams, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	if len(doc.Content) == 0 {
+		return nil, errors.New("the file is empty: want a mapping `teams:` of team → {gpus: N} or {share: F}")
+	}
+	root := doc.Content[0]
+	at := func(n *yaml.Node, format string, a ...any) error {
+		return fmt.Errorf("line %d, column %d: %s", n.Line, n.Column, fmt.Sprintf(format, a...))
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, at(root, "want a mapping with the key `teams`")
+	}
+	var teams *yaml.Node
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		if k.Value != "teams" {
+			return nil, at(k, "unknown key %q (the only key is `teams`)", k.Value)
+		}
+		teams = v
+	}
+	if teams == nil {
+		return nil, at(root, "no `teams` key")
+	}
+	if teams.Kind != yaml.MappingNode {
+		return nil, at(teams, "`teams` must be a mapping of team → {gpus: N} or {share: F}")
+	}
+	out := Teams{}
+	for i := 0; i+1 < len(teams.Content); i += 2 {
+		k, v := teams.Content[i], teams.Content[i+1]
+		name := k.Value
+		if !domain.ValidTeam(name) {
+			return nil, at(k, "team %q: the name %s", name, domain.TeamRule)
+		}
+		if _, dup := out[name]; dup {
+			return nil, at(k, "team %q appears twice", name)
+		}
+		if v.Kind != yaml.MappingNode {
+			return nil, at(v, "team %s: want {gpus: N} or {share: F}", name)
+		}
+		var g Guarantee
+		var hasGPUs, hasShare bool
+		for j := 0; j+1 < len(v.Content); j += 2 {
+			fk, fv := v.Content[j], v.Content[j+1]
+			switch fk.Value {
+			case "gpus":
+				n, err := strconv.Atoi(fv.Value)
+				if fv.Kind != yaml.ScalarNode || err != nil || n < 1 {
+					return nil, at(fv, "team %s: gpus must be a whole number ≥ 1 (got %q)", name, fv.Value)
+				}
+				g.GPUs, hasGPUs = n, true
+			case "share":
+				f, err := strconv.ParseFloat(fv.Value, 64)
+				if fv.Kind != yaml.ScalarNode || err != nil || math.IsNaN(f) || f <= 0 || f > 1 {
+					return nil, at(fv, "team %s: share must be a number in (0, 1] (got %q)", name, fv.Value)
+				}
+				g.Share, hasShare = f, true
+			default:
+				return nil, at(fk, "team %s: unknown key %q (known: gpus, share)", name, fk.Value)
+			}
+		}
+		switch {
+		case hasGPUs && hasShare:
+			return nil, at(v, "team %s: give gpus or share, not both", name)
+		case !hasGPUs && !hasShare:
+			return nil, at(v, "team %s: give gpus or share", name)
+		}
+		out[name] = g
+	}
+	return out, nil
+}
+
+// CheckCluster reports guarantees that cannot all be met on a cluster of
+// total healthy GPUs: GPU counts adding up to more than the cluster, or
+// counts and shares together exceeding it.
+func (ts Teams) CheckCluster(total int) error {
+	if total <= 0 {
+		return nil
+	}
+	names := make([]string, 0, len(ts))
+	for n := range ts {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	sum := 0
+	for _, n := range names {
+		sum += ts[n].of(total)
+	}
+	if sum > total {
+		parts := make([]string, 0, len(names))
+		for _, n := range names {
+			parts = append(parts, fmt.Sprintf("%s %d", n, ts[n].of(total)))
+		}
+		return fmt.Errorf("teams: the guarantees add up to %d GPUs (%s) on a cluster of %d: they cannot all be met", sum, strings.Join(parts, ", "), total)
+	}
+	return nil
+}
+
+// readTeamsFile is LoadTeams' reading and parsing.
+func readTeamsFile(path string) (Teams, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := parseTeams(b)
+	if err != nil {
+		return nil, fmt.Errorf("teams file %s: %w", path, err)
+	}
+	return ts, nil
+}
