@@ -55,9 +55,9 @@ type Scheduler struct {
 	// checkedTotal is the healthy GPU count the teams were last checked
 	// against.
 	checkedTotal int
-	clock serverClock
-	pred  *estimate.Predictor // run times learned from the log, for backfill
-	snaps *snapshots          // nil: no snapshots
+	clock        serverClock
+	pred         *estimate.Predictor // run times learned from the log, for backfill
+	snaps        *snapshots          // nil: no snapshots
 }
 
 // New returns an instance; Run starts it.
