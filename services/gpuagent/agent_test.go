@@ -226,7 +226,11 @@ func TestRestart(t *testing.T) {
 			name:    "supervisor's pid reused: lost, reported failed, the job stopped",
 			command: `touch "$OUT/started"; sleep 30`,
 			whileDown: func(n *node, out string) {
-				runs, _ := filepath.Glob(filepath.Join(n.dir, "tasks", "t1", "runs", "*", "proc.json"))
+				var runs []string
+				for deadline := time.Now().Add(5 * time.Second); len(runs) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+					// The job runs a moment before its supervisor records it.
+					runs, _ = filepath.Glob(filepath.Join(n.dir, "tasks", "t1", "runs", "*", "proc.json"))
+				}
 				if len(runs) != 1 {
 					n.t.Fatalf("runs recorded: %v", runs)
 				}

@@ -248,3 +248,46 @@ func TestStartRecordRace(t *testing.T) {
 		t.Fatalf("Result = %+v, want exit 7", r)
 	}
 }
+
+// TestAdoptWhileStarting: an agent that adopts a run whose supervisor has
+// not yet recorded the job (the previous agent died right after starting
+// it) waits for the record instead of taking the run for one that never
+// started.
+func TestAdoptWhileStarting(t *testing.T) {
+	dir := t.TempDir()
+	runDir := filepath.Join(dir, "run")
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A supervisor holding the lock, its record not written yet.
+	lock, err := os.OpenFile(filepath.Join(runDir, lockFile), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeJSON(filepath.Join(runDir, specFile), Spec{TaskID: "t1", Command: "true", LogPath: filepath.Join(dir, "out.log"), RunDir: runDir}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = writeJSON(filepath.Join(runDir, procFile), procRecord{Supervisor: Self(), Job: Self()})
+		_ = writeJSON(filepath.Join(runDir, exitFile), Result{ExitCode: 5})
+		lock.Close()
+	}()
+	p, err := Adopt(runDir)
+	if err != nil {
+		t.Fatalf("Adopt while the supervisor starts the job: %v", err)
+	}
+	if r := <-p.Wait(); r.ExitCode != 5 {
+		t.Errorf("Result = %+v, want the recorded exit 5", r)
+	}
+	// Without a supervisor and without records, it is no run.
+	empty := filepath.Join(dir, "empty")
+	_ = os.MkdirAll(empty, 0o755)
+	_ = writeJSON(filepath.Join(empty, specFile), Spec{TaskID: "t2"})
+	if _, err := Adopt(empty); err == nil {
+		t.Error("Adopt of a run that never started succeeded")
+	}
+}

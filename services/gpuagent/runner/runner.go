@@ -96,6 +96,7 @@ const (
 	exitFile    = "exit.json"
 	stoppedFile = "stopped"
 	forcedFile  = "stopped.forced"
+	lockFile    = "supervisor.lock"
 	superLog    = "supervisor.log"
 )
 
@@ -278,7 +279,13 @@ func Adopt(runDir string) (*Proc, error) {
 	}
 	s.RunDir = runDir
 	var rec procRecord
-	if err := readJSON(filepath.Join(runDir, procFile), &rec); err != nil {
+	err := readJSON(filepath.Join(runDir, procFile), &rec)
+	for deadline := time.Now().Add(10 * time.Second); err != nil && supervised(runDir) && time.Now().Before(deadline); {
+		// Its supervisor is starting it: the record comes in a moment.
+		time.Sleep(5 * time.Millisecond)
+		err = readJSON(filepath.Join(runDir, procFile), &rec)
+	}
+	if err != nil {
 		var res Result
 		if readJSON(filepath.Join(runDir, exitFile), &res) == nil {
 			return finished(s, res), nil // it never started
@@ -286,6 +293,20 @@ func Adopt(runDir string) (*Proc, error) {
 		return nil, fmt.Errorf("%w in %s: %v", ErrNoRun, runDir, err)
 	}
 	return watch(s, rec, nil), nil
+}
+
+// supervised reports whether a supervisor holds the run's lock now.
+func supervised(runDir string) bool {
+	f, err := os.Open(filepath.Join(runDir, lockFile))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return true
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
 }
 
 // Spec is what the run was started with.

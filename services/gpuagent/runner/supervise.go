@@ -45,6 +45,15 @@ func supervise(dir string) int {
 		for range sigs {
 		}
 	}()
+	// The lock says "a supervisor runs here" from its first moment until
+	// it exits (the kernel drops it with the process): an agent adopting
+	// the run before proc.json exists waits for it instead of taking the
+	// run for one that never started.
+	lock, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil || syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		return 1 // another supervisor has this run
+	}
+	defer lock.Close()
 	var s Spec
 	if err := readJSON(filepath.Join(dir, specFile), &s); err != nil {
 		failStart(dir, "read the run's spec: "+err.Error())
