@@ -137,6 +137,9 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	if err := checkPort(f.port); err != nil {
 		return err
 	}
+	if err := checkHTTP(f.http); err != nil {
+		return err
+	}
 	// 1. Embedded NATS with JetStream on disk.
 	srv, err := embedded.Start(embedded.Options{StoreDir: filepath.Join(data, "jetstream"), Port: f.port})
 	if err != nil {

@@ -61,3 +61,16 @@ func checkPort(port int) error {
 	}
 	return ln.Close()
 }
+
+// checkHTTP fails at once, naming the address, when --http cannot be
+// listened on (in use, or not an address of this host).
+func checkHTTP(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("HTTP address %s is already in use; stop what listens there, or pick another with --http", addr)
+		}
+		return fmt.Errorf("HTTP address %s: %w", addr, err)
+	}
+	return ln.Close()
+}

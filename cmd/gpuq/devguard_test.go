@@ -74,22 +74,26 @@ func TestDevGuards(t *testing.T) {
 	defer busy.Close()
 	busyPort := busy.Addr().(*net.TCPAddr).Port
 
+	busyHTTP := busy.Addr().String()
 	cases := []struct {
 		name string
 		data string
 		port int
+		http string
 		want string
 	}{
-		{"data directory in use", held, freePort(t),
+		{"data directory in use", held, freePort(t), "127.0.0.1:0",
 			fmt.Sprintf("gpuq: data directory %s is in use by another gpuq dev (pid %s); stop it, or give this one another --data", held, pid)},
-		{"nats port in use", t.TempDir(), busyPort,
+		{"nats port in use", t.TempDir(), busyPort, "127.0.0.1:0",
 			fmt.Sprintf("gpuq: NATS port %d is already in use; stop what listens there, or pick another with --nats-port", busyPort)},
+		{"http address in use", t.TempDir(), freePort(t), busyHTTP,
+			fmt.Sprintf("gpuq: HTTP address %s is already in use; stop what listens there, or pick another with --http", busyHTTP)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
 			start := time.Now()
-			c := run([]string{"dev", "--data", tc.data, "--nats-port", fmt.Sprint(tc.port), "--http", "127.0.0.1:0", "--gpus", "1"}, &out, &errb)
+			c := run([]string{"dev", "--data", tc.data, "--nats-port", fmt.Sprint(tc.port), "--http", tc.http, "--gpus", "1"}, &out, &errb)
 			if took := time.Since(start); took > 3*time.Second {
 				t.Errorf("took %v, want it to stop at once", took)
 			}
