@@ -278,9 +278,16 @@ func (a *Agent) run(ctx context.Context) error {
 				a.flush(ctx)
 				a.fence()
 				a.escalate()
-				if now := a.cfg.Now(); now.Sub(lastAnnounce) >= a.cfg.Heartbeat {
+				if now := a.cfg.Now(); now.Sub(lastAnnounce) >= a.cfg.Heartbeat && !a.fenced {
 					lastAnnounce = now
-					if err := a.announce(ctx, false); err != nil {
+					// A node the scheduler declared lost (a partition, a
+					// long pause) comes back by announcing itself again.
+					n := a.st.Nodes[a.cfg.Node]
+					force := n == nil || n.State == domain.NodeLost
+					if force {
+						a.cfg.Logger.Info().Msg("gpuagent: the log has this node lost; announcing it again")
+					}
+					if err := a.announce(ctx, force); err != nil {
 						a.cfg.Logger.Warn().Err(err).Msg("gpuagent: announce failed")
 					}
 				}

@@ -415,3 +415,19 @@ func TestSpooledCheckpoint(t *testing.T) {
 		t.Errorf("the spool file is still there after the report (%v)", err)
 	}
 }
+
+// TestBackFromLost: a node the scheduler declared lost while its agent
+// kept running (a partition, a long pause) announces itself again and is
+// up in the log.
+func TestBackFromLost(t *testing.T) {
+	n := newNode(t)
+	n.start(false)
+	n.append(events.Lost{Node: n.name, Reason: "test: silent", BasedOnSeq: n.fold().Seq})
+	deadline := time.Now().Add(10 * time.Second)
+	for n.fold().Nodes[n.name].State != domain.NodeUp {
+		if time.Now().After(deadline) {
+			t.Fatalf("the node is %s 10 s after it was declared lost, its agent running", n.fold().Nodes[n.name].State)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
