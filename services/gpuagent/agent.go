@@ -229,6 +229,30 @@ func lockDataDir(dir string) (func(), error) {
 func (a *Agent) agentFile() string { return filepath.Join(a.cfg.DataDir, "agent.json") }
 
 func (a *Agent) run(ctx context.Context) error {
+	// The runs' supervisors see a live agent from now on, so a long first
+	// fold does not get its tasks fenced; but if the fold is not done
+	// within the node timeout (NATS out of reach), the agent withdraws
+	// and the supervisors fence as if it were gone.
+	self, _ := json.Marshal(runner.Self())
+	if err := os.WriteFile(a.agentFile(), self, 0o644); err != nil {
+		return fmt.Errorf("gpuagent: %w", err)
+	}
+	caught := make(chan struct{})
+	go func() {
+		select {
+		case <-caught:
+		case <-ctx.Done():
+		case <-time.After(a.cfg.NodeTimeout):
+			a.cfg.Logger.Warn().Str("node_timeout", a.cfg.NodeTimeout.String()).
+				Msg("gpuagent: the log is not folded within the node timeout; leaving the running tasks to their supervisors' fence")
+			_ = os.Remove(a.agentFile())
+			select {
+			case <-caught:
+				_ = os.WriteFile(a.agentFile(), self, 0o644)
+			case <-ctx.Done():
+			}
+		}
+	}()
 	hb, err := a.cfg.JS.CreateOrUpdateKeyValue(ctx, events.HeartbeatKV(a.cfg.Replicas))
 	if err != nil {
 		return events.Replicated("bucket "+events.HeartbeatBucket, a.cfg.Replicas, err)
@@ -253,10 +277,7 @@ func (a *Agent) run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			b, _ := json.Marshal(runner.Self())
-			if err := os.WriteFile(a.agentFile(), b, 0o644); err != nil {
-				return fmt.Errorf("gpuagent: %w", err)
-			}
+			close(caught)
 			a.lastOK.Store(a.cfg.Now().UnixNano())
 			go a.heartbeats(ctx, hb)
 			if a.cfg.Ready != nil {
