@@ -70,8 +70,8 @@ func printAdvice(w io.Writer, a estimate.Advice, now time.Time) {
 	if a.Method == "never" {
 		fmt.Fprintf(w, "start: never on this cluster as it is (%s)\n", a.Reason)
 	} else {
-		fmt.Fprintf(w, "start: P50 %s (in %s), P90 %s (in %s)\n", a.P50Start.Local().Format(time.DateTime), until(a.P50Start, now),
-			a.P90Start.Local().Format(time.DateTime), until(a.P90Start, now))
+		fmt.Fprintf(w, "start: P50 %s (in %s), P90 %s (in %s)\n", timeFmt{}.at(a.P50Start), until(a.P50Start, now),
+			timeFmt{}.at(a.P90Start), until(a.P90Start, now))
 	}
 	why := a.Reason
 	if len(a.Blockers) > 0 {

@@ -194,7 +194,7 @@ func TestREADMEWalk(t *testing.T) {
 		}
 		began := time.Now()
 		out, code := sh(cmdline, timeout)
-		t.Logf("README line %d: `%s`: exit %d in %s", st.line, st.command, code, time.Since(began).Round(time.Millisecond))
+		t.Logf("README line %d: `%s`: exit %d in %s\n%s", st.line, st.command, code, time.Since(began).Round(time.Millisecond), out)
 		if code != 0 && !(follows && code == 124) {
 			t.Errorf("README line %d: `%s`: exit %d:\n%s", st.line, st.command, code, out)
 			continue
