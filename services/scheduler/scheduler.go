@@ -57,7 +57,7 @@ type Scheduler struct {
 	checkedTotal int
 	clock        serverClock
 	pred         *estimate.Predictor // run times learned from the log, for backfill
-	snaps        *snapshots          // nil: no snapshots
+	snaps        snapshots           // nil inside: no snapshots
 }
 
 // New returns an instance; Run starts it.
@@ -149,7 +149,7 @@ var (
 // never decides on a lease that may be someone else's or on a frozen view
 // of the nodes.
 func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
-	st, pred, _ := s.snaps.restore(ctx, s.cfg.Log)
+	st, pred := s.snaps.restore(ctx, s.cfg.Log)
 	s.pred = pred
 	fold := service.New("scheduler", s.cfg.Log, s.cfg.Logger, st)
 	s.mu.Lock()
