@@ -39,6 +39,9 @@ func IsNotFound(err error) bool {
 type Client struct {
 	NC      *nats.Conn
 	Timeout time.Duration
+	// Team, when set, sends every request on the team's scoped subjects
+	// (Subject): what a ci-<team> user may publish.
+	Team string
 }
 
 // Call sends req to op and decodes the result into out.
@@ -51,7 +54,7 @@ func (c *Client) Call(op string, req, out any) error {
 	if to == 0 {
 		to = 10 * time.Second
 	}
-	m, err := c.NC.Request(SubjectPrefix+op, body, to)
+	m, err := c.NC.Request(Subject(c.Team, op), body, to)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("no gpuq submitter is answering on %s (is `gpuq dev` or the submitter running?)", c.NC.ConnectedUrl())
