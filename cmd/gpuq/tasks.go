@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuq/gpuq/pkg/api"
+	"github.com/gpuq/gpuq/pkg/auth"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/events/jetstream"
@@ -142,6 +143,10 @@ func attach(f *clientFlags) (*jetstream.Log, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if f.team != "" {
+		nc.Close()
+		return nil, nil, fmt.Errorf("the credentials %s act for team %s through the request API and may not read the log itself: use an auditor or admin credential", f.creds, f.team)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	l, err := jetstream.Attach(ctx, nc, "")
@@ -186,16 +191,7 @@ func newHistory() *cobra.Command {
 		Short: "A task's events in log order, from the log itself",
 		Args:  oneID,
 		RunE: func(c *cobra.Command, args []string) error {
-			l, done, err := attach(&f)
-			if err != nil {
-				return err
-			}
-			defer done()
-			out := []api.HistoryEntry{}
-			_, err = events.ReadAll(c.Context(), l, 1, events.TaskSubjects(args[0]), func(r events.Record) error {
-				out = append(out, historyEntry(r))
-				return nil
-			})
+			out, err := readHistory(c.Context(), &f, args[0])
 			if err != nil {
 				return err
 			}
@@ -215,6 +211,36 @@ func newHistory() *cobra.Command {
 	f.add(c)
 	ef.add(c)
 	return c
+}
+
+// readHistory reads a task's events from the log, or, with a team's
+// credentials (which may not read the log), from the submitter's history
+// operation, which checks the team.
+func readHistory(ctx context.Context, f *clientFlags, id string) ([]api.HistoryEntry, error) {
+	out := []api.HistoryEntry{}
+	if f.creds != "" {
+		if cr, err := auth.LoadCreds(f.creds); err == nil && cr.Team != "" {
+			cl, done, err := f.client()
+			if err != nil {
+				return nil, err
+			}
+			defer done()
+			if err := cl.Call(api.OpHistory, api.IDRequest{TaskID: id}, &out); err != nil {
+				return nil, err
+			}
+			return out, nil
+		}
+	}
+	l, done, err := attach(f)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	_, err = events.ReadAll(ctx, l, 1, events.TaskSubjects(id), func(r events.Record) error {
+		out = append(out, historyEntry(r))
+		return nil
+	})
+	return out, err
 }
 
 func newCancel() *cobra.Command {

@@ -12,13 +12,13 @@ import (
 // Role is one NATS user's permissions. Subjects not allowed are denied by
 // the server; Deny refines an Allow wildcard.
 type Role struct {
-	Name       string
-	Team       string // ci-<team> only: the team its API subjects are scoped to
-	PubAllow   []string
-	PubDeny    []string
-	SubAllow   []string
-	Responses  bool // may answer requests it received (allow_responses)
-	Doc        string
+	Name      string
+	Team      string // ci-<team> only: the team its API subjects are scoped to
+	PubAllow  []string
+	PubDeny   []string
+	SubAllow  []string
+	Responses bool // may answer requests it received (allow_responses)
+	Doc       string
 }
 
 // Inbox is the role's own inbox prefix: replies to a role's requests

@@ -28,7 +28,23 @@ type Options struct {
 	// TLS, with a certificate and key, makes clients connect with TLS; with
 	// a CA too, client certificates are verified when given.
 	TLS auth.TLSFiles
+	// Warn, when set, receives the server's errors and warnings, such as
+	// "Publish Violation - Subject ..." for what a user's permissions
+	// refused.
+	Warn func(msg string)
 }
+
+// warnLogger passes a server's errors and warnings on.
+type warnLogger struct{ warn func(string) }
+
+func (l warnLogger) Noticef(string, ...any) {}
+func (l warnLogger) Debugf(string, ...any)  {}
+func (l warnLogger) Tracef(string, ...any)  {}
+func (l warnLogger) Warnf(f string, a ...any) {
+	l.warn(fmt.Sprintf(f, a...))
+}
+func (l warnLogger) Errorf(f string, a ...any) { l.warn(fmt.Sprintf(f, a...)) }
+func (l warnLogger) Fatalf(f string, a ...any) { l.warn(fmt.Sprintf(f, a...)) }
 
 // Server is a running embedded server.
 type Server struct {
@@ -67,6 +83,9 @@ func Start(o Options) (*Server, error) {
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, err
+	}
+	if o.Warn != nil {
+		ns.SetLogger(warnLogger{o.Warn}, false, false)
 	}
 	go ns.Start()
 	if !ns.ReadyForConnections(30 * time.Second) {

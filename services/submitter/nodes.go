@@ -93,6 +93,9 @@ func (s *server) heartbeats(ctx context.Context) jetstream.KeyValue {
 // drain appends drained (preempt: its preemptible tasks are preempted and
 // resume elsewhere) or, with undrain, undrained.
 func (s *server) drain(ctx context.Context, req api.DrainRequest, undrain bool) (api.NodeView, error) {
+	if err := mayAdmin(ctx, "draining a node"); err != nil {
+		return api.NodeView{}, err
+	}
 	if !events.ValidKey(req.Node) {
 		return api.NodeView{}, invalid("node", "must be a node name (one NATS subject token: no '.', '*', '>' or spaces)")
 	}

@@ -97,6 +97,9 @@ func view(t *domain.Task) api.TaskView {
 // idempotency key names an existing task: then it answers that task with
 // Duplicate set.
 func (s *server) submit(ctx context.Context, req domain.Request) (api.SubmitReply, error) {
+	if err := mayTeam(ctx, &req.Team); err != nil {
+		return api.SubmitReply{}, err
+	}
 	if err := req.Validate(s.limits); err != nil {
 		return api.SubmitReply{}, err
 	}
@@ -232,6 +235,9 @@ func (s *server) show(ctx context.Context, id string) (api.TaskView, error) {
 	if !ok {
 		return api.TaskView{}, notFound(id)
 	}
+	if err := mayTask(ctx, id, v.Team); err != nil {
+		return api.TaskView{}, err
+	}
 	if err := s.withLog(ctx, &v); err != nil {
 		return api.TaskView{}, err
 	}
@@ -323,7 +329,9 @@ func (s *server) mutateSeq(ctx context.Context, id string, decide func(t *domain
 		s.m.read(func(st *domain.State) {
 			if t := st.Tasks[id]; t != nil {
 				found = true
-				d, err = decide(t)
+				if err = mayTask(ctx, id, t.Team); err == nil {
+					d, err = decide(t)
+				}
 			}
 		})
 		if !found {
