@@ -2,6 +2,7 @@ package svcmain
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -326,4 +327,41 @@ func (f *Flags) PolicyOptions(p *PolicyFlags) policy.Options {
 		f.Invalid("policy", err.Error())
 	}
 	return o
+}
+
+// HTTPAuthFlags are the HTTP API's security flags (the submitter's).
+type HTTPAuthFlags struct {
+	Tokens string // directory of bearer tokens: tokens/ of `gpuq auth init`
+	TLS    auth.TLSFiles
+}
+
+// HTTPAuth registers the HTTP API's token and TLS flags.
+func (f *Flags) HTTPAuth() *HTTPAuthFlags {
+	h := &HTTPAuthFlags{}
+	f.String(&h.Tokens, "tokens", "GPUQ_HTTP_TOKENS", "", "directory of HTTP bearer tokens, one file per team plus admin (tokens/ of `gpuq auth init`); unset: the HTTP API is open")
+	f.String(&h.TLS.Cert, "http-cert", "GPUQ_HTTP_CERT", "", "PEM certificate: serve the HTTP API over TLS (with --http-key)")
+	f.String(&h.TLS.Key, "http-key", "GPUQ_HTTP_KEY", "", "PEM key of --http-cert")
+	f.String(&h.TLS.CA, "http-ca", "GPUQ_HTTP_CA", "", "PEM CA: verify HTTP client certificates when given")
+	return h
+}
+
+// HTTPAuthOptions loads the tokens and the TLS configuration, exiting 2
+// with the flag named when they are invalid; nil for what is not set.
+func (f *Flags) HTTPAuthOptions(h *HTTPAuthFlags) (*auth.Tokens, *tls.Config) {
+	var (
+		tokens *auth.Tokens
+		tc     *tls.Config
+		err    error
+	)
+	if h.Tokens != "" {
+		if tokens, err = auth.LoadTokens(h.Tokens); err != nil {
+			f.Invalid("tokens", err.Error())
+		}
+	}
+	if !h.TLS.Empty() {
+		if tc, err = h.TLS.ServerConfig(); err != nil {
+			f.Invalid("http-cert", err.Error())
+		}
+	}
+	return tokens, tc
 }
