@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuq/gpuq/pkg/api"
+	"github.com/gpuq/gpuq/pkg/auth"
+	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/embedded"
+	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/events/jetstream"
+	"github.com/gpuq/gpuq/pkg/policy"
+	"github.com/gpuq/gpuq/services/advisor"
+	"github.com/gpuq/gpuq/services/gpuagent"
+	"github.com/gpuq/gpuq/services/gpuagent/inventory"
+	"github.com/gpuq/gpuq/services/scheduler"
+	"github.com/gpuq/gpuq/services/submitter"
+)
+
+// TestAuthAllowedPaths runs every service as its own role, as `gpuq dev
+// --auth` does (devConns), on a server that enforces the roles of `gpuq
+// auth init`: a team submits through its scoped API, the task is
+// scheduled, run and completed, the scheduler steps down (lease delete,
+// snapshot) and a new one takes over from the snapshot — and the server
+// refuses nothing along the way.
+func TestAuthAllowedPaths(t *testing.T) {
+	dir := t.TempDir()
+	authDir := filepath.Join(dir, "auth")
+	if _, err := auth.Init(authDir, []string{"vision", "nlp"}, []string{"node-1"}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu         sync.Mutex
+		violations []string
+	)
+	srv, err := embedded.Start(embedded.Options{StoreDir: filepath.Join(dir, "js"), NoListen: true,
+		AuthConfig: filepath.Join(authDir, auth.ConfigFile),
+		Warn: func(msg string) {
+			if strings.Contains(msg, "Violation") {
+				mu.Lock()
+				violations = append(violations, msg)
+				mu.Unlock()
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	conns := &devConns{srv: srv, dir: authDir, cfg: jetstream.StreamConfig{}}
+	t.Cleanup(conns.close)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	start := func(name string, ctx context.Context, run func(ready func()) error) {
+		t.Helper()
+		ready := make(chan struct{})
+		var once sync.Once
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(func() { once.Do(func() { close(ready) }) }); err != nil && ctx.Err() == nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}()
+		select {
+		case <-ready:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s not ready in 20s", name)
+		}
+	}
+	open := func(role string) (*jetstream.Log, func() *api.Client) {
+		t.Helper()
+		nc, l, err := conns.open(ctx, role)
+		if err != nil {
+			t.Fatalf("%s: %v", role, err)
+		}
+		return l, func() *api.Client { return &api.Client{NC: nc, Timeout: 10 * time.Second} }
+	}
+	if _, _, err := conns.open(ctx, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	subLog, _ := open("submitter")
+	subNC := conns.opened[len(conns.opened)-1]
+	start("submitter", ctx, func(ready func()) error {
+		return submitter.Run(ctx, submitter.Config{NC: subNC, Log: subLog, Logger: quiet, Limits: domain.DefaultLimits, Ready: ready})
+	})
+	schedule := func() context.CancelFunc {
+		l, _ := open("scheduler")
+		sctx, stop := context.WithCancel(ctx)
+		start("scheduler", sctx, func(ready func()) error {
+			return scheduler.Run(sctx, scheduler.Config{Log: l, JS: l.JetStream(), Policy: policy.New(policy.Options{}), Logger: quiet,
+				LeaseTTL: 2 * time.Second, Tick: 100 * time.Millisecond, SnapshotEvery: 1, Ready: ready})
+		})
+		return stop
+	}
+	stopScheduler := schedule()
+	advLog, _ := open("advisor")
+	advNC := conns.opened[len(conns.opened)-1]
+	start("advisor", ctx, func(ready func()) error {
+		return advisor.Run(ctx, advisor.Config{Log: advLog, JS: advLog.JetStream(), NC: advNC, Policy: policy.New(policy.Options{}), Logger: quiet, Ready: ready})
+	})
+	agentLog, _ := open("agent-node-1")
+	agentNC := conns.opened[len(conns.opened)-1]
+	start("agent logs", ctx, func(ready func()) error {
+		ready()
+		return gpuagent.ServeLogs(ctx, gpuagent.LogsConfig{NC: agentNC, Node: "node-1", DataDir: filepath.Join(dir, "node-1"), Logger: quiet})
+	})
+	start("agent", ctx, func(ready func()) error {
+		return gpuagent.Run(ctx, gpuagent.Config{Log: agentLog, JS: agentLog.JetStream(), Node: "node-1", NATSURL: "nats://127.0.0.1:1",
+			DataDir: filepath.Join(dir, "node-1"), CheckpointRoot: filepath.Join(dir, "ckpt"), Heartbeat: 200 * time.Millisecond,
+			Inventory: inventory.Options{Mock: true, MockGPUs: 2}, StopOnExit: true, Logger: quiet, Ready: ready})
+	})
+
+	vision := team(t, srv, authDir, "vision")
+	nlp := team(t, srv, authDir, "nlp")
+	var rep api.SubmitReply
+	req := domain.Request{Name: "auth-e2e", Team: "vision", Priority: "high", GPUs: 1, Hours: 0.1,
+		Hypothesis: "roles suffice", Command: "echo ok", Env: map[string]string{"PATH": "/usr/bin:/bin"}}
+	if err := vision.Call(api.OpSubmit, req, &rep); err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(c *api.Client, id, want string) {
+		t.Helper()
+		var v api.TaskView
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			if err := c.Call(api.OpShow, api.IDRequest{TaskID: id}, &v); err == nil && v.State == want {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("task %s is %q, want %q", id, v.State, want)
+	}
+	waitFor(vision, rep.TaskID, "completed")
+	if err := vision.Call(api.OpEstimate, api.EstimateRequest{TaskID: rep.TaskID}, nil); err != nil {
+		t.Errorf("estimate as ci-vision: %v", err)
+	}
+	var v api.TaskView
+	if err := nlp.Call(api.OpShow, api.IDRequest{TaskID: rep.TaskID}, &v); err == nil || !strings.Contains(err.Error(), "team vision") {
+		t.Errorf("ci-nlp shows a vision task: %v", err)
+	}
+
+	// The scheduler steps down (deletes its lease, writes its snapshot);
+	// the next one loads the snapshot and schedules the next task.
+	stopScheduler()
+	time.Sleep(200 * time.Millisecond)
+	schedule()
+	req.Name = "after-takeover"
+	if err := vision.Call(api.OpSubmit, req, &rep); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(vision, rep.TaskID, "completed")
+
+	// The scheduler's snapshot went through its role's permissions.
+	adminLog := conns.shared
+	obj, err := adminLog.JetStream().ObjectStore(ctx, events.SnapshotBucket)
+	if err != nil {
+		t.Fatalf("snapshot store: %v", err)
+	}
+	if _, err := obj.GetInfo(ctx, "scheduler"); err != nil {
+		t.Fatalf("no scheduler snapshot: %v", err)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(violations) > 0 {
+		t.Fatalf("the server refused %d actions of the services' own roles:\n%s", len(violations), strings.Join(violations, "\n"))
+	}
+}
+
+// team is a client with ci-<name>'s credentials on its scoped subjects.
+func team(t *testing.T, srv *embedded.Server, dir, name string) *api.Client {
+	t.Helper()
+	cr, err := auth.LoadCreds(auth.CredsPath(dir, "ci-"+name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := srv.ConnectAs("ci-"+name, cr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return &api.Client{NC: nc, Timeout: 10 * time.Second, Team: cr.Team}
+}
