@@ -85,7 +85,7 @@ func newSubmit() *cobra.Command {
 	fl.StringVar(&r.GPUModel, "gpu-model", "", "only GPUs whose model contains this (e.g. A100, H100)")
 	fl.IntVar(&minMemGiB, "min-gpu-mem", 0, "minimum memory per GPU in GiB")
 	fl.BoolVar(&r.AllowUnplaceable, "allow-unplaceable", false, "queue the task even if no node of the cluster as it is could hold it (for a cluster about to grow)")
-	fl.StringVar(&export, "export", "ALL", "environment for the job: ALL (yours, minus GPUQ_*, CUDA_VISIBLE_DEVICES and secret-looking names), NONE, or NAME and NAME=VALUE items joined by commas, after ALL or NONE if given (ALL,SEED=2)")
+	fl.StringVar(&export, "export", "DEFAULT", "environment for the job: DEFAULT (an allowlist: PATH, HOME, USER, LANG, LC_*, TZ, PYTHONPATH, VIRTUAL_ENV, CONDA_*, …; docs/cli.md), ALL (yours, minus GPUQ_*, CUDA_VISIBLE_DEVICES and secret-looking names; warns), NONE, or NAME and NAME=VALUE items joined by commas, after DEFAULT, ALL or NONE if given (DEFAULT,SEED=2). A value with credentials in a URL is refused")
 	return c
 }
 
@@ -496,10 +496,13 @@ func newCheckpoint() *cobra.Command {
 }
 
 // exportEnv picks the environment exported with a task, like Slurm's
-// --export: ALL, NONE, or a comma-separated list of NAME (its value here)
-// and NAME=VALUE (that value), optionally after ALL or NONE
-// (ALL,FOO=1: everything and FOO=1). A value cannot contain a comma. A
-// NAME that is not set here is left out, with a note in notes.
+// --export: DEFAULT (the allowlist domain.DefaultExport), ALL (everything
+// but the names that look like secrets, with a warning in notes), NONE, or
+// a comma-separated list of NAME (its value here) and NAME=VALUE (that
+// value), optionally after one of those (DEFAULT,FOO=1: the allowlist and
+// FOO=1). A value cannot contain a comma. A NAME that is not set here is
+// left out, with a note in notes. A value with credentials in a URL is
+// refused, naming the variable: the log keeps every submission forever.
 func exportEnv(spec string, environ []string) (env map[string]string, notes []string, err error) {
 	all := map[string]string{}
 	for _, kv := range environ {
@@ -510,8 +513,16 @@ func exportEnv(spec string, environ []string) (env map[string]string, notes []st
 	items := strings.Split(spec, ",")
 	out := map[string]string{}
 	switch strings.ToUpper(strings.TrimSpace(items[0])) {
-	case "ALL", "":
+	case "DEFAULT", "":
+		for k, v := range all {
+			if domain.DefaultExported(k) {
+				out[k] = v
+			}
+		}
+		items = items[1:]
+	case "ALL":
 		out, items = all, items[1:]
+		notes = append(notes, "export: ALL sends your whole environment but secret-looking names into the audit log, which keeps it forever; the default sends only "+strings.Join(domain.DefaultExport, " ")+" (add others with --export DEFAULT,NAME)")
 	case "NONE":
 		items = items[1:]
 	}
@@ -522,8 +533,8 @@ func exportEnv(spec string, environ []string) (env map[string]string, notes []st
 		}
 		switch {
 		case !envName.MatchString(k):
-			return nil, nil, invalid("export", fmt.Sprintf("%q is not a variable name: give ALL, NONE, NAME or NAME=VALUE, joined by commas (a letter or _, then letters, digits, _)", k))
-		case strings.EqualFold(k, "ALL") || strings.EqualFold(k, "NONE"):
+			return nil, nil, invalid("export", fmt.Sprintf("%q is not a variable name: give DEFAULT, ALL, NONE, NAME or NAME=VALUE, joined by commas (a letter or _, then letters, digits, _)", k))
+		case strings.EqualFold(k, "ALL") || strings.EqualFold(k, "NONE") || strings.EqualFold(k, "DEFAULT"):
 			return nil, nil, invalid("export", k+" must come first")
 		case domain.ExportExcluded(k):
 			return nil, nil, invalid("export", k+" is never exported (set by the agent, or looks like a secret)")
@@ -536,6 +547,11 @@ func exportEnv(spec string, environ []string) (env map[string]string, notes []st
 				notes = append(notes, fmt.Sprintf("export: %s is not set here; not exported (NAME=VALUE gives a value)", k))
 			}
 		}
+	}
+	if err := domain.CheckEnvValues(out); err != nil {
+		var fe *domain.FieldError
+		errors.As(err, &fe)
+		return nil, nil, invalid("export", fe.Rule+" (leave it out: --export DEFAULT or NONE with the names you need)")
 	}
 	if len(out) == 0 {
 		return nil, notes, nil

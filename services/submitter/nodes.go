@@ -99,6 +99,11 @@ func (s *server) drain(ctx context.Context, req api.DrainRequest, undrain bool) 
 	if !events.ValidKey(req.Node) {
 		return api.NodeView{}, invalid("node", "must be a node name (one NATS subject token: no '.', '*', '>' or spaces)")
 	}
+	for field, text := range map[string]string{"reason": req.Reason, "by": req.By} {
+		if err := domain.CheckText(field, text, false); err != nil {
+			return api.NodeView{}, err
+		}
+	}
 	if len(req.Reason) > 1024 {
 		return api.NodeView{}, invalid("reason", "must be at most 1024 bytes")
 	}

@@ -370,6 +370,9 @@ func expectTask(t *domain.Task) *events.Expect {
 // cancel withdraws a task that has not ended. A running task keeps its GPUs
 // until its agent reports the process gone.
 func (s *server) cancel(ctx context.Context, req api.IDRequest) (api.TaskView, error) {
+	if err := domain.CheckText("by", req.By, false); err != nil {
+		return api.TaskView{}, err
+	}
 	return s.mutate(ctx, req.TaskID, func(t *domain.Task) (decision, error) {
 		if t.State.Terminal() {
 			return decision{}, invalid("task_id", "task is already "+string(t.State))
