@@ -47,7 +47,7 @@ func (ts Teams) Validate() error {
 		if n == "" {
 			return fmt.Errorf("teams: empty team name")
 		}
-		if g.GPUs < 0 || g.Share < 0 || g.Share > 1 {
+		if g.GPUs < 0 || !(g.Share >= 0 && g.Share <= 1) { // NaN too (YAML .nan; found by FuzzLoadTeams)
 			return fmt.Errorf("teams: %s: gpus must be ≥ 0 and share between 0 and 1", n)
 		}
 		if g.GPUs == 0 && g.Share == 0 {

@@ -18,7 +18,7 @@ import (
 
 // tokenHarness is a harness whose HTTP API wants the tokens of `gpuq auth
 // init --teams vision,nlp`; it returns the tokens by name.
-func tokenHarness(t *testing.T) (*harness, map[string]string) {
+func tokenHarness(t testing.TB) (*harness, map[string]string) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "auth")
 	if _, err := auth.Init(dir, []string{"vision", "nlp"}, nil); err != nil {
