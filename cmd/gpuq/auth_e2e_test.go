@@ -38,7 +38,7 @@ func TestAuthAllowedPaths(t *testing.T) {
 		mu         sync.Mutex
 		violations []string
 	)
-	srv, err := embedded.Start(embedded.Options{StoreDir: filepath.Join(dir, "js"), NoListen: true,
+	srv, err := embedded.Start(embedded.Options{StoreDir: filepath.Join(dir, "js"), Port: -1,
 		AuthConfig: filepath.Join(authDir, auth.ConfigFile),
 		Warn: func(msg string) {
 			if strings.Contains(msg, "Violation") {
@@ -155,6 +155,32 @@ func TestAuthAllowedPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(vision, rep.TaskID, "completed")
+
+	// A job has no NATS credentials of its own, and not the agent's: its
+	// `gpuq checkpoint` cannot connect, keeps the ref in the spool, and the
+	// agent of its node reports it for it.
+	t.Setenv("GPUQ_NATS_CREDS", auth.CredsPath(authDir, "agent-node-1")) // the agent's own environment
+	req.Name, req.Command = "job-checkpoint", `test -z "$GPUQ_NATS_CREDS" && sleep 3`
+	if err := vision.Call(api.OpSubmit, req, &rep); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(vision, rep.TaskID, "running")
+	t.Setenv("GPUQ_NATS_CREDS", "")
+	t.Setenv("GPUQ_TASK_ID", rep.TaskID)
+	t.Setenv("GPUQ_CHECKPOINT_DIR", filepath.Join(dir, "ckpt", rep.TaskID))
+	var stdout, stderr strings.Builder
+	if code := run([]string{"checkpoint", "--ref", "step-7", "--nats", srv.URL()}, &stdout, &stderr); code != 0 {
+		t.Fatalf("gpuq checkpoint in a job: exit %d: %s", code, stderr.String())
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for v.Checkpoint != "step-7" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the spooled checkpoint was not reported: %+v", v)
+		}
+		time.Sleep(50 * time.Millisecond)
+		_ = vision.Call(api.OpShow, api.IDRequest{TaskID: rep.TaskID}, &v)
+	}
+	waitFor(vision, rep.TaskID, "completed") // the job saw no credentials (test -z)
 
 	// The scheduler's snapshot went through its role's permissions.
 	adminLog := conns.shared
