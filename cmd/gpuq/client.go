@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -22,6 +23,8 @@ type clientFlags struct {
 	creds string
 	tls   auth.TLSFiles
 	team  string // from a ci-<team> credentials file: the API is scoped to it
+	// refused gets the server's permission errors (api.Client.Refused).
+	refused chan error
 }
 
 func (f *clientFlags) add(c *cobra.Command) {
@@ -50,6 +53,17 @@ func (f *clientFlags) connect() (*nats.Conn, error) {
 		c, _ := auth.LoadCreds(f.creds)
 		f.team = c.Team
 	}
+	f.refused = make(chan error, 8)
+	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			select {
+			case f.refused <- err:
+			default:
+			}
+			return
+		}
+		fmt.Fprintln(os.Stderr, "gpuq: nats:", err)
+	}))
 	nc, err := nats.Connect(f.url, append(opts, nats.Name("gpuq-cli"), nats.Timeout(5*time.Second))...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w (start one with `gpuq dev`, or set --nats / GPUQ_NATS_URL)", f.url, err)
@@ -62,7 +76,7 @@ func (f *clientFlags) client() (*api.Client, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return &api.Client{NC: nc, Timeout: 15 * time.Second, Team: f.team}, nc.Close, nil
+	return &api.Client{NC: nc, Timeout: 15 * time.Second, Team: f.team, Refused: f.refused}, nc.Close, nil
 }
 
 func printJSON(w io.Writer, v any) error {

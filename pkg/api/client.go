@@ -1,9 +1,11 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -42,6 +44,11 @@ type Client struct {
 	// Team, when set, sends every request on the team's scoped subjects
 	// (Subject): what a ci-<team> user may publish.
 	Team string
+	// Refused, when set, receives the connection's permission errors (from
+	// its nats.ErrorHandler): a request on a subject the user may not
+	// publish to then fails at once, as an Error on the field "creds",
+	// instead of waiting for its timeout.
+	Refused <-chan error
 }
 
 // Call sends req to op and decodes the result into out.
@@ -54,7 +61,35 @@ func (c *Client) Call(op string, req, out any) error {
 	if to == 0 {
 		to = 10 * time.Second
 	}
-	m, err := c.NC.Request(Subject(c.Team, op), body, to)
+	subj := Subject(c.Team, op)
+	ctx, cancel := context.WithTimeout(context.Background(), to)
+	defer cancel()
+	refused := make(chan error, 1)
+	if c.Refused != nil {
+		go func() {
+			for {
+				select {
+				case err := <-c.Refused:
+					if strings.Contains(err.Error(), `"`+subj+`"`) {
+						refused <- err
+						cancel()
+						return
+					}
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	m, err := c.NC.RequestWithContext(ctx, subj, body)
+	select {
+	case rerr := <-refused:
+		return &Error{Field: "creds", Msg: fmt.Sprintf("the NATS server refused %s to these credentials: %v", op, rerr)}
+	default:
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = nats.ErrTimeout
+	}
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("no gpuq submitter is answering on %s (is `gpuq dev` or the submitter running?)", c.NC.ConnectedUrl())
