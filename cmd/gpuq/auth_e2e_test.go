@@ -183,6 +183,18 @@ func TestAuthAllowedPaths(t *testing.T) {
 	}
 	waitFor(vision, rep.TaskID, "completed") // the job saw no credentials (test -z)
 
+	// A team's watch follows its task through the API (it may not read the
+	// log) and ends with the task.
+	stdout.Reset()
+	visionCreds := auth.CredsPath(authDir, "ci-vision")
+	if code := run([]string{"watch", rep.TaskID, "--json", "--nats", srv.URL(), "--creds", visionCreds}, &stdout, &stderr); code != 0 {
+		t.Fatalf("watch as ci-vision: exit %d: %s", code, stderr.String())
+	}
+	stderr.Reset()
+	if code := run([]string{"history", rep.TaskID, "--nats", srv.URL(), "--creds", auth.CredsPath(authDir, "ci-nlp")}, &stdout, &stderr); code != exitInvalid {
+		t.Fatalf("history of a vision task as ci-nlp: exit %d: %s", code, stderr.String())
+	}
+
 	// A role the server does not let publish an operation learns it at once,
 	// by name (exit 2), rather than after the request's timeout.
 	begin := time.Now()

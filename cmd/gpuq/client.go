@@ -71,6 +71,16 @@ func (f *clientFlags) connect() (*nats.Conn, error) {
 	return nc, nil
 }
 
+// scoped reports whether the credentials are a team's (ci-<team>): they
+// reach the request API for that team only, never the log itself.
+func (f *clientFlags) scoped() bool {
+	if f.creds == "" {
+		return false
+	}
+	c, err := auth.LoadCreds(f.creds)
+	return err == nil && c.Team != ""
+}
+
 func (f *clientFlags) client() (*api.Client, func(), error) {
 	nc, err := f.connect()
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuq/gpuq/pkg/api"
-	"github.com/gpuq/gpuq/pkg/auth"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/events/jetstream"
@@ -218,18 +217,16 @@ func newHistory() *cobra.Command {
 // operation, which checks the team.
 func readHistory(ctx context.Context, f *clientFlags, id string) ([]api.HistoryEntry, error) {
 	out := []api.HistoryEntry{}
-	if f.creds != "" {
-		if cr, err := auth.LoadCreds(f.creds); err == nil && cr.Team != "" {
-			cl, done, err := f.client()
-			if err != nil {
-				return nil, err
-			}
-			defer done()
-			if err := cl.Call(api.OpHistory, api.IDRequest{TaskID: id}, &out); err != nil {
-				return nil, err
-			}
-			return out, nil
+	if f.scoped() {
+		cl, done, err := f.client()
+		if err != nil {
+			return nil, err
 		}
+		defer done()
+		if err := cl.Call(api.OpHistory, api.IDRequest{TaskID: id}, &out); err != nil {
+			return nil, err
+		}
+		return out, nil
 	}
 	l, done, err := attach(f)
 	if err != nil {
