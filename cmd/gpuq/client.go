@@ -34,7 +34,7 @@ func (f *clientFlags) add(c *cobra.Command) {
 	}
 	c.Flags().StringVar(&f.url, "nats", def, "NATS server URL (env GPUQ_NATS_URL)")
 	c.Flags().BoolVar(&f.json, "json", false, "print JSON")
-	c.Flags().StringVar(&f.creds, "creds", os.Getenv("GPUQ_NATS_CREDS"), "NATS credentials file (env GPUQ_NATS_CREDS), e.g. creds/ci-<team>.nk of `gpuq auth init`")
+	c.Flags().StringVar(&f.creds, "creds", os.Getenv("GPUQ_NATS_CREDS"), "NATS credentials file (env GPUQ_NATS_CREDS), e.g. creds/ci-<team>.nk of gpuq auth init")
 	c.Flags().StringVar(&f.tls.CA, "nats-ca", os.Getenv("GPUQ_NATS_CA"), "PEM CA to verify the NATS server with (env GPUQ_NATS_CA)")
 	c.Flags().StringVar(&f.tls.Cert, "nats-cert", os.Getenv("GPUQ_NATS_CERT"), "PEM client certificate for NATS (env GPUQ_NATS_CERT)")
 	c.Flags().StringVar(&f.tls.Key, "nats-key", os.Getenv("GPUQ_NATS_KEY"), "PEM key of --nats-cert (env GPUQ_NATS_KEY)")

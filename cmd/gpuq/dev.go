@@ -116,7 +116,7 @@ func newDev() *cobra.Command {
 	fl.DurationVar(&f.maxWait, "max-wait", policy.DefaultMaxWait, "shortest-predicted: tasks waiting this long go first in their class")
 	fl.DurationVar(&f.classAging, "class-aging", policy.DefaultClassAging, "starvation guard across classes under fifo within class: each class above LOW counts as submitted this much earlier per class (0: off)")
 	fl.StringVar(&f.victims, "victims", policy.LeastLost, "choice among victims of the same classes: least-lost or newest")
-	fl.StringVar(&f.auth, "auth", "", "auth directory of `gpuq auth init`: NATS users and permissions per role, each service as its own role, HTTP tokens per team")
+	fl.StringVar(&f.auth, "auth", "", "auth directory of gpuq auth init: NATS users and permissions per role, each service as its own role, HTTP tokens per team")
 	fl.StringVar(&f.natsTLS.Cert, "nats-cert", "", "PEM certificate of the NATS server: clients must use TLS (with --nats-key)")
 	fl.StringVar(&f.natsTLS.Key, "nats-key", "", "PEM key of --nats-cert")
 	fl.StringVar(&f.httpTLS.Cert, "http-cert", "", "PEM certificate of the HTTP API: HTTPS (with --http-key)")

@@ -116,7 +116,7 @@ func (f *Flags) Common() *Common {
 	f.Int(&c.Replicas, "stream-replicas", "GPUQ_STREAM_REPLICAS", 1, "replicas of every stream, bucket and object store (3 on a 3-node NATS cluster)")
 	f.Duration(&c.DedupeWindow, "dedupe-window", "GPUQ_DEDUPE_WINDOW", events.DefaultDedupeWindow, "how long an idempotency key de-duplicates in the stream")
 	f.String(&c.LogLevel, "log-level", "GPUQ_LOG_LEVEL", "info", "log level: "+strings.Join(LogLevels, ", "))
-	f.String(&c.Creds, "creds", "GPUQ_NATS_CREDS", "", "NATS credentials of this service's role (creds/<role>.nk of `gpuq auth init`)")
+	f.String(&c.Creds, "creds", "GPUQ_NATS_CREDS", "", "NATS credentials of this service's role (creds/<role>.nk of gpuq auth init)")
 	f.String(&c.TLS.CA, "nats-ca", "GPUQ_NATS_CA", "", "PEM CA to verify the NATS server with")
 	f.String(&c.TLS.Cert, "nats-cert", "GPUQ_NATS_CERT", "", "PEM client certificate for NATS (mutual TLS; with --nats-key)")
 	f.String(&c.TLS.Key, "nats-key", "GPUQ_NATS_KEY", "", "PEM key of --nats-cert")
@@ -338,7 +338,7 @@ type HTTPAuthFlags struct {
 // HTTPAuth registers the HTTP API's token and TLS flags.
 func (f *Flags) HTTPAuth() *HTTPAuthFlags {
 	h := &HTTPAuthFlags{}
-	f.String(&h.Tokens, "tokens", "GPUQ_HTTP_TOKENS", "", "directory of HTTP bearer tokens, one file per team plus admin (tokens/ of `gpuq auth init`); unset: the HTTP API is open")
+	f.String(&h.Tokens, "tokens", "GPUQ_HTTP_TOKENS", "", "directory of HTTP bearer tokens, one file per team plus admin (tokens/ of gpuq auth init); unset: the HTTP API is open")
 	f.String(&h.TLS.Cert, "http-cert", "GPUQ_HTTP_CERT", "", "PEM certificate: serve the HTTP API over TLS (with --http-key)")
 	f.String(&h.TLS.Key, "http-key", "GPUQ_HTTP_KEY", "", "PEM key of --http-cert")
 	f.String(&h.TLS.CA, "http-ca", "GPUQ_HTTP_CA", "", "PEM CA: verify HTTP client certificates when given")
