@@ -201,12 +201,15 @@ func TestRolesEnforcedByServer(t *testing.T) {
 		"the auditor appends":                  {"auditor", task + "cancelled"},
 	}
 	before := lastSeq(t, admin)
-	for name, tc := range forbidden {
-		t.Run("forbidden/"+name, func(t *testing.T) {
-			c := a.as(tc.role)
-			refused(t, c, publish(c, tc.subject), tc.subject)
-		})
-	}
+	t.Run("forbidden", func(t *testing.T) {
+		for name, tc := range forbidden {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				c := a.as(tc.role)
+				refused(t, c, publish(c, tc.subject), tc.subject)
+			})
+		}
+	})
 	if after := lastSeq(t, admin); after != before {
 		t.Fatalf("the log grew from %d to %d through refused appends", before, after)
 	}
@@ -227,6 +230,7 @@ func TestNobodyPurgesOrDeletesTheLog(t *testing.T) {
 	a.openLog("admin")
 	for _, role := range []string{"admin", "scheduler", "submitter", "auditor", "agent-node-1", "ci-vision"} {
 		t.Run(role, func(t *testing.T) {
+			t.Parallel()
 			c := a.as(role)
 			j, _ := js.New(c.nc)
 			ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
