@@ -11,6 +11,8 @@ export CGO_CFLAGS := -Wno-deprecated-declarations
 DATA ?= ./.gpuq-demo
 NATS_PORT ?= 4322
 HTTP ?= 127.0.0.1:8180
+# make run AUTH=DIR: credentials per role, made there by gpuq auth init when missing.
+AUTH ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help build run test test-race test-faults fuzz lint bench contract compose-up compose-down compose-smoke images clean
@@ -22,12 +24,13 @@ help: ## List the targets
 	@echo "  DATA           make run's data directory (default $(DATA))"
 	@echo "  NATS_PORT      make run's NATS port (default $(NATS_PORT))"
 	@echo "  HTTP           make run's HTTP API address (default $(HTTP))"
+	@echo "  AUTH           make run with credentials per role from this directory (gpuq auth init; default none)"
 
 build: ## Build bin/gpuq
 	$(GO) build -o bin/gpuq ./cmd/gpuq
 
 run: build ## Start gpuq dev and submit a small demo (Ctrl-C stops it)
-	@scripts/demo.sh "$(DATA)" "$(NATS_PORT)" "$(HTTP)"
+	@scripts/demo.sh "$(DATA)" "$(NATS_PORT)" "$(HTTP)" "$(AUTH)"
 
 test: ## Run every module's tests
 	$(GO) test -count=1 -timeout 15m $(PKGS)
