@@ -51,17 +51,10 @@ type Client struct {
 	Refused <-chan error
 }
 
-// Call sends req to op and decodes the result into out.
-func (c *Client) Call(op string, req, out any) error {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	to := c.Timeout
-	if to == 0 {
-		to = 10 * time.Second
-	}
-	subj := Subject(c.Team, op)
+// request sends body on subj and waits for the reply at most to; a
+// refusal of the server's (Refused) ends it at once as an Error on
+// "creds" naming what (the operation).
+func (c *Client) request(subj, what string, body []byte, to time.Duration) (*nats.Msg, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), to)
 	defer cancel()
 	refused := make(chan error, 1)
@@ -84,12 +77,26 @@ func (c *Client) Call(op string, req, out any) error {
 	m, err := c.NC.RequestWithContext(ctx, subj, body)
 	select {
 	case rerr := <-refused:
-		return &Error{Field: "creds", Msg: fmt.Sprintf("the NATS server refused %s to these credentials: %v", op, rerr)}
+		return nil, &Error{Field: "creds", Msg: fmt.Sprintf("the NATS server refused %s to these credentials: %v", what, rerr)}
 	default:
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = nats.ErrTimeout
 	}
+	return m, err
+}
+
+// Call sends req to op and decodes the result into out.
+func (c *Client) Call(op string, req, out any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	to := c.Timeout
+	if to == 0 {
+		to = 10 * time.Second
+	}
+	m, err := c.request(Subject(c.Team, op), op, body, to)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("no gpuq submitter is answering on %s (is `gpuq dev` or the submitter running?)", c.NC.ConnectedUrl())
