@@ -264,10 +264,20 @@ func (s *server) queue(ctx context.Context, all bool) ([]api.TaskView, error) {
 		}
 		sort.Slice(ts, func(i, j int) bool { return listBefore(ts[i], ts[j]) })
 		for _, t := range ts {
-			out = append(out, view(t))
+			out = append(out, redact(ctx, view(t)))
 		}
 	})
 	return out, nil
+}
+
+// redact keeps of another team's task what the queue needs to be read
+// (who, what class, how big, where, since when, why) and drops what its
+// job wrote or may read: the command, the stderr tail, checkpoint refs.
+func redact(ctx context.Context, v api.TaskView) api.TaskView {
+	if c, ok := callerOf(ctx); ok && !c.May(v.Team) {
+		v.Command, v.StderrTail, v.Checkpoint, v.ResumeFrom = "", "", "", ""
+	}
+	return v
 }
 
 func listGroup(t *domain.Task) int {

@@ -102,6 +102,14 @@ func TestHTTPTokens(t *testing.T) {
 			t.Errorf("%s: env in the history %v, want %v", who, got, want)
 		}
 	}
+	// The queue shows another team's task without its command.
+	_, body := h.httpAs(tok["nlp"], "GET", "/v1/tasks", "")
+	if !strings.Contains(body, id) || strings.Contains(body, req.Command) {
+		t.Errorf("nlp's queue: want vision's task without its command: %s", body)
+	}
+	if _, body := h.httpAs(tok["vision"], "GET", "/v1/tasks", ""); !strings.Contains(body, req.Command) {
+		t.Errorf("vision's queue lacks its own command: %s", body)
+	}
 	// A 401 says how to authenticate.
 	r, _ := http.NewRequest("GET", "/v1/tasks", nil)
 	w := httptest.NewRecorder()
