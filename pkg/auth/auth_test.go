@@ -131,6 +131,11 @@ func lastSeq(t *testing.T, l *jetstream.Log) uint64 {
 	return s
 }
 
+// TestNoCredentialsRefused: a client without credentials — a job among
+// them: the agent clears GPUQ_NATS_CREDS in its environment — cannot
+// connect, so it can publish nothing (no dispatched, no other task's
+// checkpointed); a job reports its checkpoints through its agent
+// (cmd/gpuq TestAuthAllowedPaths).
 func TestNoCredentialsRefused(t *testing.T) {
 	a := newAuthServer(t)
 	_, err := nats.Connect(a.srv.URL(), nats.NoReconnect())
