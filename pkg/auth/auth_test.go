@@ -5,11 +5,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
 
@@ -349,6 +351,34 @@ func TestInitFiles(t *testing.T) {
 	for _, bad := range []string{"a.b", "*", "a b", "", "x\x1b[31m"} {
 		if _, err := auth.Init(filepath.Join(t.TempDir(), "b"), []string{bad}, nil); err == nil {
 			t.Errorf("team %q accepted", bad)
+		}
+	}
+}
+
+// TestServerConfigIncluded: the production setup of docs/operations.md —
+// a nats-server configuration that includes nats-auth.conf — parses, with
+// one nkey user per role.
+func TestServerConfigIncluded(t *testing.T) {
+	dir := t.TempDir()
+	roles, err := auth.Init(dir, []string{"vision"}, []string{"gpu-a1", "gpu-a2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	main := filepath.Join(dir, "nats.conf")
+	conf := "server_name: gpuq-nats\njetstream { store_dir: " + strconv.Quote(filepath.Join(dir, "js")) + " }\ninclude ./" + auth.ConfigFile + "\n"
+	if err := os.WriteFile(main, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(main)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(opts.Nkeys) != len(roles) || len(opts.Users) != 0 {
+		t.Fatalf("%d nkey users (and %d others), want %d", len(opts.Nkeys), len(opts.Users), len(roles))
+	}
+	for _, u := range opts.Nkeys {
+		if u.Permissions == nil || u.Permissions.Publish == nil || len(u.Permissions.Publish.Allow) == 0 {
+			t.Fatalf("user %s has no publish permissions", u.Nkey)
 		}
 	}
 }
