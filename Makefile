@@ -11,9 +11,11 @@ export CGO_CFLAGS := -Wno-deprecated-declarations
 DATA ?= ./.gpuq-demo
 NATS_PORT ?= 4322
 HTTP ?= 127.0.0.1:8180
+# make run AUTH=DIR: credentials per role, made there by gpuq auth init when missing.
+AUTH ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test test-race test-faults lint bench contract compose-up compose-down compose-smoke images clean
+.PHONY: help build run test test-race test-faults fuzz lint bench contract compose-up compose-down compose-smoke images clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -22,12 +24,13 @@ help: ## List the targets
 	@echo "  DATA           make run's data directory (default $(DATA))"
 	@echo "  NATS_PORT      make run's NATS port (default $(NATS_PORT))"
 	@echo "  HTTP           make run's HTTP API address (default $(HTTP))"
+	@echo "  AUTH           make run with credentials per role from this directory (gpuq auth init; default none)"
 
 build: ## Build bin/gpuq
 	$(GO) build -o bin/gpuq ./cmd/gpuq
 
 run: build ## Start gpuq dev and submit a small demo (Ctrl-C stops it)
-	@scripts/demo.sh "$(DATA)" "$(NATS_PORT)" "$(HTTP)"
+	@scripts/demo.sh "$(DATA)" "$(NATS_PORT)" "$(HTTP)" "$(AUTH)"
 
 test: ## Run every module's tests
 	$(GO) test -count=1 -timeout 15m $(PKGS)
@@ -51,6 +54,17 @@ test-faults: ## Process-level fault scenarios, no Docker (kill -9, SIGSTOP, pois
 	GPUQ_FAULTS_BIN="$$bin" GPUQ_FAULTS_SUMMARY="$$bin/summary" \
 	  $(GO) test -tags faults -count=1 -timeout 25m -v -run '$(FAULTS)' ./tests/faults/ || rc=$$?; \
 	echo "== fault scenarios ($$(( $$(date +%s) - start )) s)"; cat "$$bin/summary" 2>/dev/null; exit $$rc
+
+# Fuzz targets, PACKAGE:TARGET; seed corpora in each package's
+# testdata/fuzz/<TARGET>/ (a failing input found here is kept there).
+FUZZTIME ?= 10s
+FUZZ_TARGETS := pkg/events:FuzzDecodeRecord pkg/domain:FuzzValidate pkg/policy:FuzzLoadTeams services/submitter:FuzzHTTP
+fuzz: ## Run each fuzz target for FUZZTIME (10s; make fuzz FUZZTIME=30s): event decoding, submit validation, teams file, HTTP API
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
+	  echo "== $$name ($$pkg, $(FUZZTIME))"; \
+	  out=$$($(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) ./$$pkg/ 2>&1) || { echo "$$out"; exit 1; }; \
+	  echo "$$out" | grep '^fuzz:' | tail -1; echo "$$out" | tail -1; \
+	done
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

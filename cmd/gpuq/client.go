@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,12 +12,19 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuq/gpuq/pkg/api"
+	"github.com/gpuq/gpuq/pkg/auth"
+	"github.com/gpuq/gpuq/pkg/svcmain"
 )
 
 // clientFlags are shared by every client command.
 type clientFlags struct {
-	url  string
-	json bool
+	url   string
+	json  bool
+	creds string
+	tls   auth.TLSFiles
+	team  string // from a ci-<team> credentials file: the API is scoped to it
+	// refused gets the server's permission errors (api.Client.Refused).
+	refused chan error
 }
 
 func (f *clientFlags) add(c *cobra.Command) {
@@ -26,14 +34,51 @@ func (f *clientFlags) add(c *cobra.Command) {
 	}
 	c.Flags().StringVar(&f.url, "nats", def, "NATS server URL (env GPUQ_NATS_URL)")
 	c.Flags().BoolVar(&f.json, "json", false, "print JSON")
+	c.Flags().StringVar(&f.creds, "creds", os.Getenv("GPUQ_NATS_CREDS"), "NATS credentials file (env GPUQ_NATS_CREDS), e.g. creds/ci-<team>.nk of gpuq auth init")
+	c.Flags().StringVar(&f.tls.CA, "nats-ca", os.Getenv("GPUQ_NATS_CA"), "PEM CA to verify the NATS server with (env GPUQ_NATS_CA)")
+	c.Flags().StringVar(&f.tls.Cert, "nats-cert", os.Getenv("GPUQ_NATS_CERT"), "PEM client certificate for NATS (env GPUQ_NATS_CERT)")
+	c.Flags().StringVar(&f.tls.Key, "nats-key", os.Getenv("GPUQ_NATS_KEY"), "PEM key of --nats-cert (env GPUQ_NATS_KEY)")
 }
 
 func (f *clientFlags) connect() (*nats.Conn, error) {
-	nc, err := nats.Connect(f.url, nats.Name("gpuq-cli"), nats.Timeout(5*time.Second))
+	opts, err := svcmain.NATSOptions(f.creds, f.tls)
+	if err != nil {
+		field := "creds"
+		if f.creds == "" {
+			field = "nats-ca"
+		}
+		return nil, invalid(field, err.Error())
+	}
+	if f.creds != "" {
+		c, _ := auth.LoadCreds(f.creds)
+		f.team = c.Team
+	}
+	f.refused = make(chan error, 8)
+	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			select {
+			case f.refused <- err:
+			default:
+			}
+			return
+		}
+		fmt.Fprintln(os.Stderr, "gpuq: nats:", err)
+	}))
+	nc, err := nats.Connect(f.url, append(opts, nats.Name("gpuq-cli"), nats.Timeout(5*time.Second))...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w (start one with `gpuq dev`, or set --nats / GPUQ_NATS_URL)", f.url, err)
 	}
 	return nc, nil
+}
+
+// scoped reports whether the credentials are a team's (ci-<team>): they
+// reach the request API for that team only, never the log itself.
+func (f *clientFlags) scoped() bool {
+	if f.creds == "" {
+		return false
+	}
+	c, err := auth.LoadCreds(f.creds)
+	return err == nil && c.Team != ""
 }
 
 func (f *clientFlags) client() (*api.Client, func(), error) {
@@ -41,7 +86,7 @@ func (f *clientFlags) client() (*api.Client, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return &api.Client{NC: nc, Timeout: 15 * time.Second}, nc.Close, nil
+	return &api.Client{NC: nc, Timeout: 15 * time.Second, Team: f.team, Refused: f.refused}, nc.Close, nil
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -13,9 +14,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/gpuq/gpuq/pkg/auth"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/embedded"
 	"github.com/gpuq/gpuq/pkg/events/jetstream"
@@ -49,6 +52,9 @@ type devFlags struct {
 	classAging time.Duration
 	victims    string
 	injectXid  []string
+	auth       string
+	natsTLS    auth.TLSFiles
+	httpTLS    auth.TLSFiles
 }
 
 func newDev() *cobra.Command {
@@ -86,6 +92,9 @@ func newDev() *cobra.Command {
 			if _, err := parseXids(f.injectXid, f.nodes, f.gpus); err != nil {
 				return err
 			}
+			if err := checkDevAuth(f); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return runDev(ctx, f, opts)
@@ -112,6 +121,11 @@ func newDev() *cobra.Command {
 	fl.DurationVar(&f.maxWait, "max-wait", policy.DefaultMaxWait, "shortest-predicted: tasks waiting this long go first in their class")
 	fl.DurationVar(&f.classAging, "class-aging", policy.DefaultClassAging, "starvation guard across classes under fifo within class: each class above LOW counts as submitted this much earlier per class (0: off)")
 	fl.StringVar(&f.victims, "victims", policy.LeastLost, "choice among victims of the same classes: least-lost or newest")
+	fl.StringVar(&f.auth, "auth", "", "auth directory of gpuq auth init: NATS users and permissions per role, each service as its own role, HTTP tokens per team")
+	fl.StringVar(&f.natsTLS.Cert, "nats-cert", "", "PEM certificate of the NATS server: clients must use TLS (with --nats-key)")
+	fl.StringVar(&f.natsTLS.Key, "nats-key", "", "PEM key of --nats-cert")
+	fl.StringVar(&f.httpTLS.Cert, "http-cert", "", "PEM certificate of the HTTP API: HTTPS (with --http-key)")
+	fl.StringVar(&f.httpTLS.Key, "http-key", "", "PEM key of --http-cert")
 	fl.StringArrayVar(&f.injectXid, "inject-xid", nil, "NODE:GPU_INDEX:AFTER — a critical Xid (79) on that mock GPU AFTER the start (e.g. node-1:0:30s); repeatable")
 	return c
 }
@@ -141,24 +155,42 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 		return err
 	}
 	// 1. Embedded NATS with JetStream on disk.
-	srv, err := embedded.Start(embedded.Options{StoreDir: filepath.Join(data, "jetstream"), Port: f.port})
+	eo := embedded.Options{StoreDir: filepath.Join(data, "jetstream"), Port: f.port, TLS: f.natsTLS}
+	if f.auth != "" {
+		eo.AuthConfig = filepath.Join(f.auth, auth.ConfigFile)
+		// What a role's permissions refuse is worth a line in the log.
+		eo.Warn = func(msg string) {
+			if strings.Contains(msg, "Violation") {
+				logger.Warn().Str("svc", "nats").Msg(msg)
+			}
+		}
+	}
+	srv, err := embedded.Start(eo)
 	if err != nil {
 		return err
 	}
 	defer srv.Shutdown()
 	url := fmt.Sprintf("nats://127.0.0.1:%d", f.port)
-	logger.Info().Str("nats", url).Str("data", data).Msg("gpuq dev: NATS with JetStream ready")
+	if !f.natsTLS.Empty() {
+		url = fmt.Sprintf("tls://127.0.0.1:%d", f.port)
+	}
+	logger.Info().Str("nats", url).Str("data", data).Bool("auth", f.auth != "").Msg("gpuq dev: NATS with JetStream ready")
 
-	nc, err := srv.Connect("gpuq-dev")
+	// Every service gets its own connection as its own role with --auth
+	// (the server enforces the role's permissions); without, they share
+	// this one.
+	conns := &devConns{srv: srv, dir: f.auth, cfg: jetstream.StreamConfig{DedupeWindow: f.dedupe}}
+	defer conns.close()
+	_, _, err = conns.open(ctx, "admin") // creates the audit stream
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	log, err := jetstream.Open(ctx, nc, jetstream.StreamConfig{DedupeWindow: f.dedupe})
-	if err != nil {
-		return err
+	var tokens *auth.Tokens
+	if f.auth != "" {
+		if tokens, err = auth.LoadTokens(filepath.Join(f.auth, auth.TokensDir)); err != nil {
+			return &exitError{exitInvalid, fmt.Errorf("auth: %w", err)}
+		}
 	}
-	js := log.JetStream()
 
 	// 2. The four services, each as it would run on its own.
 	var ready sync.WaitGroup
@@ -197,26 +229,49 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 			}
 		}()
 	}
+	var httpTLS *tls.Config
+	if !f.httpTLS.Empty() {
+		if httpTLS, err = f.httpTLS.ServerConfig(); err != nil {
+			return invalid("http-cert", err.Error())
+		}
+	}
+	subNC, subLog, err := conns.open(ctx, "submitter")
+	if err != nil {
+		return err
+	}
 	spawn("submitter", func() error {
-		return submitter.Run(ctx, submitter.Config{NC: nc, Log: log, HTTPAddr: f.http, Logger: logger.With().Str("svc", "submitter").Logger(),
-			Limits: domain.Limits{MaxGPUs: f.maxGPUs, MaxHours: f.maxHours}, Ready: readyFn(0), Health: health})
+		return submitter.Run(ctx, submitter.Config{NC: subNC, Log: subLog, HTTPAddr: f.http, Logger: logger.With().Str("svc", "submitter").Logger(),
+			Limits: domain.Limits{MaxGPUs: f.maxGPUs, MaxHours: f.maxHours}, Ready: readyFn(0), Health: health,
+			Tokens: tokens, TLS: httpTLS})
 	})
 	if withScheduler {
+		_, schedLog, err := conns.open(ctx, "scheduler")
+		if err != nil {
+			return err
+		}
 		spawn("scheduler", func() error {
-			return scheduler.Run(ctx, scheduler.Config{Log: log, JS: js, Policy: policy.New(opts), NodeTimeout: f.nodeTO,
+			return scheduler.Run(ctx, scheduler.Config{Log: schedLog, JS: schedLog.JetStream(), Policy: policy.New(opts), NodeTimeout: f.nodeTO,
 				Logger: logger.With().Str("svc", "scheduler").Logger(), LeaseTTL: 5 * time.Second, Ready: readyFn(2)})
 		})
 	}
+	advNC, advLog, err := conns.open(ctx, "advisor")
+	if err != nil {
+		return err
+	}
 	spawn("advisor", func() error {
-		return advisor.Run(ctx, advisor.Config{Log: log, JS: js, NC: nc, Policy: policy.New(opts), Logger: logger.With().Str("svc", "advisor").Logger(), Ready: readyFn(1)})
+		return advisor.Run(ctx, advisor.Config{Log: advLog, JS: advLog.JetStream(), NC: advNC, Policy: policy.New(opts), Logger: logger.With().Str("svc", "advisor").Logger(), Ready: readyFn(1)})
 	})
 	xids, _ := parseXids(f.injectXid, f.nodes, f.gpus)
 	for i := 1; i <= f.nodes; i++ {
 		node := fmt.Sprintf("node-%d", i)
 		i := i
 		agentData := filepath.Join(data, "agents", node)
+		agentNC, agentLog, err := conns.open(ctx, "agent-"+node)
+		if err != nil {
+			return err
+		}
 		spawn("gpuagent logs "+node, func() error {
-			return gpuagent.ServeLogs(ctx, gpuagent.LogsConfig{NC: nc, Node: node, DataDir: agentData, Logger: logger})
+			return gpuagent.ServeLogs(ctx, gpuagent.LogsConfig{NC: agentNC, Node: node, DataDir: agentData, Logger: logger})
 		})
 		invOpts := inventory.Options{Node: node, Mock: !f.realNVML, MockGPUs: f.gpus, MockModel: f.model}
 		inv, err := inventory.Open(invOpts)
@@ -228,7 +283,7 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 			go injectXid(ctx, inv, x, logger)
 		}
 		spawn("gpuagent "+node, func() error {
-			return gpuagent.Run(ctx, gpuagent.Config{Log: log, JS: js, Node: node, NATSURL: url,
+			return gpuagent.Run(ctx, gpuagent.Config{Log: agentLog, JS: agentLog.JetStream(), Node: node, NATSURL: url,
 				DataDir: agentData, CheckpointRoot: filepath.Join(data, "checkpoints"),
 				Inventory: invOpts, Inv: inv,
 				Heartbeat: f.heartbeat, NodeTimeout: f.nodeTO, StopOnExit: true,
@@ -238,7 +293,15 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	go func() {
 		select {
 		case <-allReady:
-			logger.Info().Str("http", "http://"+f.http).Str("nats", url).Msg("gpuq dev: ready — try `gpuq submit ...` or `gpuq queue`")
+			scheme := "http://"
+			if httpTLS != nil {
+				scheme = "https://"
+			}
+			ev := logger.Info().Str("http", scheme+f.http).Str("nats", url)
+			if f.auth != "" {
+				ev = ev.Str("creds", filepath.Join(f.auth, auth.CredsDir, "ci-<team>.nk or admin.nk"))
+			}
+			ev.Msg("gpuq dev: ready — try `gpuq submit ...` or `gpuq queue`")
 		case <-ctx.Done():
 		}
 	}()
@@ -260,6 +323,75 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 		logger.Warn().Msg("gpuq dev: services did not stop in 10 s")
 	}
 	return runErr
+}
+
+// checkDevAuth checks --auth and the TLS flags before anything starts.
+func checkDevAuth(f devFlags) error {
+	switch {
+	case (f.natsTLS.Cert == "") != (f.natsTLS.Key == ""):
+		return invalid("nats-cert", "--nats-cert and --nats-key go together")
+	case (f.httpTLS.Cert == "") != (f.httpTLS.Key == ""):
+		return invalid("http-cert", "--http-cert and --http-key go together")
+	}
+	if f.auth == "" {
+		return nil
+	}
+	roles := []string{"admin", "submitter", "scheduler", "advisor"}
+	for i := 1; i <= f.nodes; i++ {
+		roles = append(roles, fmt.Sprintf("agent-node-%d", i))
+	}
+	if _, err := os.Stat(filepath.Join(f.auth, auth.ConfigFile)); err != nil {
+		return invalid("auth", fmt.Sprintf("%v (write it with `gpuq auth init %s`)", err, f.auth))
+	}
+	for _, r := range roles {
+		if _, err := auth.LoadCreds(auth.CredsPath(f.auth, r)); err != nil {
+			return invalid("auth", fmt.Sprintf("%v (gpuq dev --nodes %d needs `gpuq auth init --nodes node-1,…,node-%d`)", err, f.nodes, f.nodes))
+		}
+	}
+	return nil
+}
+
+// devConns opens the services' connections and logs: one shared pair
+// without --auth, one per role with it.
+type devConns struct {
+	srv    *embedded.Server
+	dir    string // --auth; "" = no auth
+	cfg    jetstream.StreamConfig
+	shared *jetstream.Log
+	nc     *nats.Conn
+	opened []*nats.Conn
+}
+
+func (d *devConns) open(ctx context.Context, role string) (*nats.Conn, *jetstream.Log, error) {
+	if d.dir == "" && d.shared != nil {
+		return d.nc, d.shared, nil
+	}
+	var creds *auth.Creds
+	if d.dir != "" {
+		var err error
+		if creds, err = auth.LoadCreds(auth.CredsPath(d.dir, role)); err != nil {
+			return nil, nil, err
+		}
+	}
+	nc, err := d.srv.ConnectAs("gpuq-dev-"+role, creds)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect as %s: %w", role, err)
+	}
+	d.opened = append(d.opened, nc)
+	log, err := jetstream.Open(ctx, nc, d.cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", role, err)
+	}
+	if d.shared == nil {
+		d.shared, d.nc = log, nc
+	}
+	return nc, log, nil
+}
+
+func (d *devConns) close() {
+	for _, nc := range d.opened {
+		nc.Close()
+	}
 }
 
 // xid is one --inject-xid: a critical Xid on a mock GPU after a delay.

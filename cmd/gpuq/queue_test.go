@@ -133,26 +133,38 @@ func TestSummarise(t *testing.T) {
 
 // TestExportEnv: --export ALL, NONE, NAME, NAME=VALUE (like sbatch).
 func TestExportEnv(t *testing.T) {
-	environ := []string{"HOME=/home/ada", "SEED=1", "GITHUB_TOKEN=x", "GPUQ_NODE=n"}
+	environ := []string{"HOME=/home/ada", "SEED=1", "GITHUB_TOKEN=x", "GPUQ_NODE=n", "LC_ALL=C", "CONDA_PREFIX=/opt/c"}
 	for name, tc := range map[string]struct {
 		spec  string
+		env   []string // instead of environ
 		want  map[string]string
 		notes int
 		bad   string
 	}{
-		"all":             {spec: "ALL", want: map[string]string{"HOME": "/home/ada", "SEED": "1"}},
-		"none":            {spec: "NONE"},
-		"names":           {spec: "SEED", want: map[string]string{"SEED": "1"}},
-		"a value":         {spec: "FOO=1", want: map[string]string{"FOO": "1"}},
-		"all and a value": {spec: "ALL,SEED=2", want: map[string]string{"HOME": "/home/ada", "SEED": "2"}},
-		"none and values": {spec: "NONE,FOO=1,BAR=", want: map[string]string{"FOO": "1", "BAR": ""}},
-		"unset name":      {spec: "NOPE", notes: 1},
-		"bad name":        {spec: "1FOO=1", bad: "is not a variable name"},
-		"all later":       {spec: "SEED,ALL", bad: "must come first"},
-		"a secret":        {spec: "GITHUB_TOKEN=y", bad: "never exported"},
+		"default":                     {spec: "DEFAULT", want: map[string]string{"HOME": "/home/ada", "LC_ALL": "C", "CONDA_PREFIX": "/opt/c"}},
+		"default (empty)":             {spec: "", want: map[string]string{"HOME": "/home/ada", "LC_ALL": "C", "CONDA_PREFIX": "/opt/c"}},
+		"default and a name":          {spec: "DEFAULT,SEED", want: map[string]string{"HOME": "/home/ada", "LC_ALL": "C", "CONDA_PREFIX": "/opt/c", "SEED": "1"}},
+		"all":                         {spec: "ALL", notes: 1, want: map[string]string{"HOME": "/home/ada", "SEED": "1", "LC_ALL": "C", "CONDA_PREFIX": "/opt/c"}},
+		"credentials in a URL, ALL":   {spec: "ALL", env: []string{"DATABASE_URL=postgres://ada:pw@db/x"}, bad: "DATABASE_URL carries credentials in a URL"},
+		"credentials in a URL, given": {spec: "NONE,PIP_INDEX_URL=https://u:tok@pypi.example/simple", bad: "PIP_INDEX_URL carries credentials"},
+		"a URL without credentials":   {spec: "NONE,DATA=s3://bucket/x,GIT=ssh://git@github.com/a/b", want: map[string]string{"DATA": "s3://bucket/x", "GIT": "ssh://git@github.com/a/b"}},
+		"a DSN by name":               {spec: "SENTRY_DSN=https://k@o.ingest/1", bad: "never exported"},
+		"none":                        {spec: "NONE"},
+		"names":                       {spec: "SEED", want: map[string]string{"SEED": "1"}},
+		"a value":                     {spec: "FOO=1", want: map[string]string{"FOO": "1"}},
+		"all and a value":             {spec: "ALL,SEED=2", notes: 1, want: map[string]string{"HOME": "/home/ada", "SEED": "2", "LC_ALL": "C", "CONDA_PREFIX": "/opt/c"}},
+		"none and values":             {spec: "NONE,FOO=1,BAR=", want: map[string]string{"FOO": "1", "BAR": ""}},
+		"unset name":                  {spec: "NOPE", notes: 1},
+		"bad name":                    {spec: "1FOO=1", bad: "is not a variable name"},
+		"all later":                   {spec: "SEED,ALL", bad: "must come first"},
+		"a secret":                    {spec: "GITHUB_TOKEN=y", bad: "never exported"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, notes, err := exportEnv(tc.spec, environ)
+			env := environ
+			if tc.env != nil {
+				env = tc.env
+			}
+			got, notes, err := exportEnv(tc.spec, env)
 			if tc.bad != "" {
 				if err == nil || code(err) != exitInvalid || !strings.Contains(err.Error(), tc.bad) || !strings.HasPrefix(err.Error(), "export: ") {
 					t.Fatalf("err = %v, want exit 2 on export: …%s", err, tc.bad)

@@ -84,7 +84,7 @@ func newSubmit() *cobra.Command {
 	fl.StringVar(&r.GPUModel, "gpu-model", "", "only GPUs whose model contains this (e.g. A100, H100)")
 	fl.IntVar(&minMemGiB, "min-gpu-mem", 0, "minimum memory per GPU in GiB")
 	fl.BoolVar(&r.AllowUnplaceable, "allow-unplaceable", false, "queue the task even if no node of the cluster as it is could hold it (for a cluster about to grow)")
-	fl.StringVar(&export, "export", "ALL", "environment for the job: ALL (yours, minus GPUQ_*, CUDA_VISIBLE_DEVICES and secret-looking names), NONE, or NAME and NAME=VALUE items joined by commas, after ALL or NONE if given (ALL,SEED=2)")
+	fl.StringVar(&export, "export", "DEFAULT", "environment for the job: DEFAULT (an allowlist: PATH, HOME, USER, LANG, LC_*, TZ, PYTHONPATH, VIRTUAL_ENV, CONDA_*, …; docs/cli.md), ALL (yours, minus GPUQ_*, CUDA_VISIBLE_DEVICES and secret-looking names; warns), NONE, or NAME and NAME=VALUE items joined by commas, after DEFAULT, ALL or NONE if given (DEFAULT,SEED=2). A value with credentials in a URL is refused")
 	return c
 }
 
@@ -142,6 +142,10 @@ func attach(f *clientFlags) (*jetstream.Log, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if f.team != "" {
+		nc.Close()
+		return nil, nil, fmt.Errorf("the credentials %s act for team %s through the request API and may not read the log itself: use an auditor or admin credential", f.creds, f.team)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	l, err := jetstream.Attach(ctx, nc, "")
@@ -186,16 +190,7 @@ func newHistory() *cobra.Command {
 		Short: "A task's events in log order, from the log itself",
 		Args:  oneID,
 		RunE: func(c *cobra.Command, args []string) error {
-			l, done, err := attach(&f)
-			if err != nil {
-				return err
-			}
-			defer done()
-			out := []api.HistoryEntry{}
-			_, err = events.ReadAll(c.Context(), l, 1, events.TaskSubjects(args[0]), func(r events.Record) error {
-				out = append(out, historyEntry(r))
-				return nil
-			})
+			out, err := readHistory(c.Context(), &f, args[0])
 			if err != nil {
 				return err
 			}
@@ -215,6 +210,34 @@ func newHistory() *cobra.Command {
 	f.add(c)
 	ef.add(c)
 	return c
+}
+
+// readHistory reads a task's events from the log, or, with a team's
+// credentials (which may not read the log), from the submitter's history
+// operation, which checks the team.
+func readHistory(ctx context.Context, f *clientFlags, id string) ([]api.HistoryEntry, error) {
+	out := []api.HistoryEntry{}
+	if f.scoped() {
+		cl, done, err := f.client()
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+		if err := cl.Call(api.OpHistory, api.IDRequest{TaskID: id}, &out); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+	l, done, err := attach(f)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	_, err = events.ReadAll(ctx, l, 1, events.TaskSubjects(id), func(r events.Record) error {
+		out = append(out, historyEntry(r))
+		return nil
+	})
+	return out, err
 }
 
 func newCancel() *cobra.Command {
@@ -470,10 +493,13 @@ func newCheckpoint() *cobra.Command {
 }
 
 // exportEnv picks the environment exported with a task, like Slurm's
-// --export: ALL, NONE, or a comma-separated list of NAME (its value here)
-// and NAME=VALUE (that value), optionally after ALL or NONE
-// (ALL,FOO=1: everything and FOO=1). A value cannot contain a comma. A
-// NAME that is not set here is left out, with a note in notes.
+// --export: DEFAULT (the allowlist domain.DefaultExport), ALL (everything
+// but the names that look like secrets, with a warning in notes), NONE, or
+// a comma-separated list of NAME (its value here) and NAME=VALUE (that
+// value), optionally after one of those (DEFAULT,FOO=1: the allowlist and
+// FOO=1). A value cannot contain a comma. A NAME that is not set here is
+// left out, with a note in notes. A value with credentials in a URL is
+// refused, naming the variable: the log keeps every submission forever.
 func exportEnv(spec string, environ []string) (env map[string]string, notes []string, err error) {
 	all := map[string]string{}
 	for _, kv := range environ {
@@ -484,8 +510,16 @@ func exportEnv(spec string, environ []string) (env map[string]string, notes []st
 	items := strings.Split(spec, ",")
 	out := map[string]string{}
 	switch strings.ToUpper(strings.TrimSpace(items[0])) {
-	case "ALL", "":
+	case "DEFAULT", "":
+		for k, v := range all {
+			if domain.DefaultExported(k) {
+				out[k] = v
+			}
+		}
+		items = items[1:]
+	case "ALL":
 		out, items = all, items[1:]
+		notes = append(notes, "export: ALL sends your whole environment but secret-looking names into the audit log, which keeps it forever; the default sends only "+strings.Join(domain.DefaultExport, " ")+" (add others with --export DEFAULT,NAME)")
 	case "NONE":
 		items = items[1:]
 	}
@@ -496,8 +530,8 @@ func exportEnv(spec string, environ []string) (env map[string]string, notes []st
 		}
 		switch {
 		case !envName.MatchString(k):
-			return nil, nil, invalid("export", fmt.Sprintf("%q is not a variable name: give ALL, NONE, NAME or NAME=VALUE, joined by commas (a letter or _, then letters, digits, _)", k))
-		case strings.EqualFold(k, "ALL") || strings.EqualFold(k, "NONE"):
+			return nil, nil, invalid("export", fmt.Sprintf("%q is not a variable name: give DEFAULT, ALL, NONE, NAME or NAME=VALUE, joined by commas (a letter or _, then letters, digits, _)", k))
+		case strings.EqualFold(k, "ALL") || strings.EqualFold(k, "NONE") || strings.EqualFold(k, "DEFAULT"):
 			return nil, nil, invalid("export", k+" must come first")
 		case domain.ExportExcluded(k):
 			return nil, nil, invalid("export", k+" is never exported (set by the agent, or looks like a secret)")
@@ -510,6 +544,11 @@ func exportEnv(spec string, environ []string) (env map[string]string, notes []st
 				notes = append(notes, fmt.Sprintf("export: %s is not set here; not exported (NAME=VALUE gives a value)", k))
 			}
 		}
+	}
+	if err := domain.CheckEnvValues(out); err != nil {
+		var fe *domain.FieldError
+		errors.As(err, &fe)
+		return nil, nil, invalid("export", fe.Rule+" (leave it out: --export DEFAULT or NONE with the names you need)")
 	}
 	if len(out) == 0 {
 		return nil, notes, nil

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/events"
 )
 
@@ -20,6 +22,14 @@ func newWatch() *cobra.Command {
 		Short: "Stream a task's events as they happen; ends when the task ends",
 		Args:  oneID,
 		RunE: func(c *cobra.Command, args []string) error {
+			if f.scoped() {
+				cl, done, err := f.client()
+				if err != nil {
+					return err
+				}
+				defer done()
+				return watchAPI(c.Context(), cl, args[0], f.json, ef, isTTY(os.Stdout), os.Stdout, c.ErrOrStderr())
+			}
 			l, done, err := attach(&f)
 			if err != nil {
 				return err
@@ -66,6 +76,48 @@ func watch(ctx context.Context, l events.Log, id string, asJSON bool, ef entryFm
 		switch r.Event.(type) {
 		case events.Completed, events.Failed, events.Cancelled:
 			return nil
+		}
+	}
+}
+
+// watchAPI is watch for a team's credentials, which may not read the log:
+// it asks the submitter for the task's history every second and prints
+// what is new, with the same end and output.
+func watchAPI(ctx context.Context, cl *api.Client, id string, asJSON bool, ef entryFmt, short bool, w, stderr io.Writer) error {
+	enc := json.NewEncoder(w)
+	var last uint64
+	waiting := false
+	for {
+		var hist []api.HistoryEntry
+		err := cl.Call(api.OpHistory, api.IDRequest{TaskID: id}, &hist)
+		switch {
+		case api.IsNotFound(err):
+			if !waiting {
+				fmt.Fprintf(stderr, "gpuq: task %s is not in the log yet; waiting for it (Ctrl-C to stop)\n", id)
+				waiting = true
+			}
+		case err != nil:
+			return err
+		}
+		for _, e := range hist {
+			if e.Seq <= last {
+				continue
+			}
+			last = e.Seq
+			if asJSON {
+				_ = enc.Encode(e)
+			} else {
+				printEntry(w, e, ef, short)
+			}
+			switch events.Type(e.Type) {
+			case events.TypeCompleted, events.TypeFailed, events.TypeCancelled:
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
 		}
 	}
 }

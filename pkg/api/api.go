@@ -32,7 +32,20 @@ const (
 	OpHistory     = "history"
 	OpCheckpoint  = "checkpoint"
 	QueueGroup    = "submitter"
+	// TeamPrefix scopes the API to a team: a request on
+	// gpuq.api.v1.team.<team>.<op> acts for that team only (the submitter
+	// refuses other teams' tasks with 403), and the NATS server lets only
+	// that team's users (auth role ci-<team>) and the admin publish there.
+	TeamPrefix = SubjectPrefix + "team."
 )
+
+// Subject is the subject of op, scoped to team when team is not "".
+func Subject(team, op string) string {
+	if team == "" {
+		return SubjectPrefix + op
+	}
+	return TeamPrefix + team + "." + op
+}
 
 // Reply is the envelope of every answer.
 type Reply struct {

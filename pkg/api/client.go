@@ -1,9 +1,11 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -39,6 +41,49 @@ func IsNotFound(err error) bool {
 type Client struct {
 	NC      *nats.Conn
 	Timeout time.Duration
+	// Team, when set, sends every request on the team's scoped subjects
+	// (Subject): what a ci-<team> user may publish.
+	Team string
+	// Refused, when set, receives the connection's permission errors (from
+	// its nats.ErrorHandler): a request on a subject the user may not
+	// publish to then fails at once, as an Error on the field "creds",
+	// instead of waiting for its timeout.
+	Refused <-chan error
+}
+
+// request sends body on subj and waits for the reply at most to; a
+// refusal of the server's (Refused) ends it at once as an Error on
+// "creds" naming what (the operation).
+func (c *Client) request(subj, what string, body []byte, to time.Duration) (*nats.Msg, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), to)
+	defer cancel()
+	refused := make(chan error, 1)
+	if c.Refused != nil {
+		go func() {
+			for {
+				select {
+				case err := <-c.Refused:
+					if strings.Contains(err.Error(), `"`+subj+`"`) {
+						refused <- err
+						cancel()
+						return
+					}
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	m, err := c.NC.RequestWithContext(ctx, subj, body)
+	select {
+	case rerr := <-refused:
+		return nil, &Error{Field: "creds", Msg: fmt.Sprintf("the NATS server refused %s to these credentials: %v", what, rerr)}
+	default:
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = nats.ErrTimeout
+	}
+	return m, err
 }
 
 // Call sends req to op and decodes the result into out.
@@ -51,7 +96,7 @@ func (c *Client) Call(op string, req, out any) error {
 	if to == 0 {
 		to = 10 * time.Second
 	}
-	m, err := c.NC.Request(SubjectPrefix+op, body, to)
+	m, err := c.request(Subject(c.Team, op), op, body, to)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("no gpuq submitter is answering on %s (is `gpuq dev` or the submitter running?)", c.NC.ConnectedUrl())

@@ -59,8 +59,12 @@ func (c *Client) Logs(node string, req LogsRequest) (LogsReply, error) {
 	if to == 0 {
 		to = 10 * time.Second
 	}
-	m, err := c.NC.Request(LogsSubject(node), body, to)
+	m, err := c.request(LogsSubject(node), "logs", body, to)
 	if err != nil {
+		var ae *Error
+		if errors.As(err, &ae) {
+			return out, err
+		}
 		if errors.Is(err, nats.ErrNoResponders) {
 			return out, fmt.Errorf("no gpuq agent is answering for node %s on %s (is its gpuq-agent running?)", node, LogsSubject(node))
 		}

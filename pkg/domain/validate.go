@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"syscall"
 )
@@ -62,12 +63,74 @@ func ExportExcluded(name string) bool {
 	if u == "KEY" || strings.HasSuffix(u, "_KEY") || strings.HasSuffix(u, "_KEYS") {
 		return true
 	}
-	for _, s := range []string{"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE", "API_KEY", "ACCESS_KEY", "AUTH", "COOKIE", "SESSION"} {
+	for _, s := range []string{"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE", "API_KEY", "ACCESS_KEY", "AUTH", "COOKIE", "SESSION", "DSN"} {
 		if strings.Contains(u, s) {
 			return true
 		}
 	}
 	return false
+}
+
+// DefaultExport is what `gpuq submit` exports by default: an allowlist of
+// names (a trailing * is a prefix) that locate software and set the
+// locale, and hold no secrets. Everything else needs --export NAME, or
+// --export ALL.
+var DefaultExport = []string{
+	"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TZ", "LANG", "LANGUAGE", "LC_*", "TMPDIR",
+	"PYTHONPATH", "PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "VIRTUAL_ENV", "CONDA_*",
+	"LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+	"HF_HOME", "TORCH_HOME", "XDG_CACHE_HOME",
+}
+
+// DefaultExported reports whether name is in DefaultExport (and not
+// excluded).
+func DefaultExported(name string) bool {
+	if ExportExcluded(name) {
+		return false
+	}
+	for _, a := range DefaultExport {
+		if p, ok := strings.CutSuffix(a, "*"); ok && strings.HasPrefix(name, p) || a == name {
+			return true
+		}
+	}
+	return false
+}
+
+// CredentialInURL reports whether a value carries credentials in a URL:
+// scheme://user:password@… anywhere in it (a DATABASE_URL, a pip index
+// URL, a git remote with a token).
+func CredentialInURL(v string) bool {
+	for rest := v; ; {
+		i := strings.Index(rest, "://")
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+3:]
+		// The authority ends at the first '/', '?', '#' or space.
+		auth := rest
+		if j := strings.IndexAny(auth, "/?# \t\n"); j >= 0 {
+			auth = auth[:j]
+		}
+		if at := strings.LastIndex(auth, "@"); at >= 0 && strings.Contains(auth[:at], ":") {
+			return true
+		}
+	}
+}
+
+// CheckEnvValues refuses an exported environment with credentials in a
+// URL, naming the first such variable (in name order).
+func CheckEnvValues(env map[string]string) error {
+	names := make([]string, 0, len(env))
+	for k := range env {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if CredentialInURL(env[k]) {
+			return &FieldError{"env", fmt.Sprintf("%s carries credentials in a URL (scheme://user:password@…); the log keeps every submission forever: give the job its credentials another way (a file on the node, a secret store)", k)}
+		}
+	}
+	return nil
 }
 
 func validEnvName(k string) bool {
@@ -97,6 +160,16 @@ func (r *Request) Validate(l Limits) error {
 		l.MaxHours = DefaultLimits.MaxHours
 	}
 	r.Name, r.Team = strings.TrimSpace(r.Name), strings.TrimSpace(r.Team)
+	for _, f := range []struct {
+		field, text string
+		multiline   bool
+	}{{"name", r.Name, false}, {"team", r.Team, false}, {"hypothesis", r.Hypothesis, false}, {"command", r.Command, true},
+		{"preempt_signal", r.PreemptSignal, false}, {"gpu_model", r.GPUModel, false}, {"idempotency_key", r.IdempotencyKey, false},
+		{"dir", r.Dir, false}} {
+		if err := CheckText(f.field, f.text, f.multiline); err != nil {
+			return err
+		}
+	}
 	if r.Name == "" {
 		return &FieldError{"name", "is required"}
 	}
@@ -164,6 +237,9 @@ func (r *Request) Validate(l Limits) error {
 	}
 	if size > MaxEnvBytes {
 		return &FieldError{"env", fmt.Sprintf("must be at most %d bytes in all (got %d)", MaxEnvBytes, size)}
+	}
+	if err := CheckEnvValues(r.Env); err != nil {
+		return err
 	}
 	if r.Dir != "" && !strings.HasPrefix(r.Dir, "/") {
 		return &FieldError{"dir", "must be an absolute path"}

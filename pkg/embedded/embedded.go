@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/gpuq/gpuq/pkg/auth"
 )
 
 // Options for Start.
@@ -19,7 +21,30 @@ type Options struct {
 	Port     int    // -1 for a random port; 0 means default 4222
 	// NoListen serves only in-process connections.
 	NoListen bool
+	// AuthConfig, when set, is a nats-server configuration file (`gpuq
+	// auth init`'s nats-auth.conf) whose users and permissions the server
+	// enforces; the fields above override what it says of them.
+	AuthConfig string
+	// TLS, with a certificate and key, makes clients connect with TLS; with
+	// a CA too, client certificates are verified when given.
+	TLS auth.TLSFiles
+	// Warn, when set, receives the server's errors and warnings, such as
+	// "Publish Violation - Subject ..." for what a user's permissions
+	// refused.
+	Warn func(msg string)
 }
+
+// warnLogger passes a server's errors and warnings on.
+type warnLogger struct{ warn func(string) }
+
+func (l warnLogger) Noticef(string, ...any) {}
+func (l warnLogger) Debugf(string, ...any)  {}
+func (l warnLogger) Tracef(string, ...any)  {}
+func (l warnLogger) Warnf(f string, a ...any) {
+	l.warn(fmt.Sprintf(f, a...))
+}
+func (l warnLogger) Errorf(f string, a ...any) { l.warn(fmt.Sprintf(f, a...)) }
+func (l warnLogger) Fatalf(f string, a ...any) { l.warn(fmt.Sprintf(f, a...)) }
 
 // Server is a running embedded server.
 type Server struct {
@@ -38,19 +63,29 @@ func Start(o Options) (*Server, error) {
 	if host == "" {
 		host = "127.0.0.1"
 	}
-	opts := &server.Options{
-		ServerName: "gpuq-dev",
-		Host:       host,
-		Port:       o.Port,
-		JetStream:  true,
-		StoreDir:   o.StoreDir,
-		DontListen: o.NoListen,
-		NoSigs:     true,
-		NoLog:      true,
+	opts := &server.Options{}
+	if o.AuthConfig != "" {
+		var err error
+		if opts, err = server.ProcessConfigFile(o.AuthConfig); err != nil {
+			return nil, fmt.Errorf("embedded: %w", err)
+		}
+	}
+	opts.ServerName, opts.Host, opts.Port = "gpuq-dev", host, o.Port
+	opts.JetStream, opts.StoreDir, opts.DontListen = true, o.StoreDir, o.NoListen
+	opts.NoSigs, opts.NoLog = true, true
+	if !o.TLS.Empty() {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: o.TLS.Cert, KeyFile: o.TLS.Key, CaFile: o.TLS.CA, Verify: false})
+		if err != nil {
+			return nil, fmt.Errorf("embedded: tls: %w", err)
+		}
+		opts.TLSConfig, opts.TLS = tc, true
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, err
+	}
+	if o.Warn != nil {
+		ns.SetLogger(warnLogger{o.Warn}, false, false)
 	}
 	go ns.Start()
 	if !ns.ReadyForConnections(30 * time.Second) {
@@ -62,7 +97,18 @@ func Start(o Options) (*Server, error) {
 
 // Connect opens an in-process client connection.
 func (s *Server) Connect(name string) (*nats.Conn, error) {
-	return nats.Connect("", nats.InProcessServer(s.NS), nats.Name(name), nats.MaxReconnects(-1))
+	return s.ConnectAs(name, nil)
+}
+
+// ConnectAs opens an in-process client connection with credentials (nil:
+// none, for a server without AuthConfig).
+func (s *Server) ConnectAs(name string, c *auth.Creds) (*nats.Conn, error) {
+	opts, err := c.Options()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, nats.InProcessServer(s.NS), nats.Name(name), nats.MaxReconnects(-1))
+	return nats.Connect("", opts...)
 }
 
 // URL is the client URL when the server listens.

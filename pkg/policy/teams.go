@@ -46,7 +46,7 @@ func (ts Teams) Validate() error {
 		if g.GPUs > 0 && g.Share > 0 {
 			return fmt.Errorf("teams: %s: give gpus or share, not both", n)
 		}
-		if g.GPUs < 0 || g.Share < 0 || g.Share > 1 {
+		if g.GPUs < 0 || !(g.Share >= 0 && g.Share <= 1) { // NaN too (YAML .nan; found by FuzzLoadTeams)
 			return fmt.Errorf("teams: %s: gpus must be ≥ 0 and share between 0 and 1", n)
 		}
 		if g.GPUs == 0 && g.Share == 0 {

@@ -2,6 +2,7 @@ package svcmain
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gpuq/gpuq/pkg/auth"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/events/jetstream"
 	"github.com/gpuq/gpuq/pkg/policy"
@@ -103,6 +105,8 @@ type Common struct {
 	Replicas     int
 	DedupeWindow time.Duration
 	LogLevel     string
+	Creds        string        // NATS credentials file of this service's role ("" = none)
+	TLS          auth.TLSFiles // NATS over TLS: the CA, and a client certificate for mutual TLS
 }
 
 // Common defines the shared flags; their values are set by Parse.
@@ -112,6 +116,10 @@ func (f *Flags) Common() *Common {
 	f.Int(&c.Replicas, "stream-replicas", "GPUQ_STREAM_REPLICAS", 1, "replicas of every stream, bucket and object store (3 on a 3-node NATS cluster)")
 	f.Duration(&c.DedupeWindow, "dedupe-window", "GPUQ_DEDUPE_WINDOW", events.DefaultDedupeWindow, "how long an idempotency key de-duplicates in the stream")
 	f.String(&c.LogLevel, "log-level", "GPUQ_LOG_LEVEL", "info", "log level: "+strings.Join(LogLevels, ", "))
+	f.String(&c.Creds, "creds", "GPUQ_NATS_CREDS", "", "NATS credentials of this service's role (creds/<role>.nk of gpuq auth init)")
+	f.String(&c.TLS.CA, "nats-ca", "GPUQ_NATS_CA", "", "PEM CA to verify the NATS server with")
+	f.String(&c.TLS.Cert, "nats-cert", "GPUQ_NATS_CERT", "", "PEM client certificate for NATS (mutual TLS; with --nats-key)")
+	f.String(&c.TLS.Key, "nats-key", "GPUQ_NATS_KEY", "", "PEM key of --nats-cert")
 	return c
 }
 
@@ -171,8 +179,42 @@ func (f *Flags) parse(args []string, c *Common) error {
 		return &FieldError{"dedupe-window", "must not be negative"}
 	case !validLevel(c.LogLevel):
 		return &FieldError{"log-level", fmt.Sprintf("%q is not one of %s", c.LogLevel, strings.Join(LogLevels, ", "))}
+	case (c.TLS.Cert == "") != (c.TLS.Key == ""):
+		return &FieldError{"nats-cert", "--nats-cert and --nats-key go together"}
+	}
+	if c.Creds != "" {
+		if _, err := auth.LoadCreds(c.Creds); err != nil {
+			return &FieldError{"creds", err.Error()}
+		}
+	}
+	for _, p := range [][2]string{{"nats-ca", c.TLS.CA}, {"nats-cert", c.TLS.Cert}, {"nats-key", c.TLS.Key}} {
+		if p[1] == "" {
+			continue
+		}
+		if _, err := os.Stat(p[1]); err != nil {
+			return &FieldError{p[0], err.Error()}
+		}
 	}
 	return nil
+}
+
+// NATSOptions are the connection options of the credentials and TLS files.
+func NATSOptions(creds string, t auth.TLSFiles) ([]nats.Option, error) {
+	var opts []nats.Option
+	if creds != "" {
+		c, err := auth.LoadCreds(creds)
+		if err != nil {
+			return nil, err
+		}
+		if opts, err = c.Options(); err != nil {
+			return nil, err
+		}
+	}
+	to, err := t.NATSOptions()
+	if err != nil {
+		return nil, err
+	}
+	return append(opts, to...), nil
 }
 
 func validLevel(s string) bool {
@@ -203,7 +245,11 @@ func Connect(ctx context.Context, name string, c *Common, notify Notify) (*nats.
 	if notify == nil {
 		notify = func(string, error) {}
 	}
-	nc, err := nats.Connect(c.NATSURL,
+	opts, err := NATSOptions(c.Creds, c.TLS)
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := nats.Connect(c.NATSURL, append(opts,
 		nats.Name(name),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
@@ -216,7 +262,7 @@ func Connect(ctx context.Context, name string, c *Common, notify Notify) (*nats.
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { notify("nats: connected to "+nc.ConnectedUrlRedacted(), nil) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { notify("nats: async error", err) }),
-	)
+	)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("nats %s: %w", c.NATSURL, err)
 	}
@@ -281,4 +327,41 @@ func (f *Flags) PolicyOptions(p *PolicyFlags) policy.Options {
 		f.Invalid("policy", err.Error())
 	}
 	return o
+}
+
+// HTTPAuthFlags are the HTTP API's security flags (the submitter's).
+type HTTPAuthFlags struct {
+	Tokens string // directory of bearer tokens: tokens/ of `gpuq auth init`
+	TLS    auth.TLSFiles
+}
+
+// HTTPAuth registers the HTTP API's token and TLS flags.
+func (f *Flags) HTTPAuth() *HTTPAuthFlags {
+	h := &HTTPAuthFlags{}
+	f.String(&h.Tokens, "tokens", "GPUQ_HTTP_TOKENS", "", "directory of HTTP bearer tokens, one file per team plus admin (tokens/ of gpuq auth init); unset: the HTTP API is open")
+	f.String(&h.TLS.Cert, "http-cert", "GPUQ_HTTP_CERT", "", "PEM certificate: serve the HTTP API over TLS (with --http-key)")
+	f.String(&h.TLS.Key, "http-key", "GPUQ_HTTP_KEY", "", "PEM key of --http-cert")
+	f.String(&h.TLS.CA, "http-ca", "GPUQ_HTTP_CA", "", "PEM CA: verify HTTP client certificates when given")
+	return h
+}
+
+// HTTPAuthOptions loads the tokens and the TLS configuration, exiting 2
+// with the flag named when they are invalid; nil for what is not set.
+func (f *Flags) HTTPAuthOptions(h *HTTPAuthFlags) (*auth.Tokens, *tls.Config) {
+	var (
+		tokens *auth.Tokens
+		tc     *tls.Config
+		err    error
+	)
+	if h.Tokens != "" {
+		if tokens, err = auth.LoadTokens(h.Tokens); err != nil {
+			f.Invalid("tokens", err.Error())
+		}
+	}
+	if !h.TLS.Empty() {
+		if tc, err = h.TLS.ServerConfig(); err != nil {
+			f.Invalid("http-cert", err.Error())
+		}
+	}
+	return tokens, tc
 }

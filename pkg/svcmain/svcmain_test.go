@@ -46,9 +46,13 @@ func TestParse(t *testing.T) {
 		"unknown log level":               {env: map[string]string{"GPUQ_LOG_LEVEL": "loud"}, wantBad: "log-level"},
 		"empty nats url":                  {args: []string{"--nats", " "}, wantBad: "nats"},
 		"stray argument":                  {args: []string{"extra"}, wantBad: "args"},
+		"creds file missing":              {env: map[string]string{"GPUQ_NATS_CREDS": "/nonexistent/x.nk"}, wantBad: "creds"},
+		"creds not a seed":                {args: []string{"--creds", "svcmain_test.go"}, wantBad: "creds"},
+		"a client certificate alone":      {args: []string{"--nats-cert", "svcmain_test.go"}, wantBad: "nats-cert"},
+		"a CA file missing":               {args: []string{"--nats-ca", "/nonexistent/ca.pem"}, wantBad: "nats-ca"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			for _, k := range []string{"GPUQ_NATS_URL", "GPUQ_STREAM_REPLICAS", "GPUQ_DEDUPE_WINDOW", "GPUQ_LOG_LEVEL", "GPUQ_MOCK_GPUS", "GPUQ_MOCK"} {
+			for _, k := range []string{"GPUQ_NATS_URL", "GPUQ_STREAM_REPLICAS", "GPUQ_DEDUPE_WINDOW", "GPUQ_LOG_LEVEL", "GPUQ_MOCK_GPUS", "GPUQ_MOCK", "GPUQ_NATS_CREDS"} {
 				t.Setenv(k, tc.env[k])
 			}
 			f := NewFlags("test")

@@ -76,12 +76,16 @@ func Run(ctx context.Context, cfg Config) error {
 		// Answer estimate and stats requests once the log is folded.
 		CaughtUp: func(context.Context) error {
 			if cfg.NC != nil {
+				// Unscoped and team-scoped (api.TeamPrefix): estimates
+				// and stats hold nothing secret, so both answer alike.
 				for op, h := range map[string]nats.MsgHandler{api.OpEstimate: a.onEstimate, api.OpStats: a.onStats} {
-					sub, err := cfg.NC.QueueSubscribe(api.SubjectPrefix+op, api.AdvisorQueueGroup, h)
-					if err != nil {
-						return err
+					for _, subj := range []string{api.SubjectPrefix + op, api.TeamPrefix + "*." + op} {
+						sub, err := cfg.NC.QueueSubscribe(subj, api.AdvisorQueueGroup, h)
+						if err != nil {
+							return err
+						}
+						subs = append(subs, sub)
 					}
-					subs = append(subs, sub)
 				}
 			}
 			if cfg.Ready != nil {

@@ -753,6 +753,10 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 		"GPUQ_NATS_URL="+a.cfg.NATSURL,
 		"GPUQ_NODE="+a.cfg.Node,
 		"GPUQ_PLACEMENTS="+string(placements),
+		// Not the agent's own credentials (issue 15): a job reports
+		// checkpoints through the spool (.gpuq-pending-ref), which this
+		// agent appends for tasks on its node.
+		"GPUQ_NATS_CREDS=", "GPUQ_NATS_KEY=",
 	)
 	if t.ResumeFrom != "" {
 		env = append(env, "GPUQ_RESUME_FROM="+t.ResumeFrom)

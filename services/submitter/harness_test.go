@@ -47,19 +47,19 @@ func (c *clock) last() time.Time {
 // harness is a server on a log, folding and following it, without NATS or
 // an HTTP listener.
 type harness struct {
-	t   *testing.T
+	t   testing.TB
 	log events.Log
 	s   *server
 	ctx context.Context
 	h   http.Handler
 }
 
-func testLogger(t *testing.T) zerolog.Logger {
+func testLogger(t testing.TB) zerolog.Logger {
 	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 }
 
 // newHarness starts a server on l (a fresh memlog when nil).
-func newHarness(t *testing.T, l events.Log) *harness {
+func newHarness(t testing.TB, l events.Log) *harness {
 	t.Helper()
 	clk := &clock{t: t0}
 	if l == nil {

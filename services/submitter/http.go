@@ -68,6 +68,10 @@ func (s *server) guard(next http.Handler) http.Handler {
 				writeError(w, fmt.Errorf("handler panicked: %v", p))
 			}
 		}()
+		r, ok := s.authenticate(w, r)
+		if !ok {
+			return
+		}
 		if !s.ready.Load() && r.URL.Path != "/healthz" {
 			writeError(w, &opError{Status: http.StatusServiceUnavailable, Msg: "submitter is not ready (catching up with the log or stopping)"})
 			return

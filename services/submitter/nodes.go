@@ -93,8 +93,16 @@ func (s *server) heartbeats(ctx context.Context) jetstream.KeyValue {
 // drain appends drained (preempt: its preemptible tasks are preempted and
 // resume elsewhere) or, with undrain, undrained.
 func (s *server) drain(ctx context.Context, req api.DrainRequest, undrain bool) (api.NodeView, error) {
+	if err := mayAdmin(ctx, "draining a node"); err != nil {
+		return api.NodeView{}, err
+	}
 	if !events.ValidKey(req.Node) {
 		return api.NodeView{}, invalid("node", "must be a node name (one NATS subject token: no '.', '*', '>' or spaces)")
+	}
+	for field, text := range map[string]string{"reason": req.Reason, "by": req.By} {
+		if err := domain.CheckText(field, text, false); err != nil {
+			return api.NodeView{}, err
+		}
 	}
 	if len(req.Reason) > 1024 {
 		return api.NodeView{}, invalid("reason", "must be at most 1024 bytes")

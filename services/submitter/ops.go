@@ -97,6 +97,9 @@ func view(t *domain.Task) api.TaskView {
 // idempotency key names an existing task: then it answers that task with
 // Duplicate set.
 func (s *server) submit(ctx context.Context, req domain.Request) (api.SubmitReply, error) {
+	if err := mayTeam(ctx, &req.Team); err != nil {
+		return api.SubmitReply{}, err
+	}
 	if err := req.Validate(s.limits); err != nil {
 		return api.SubmitReply{}, err
 	}
@@ -232,6 +235,9 @@ func (s *server) show(ctx context.Context, id string) (api.TaskView, error) {
 	if !ok {
 		return api.TaskView{}, notFound(id)
 	}
+	if err := mayTask(ctx, id, v.Team); err != nil {
+		return api.TaskView{}, err
+	}
 	if err := s.withLog(ctx, &v); err != nil {
 		return api.TaskView{}, err
 	}
@@ -258,10 +264,20 @@ func (s *server) queue(ctx context.Context, all bool) ([]api.TaskView, error) {
 		}
 		sort.Slice(ts, func(i, j int) bool { return listBefore(ts[i], ts[j]) })
 		for _, t := range ts {
-			out = append(out, view(t))
+			out = append(out, redact(ctx, view(t)))
 		}
 	})
 	return out, nil
+}
+
+// redact keeps of another team's task what the queue needs to be read
+// (who, what class, how big, where, since when, why) and drops what its
+// job wrote or may read: the command, the stderr tail, checkpoint refs.
+func redact(ctx context.Context, v api.TaskView) api.TaskView {
+	if c, ok := callerOf(ctx); ok && !c.May(v.Team) {
+		v.Command, v.StderrTail, v.Checkpoint, v.ResumeFrom = "", "", "", ""
+	}
+	return v
 }
 
 func listGroup(t *domain.Task) int {
@@ -323,7 +339,9 @@ func (s *server) mutateSeq(ctx context.Context, id string, decide func(t *domain
 		s.m.read(func(st *domain.State) {
 			if t := st.Tasks[id]; t != nil {
 				found = true
-				d, err = decide(t)
+				if err = mayTask(ctx, id, t.Team); err == nil {
+					d, err = decide(t)
+				}
 			}
 		})
 		if !found {
@@ -362,6 +380,9 @@ func expectTask(t *domain.Task) *events.Expect {
 // cancel withdraws a task that has not ended. A running task keeps its GPUs
 // until its agent reports the process gone.
 func (s *server) cancel(ctx context.Context, req api.IDRequest) (api.TaskView, error) {
+	if err := domain.CheckText("by", req.By, false); err != nil {
+		return api.TaskView{}, err
+	}
 	return s.mutate(ctx, req.TaskID, func(t *domain.Task) (decision, error) {
 		if t.State.Terminal() {
 			return decision{}, invalid("task_id", "task is already "+string(t.State))

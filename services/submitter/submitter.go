@@ -2,6 +2,7 @@ package submitter
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gpuq/gpuq/pkg/api"
+	"github.com/gpuq/gpuq/pkg/auth"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/service"
@@ -32,6 +34,12 @@ type Config struct {
 	// a non-nil error answers 503 (e.g. `gpuq dev` reports its other
 	// services still starting).
 	Health func() error
+	// Tokens, when set, are the HTTP API's bearer tokens: every route but
+	// /healthz needs one (401), and a team's token reaches only its team's
+	// tasks (403). nil: the HTTP API is open.
+	Tokens *auth.Tokens
+	// TLS, when set, serves the HTTP API over TLS.
+	TLS *tls.Config
 }
 
 const (
@@ -60,6 +68,7 @@ type server struct {
 	m           *model
 	syncTimeout time.Duration
 	health      func() error
+	tokens      *auth.Tokens
 	ready       atomic.Bool
 }
 
@@ -77,6 +86,7 @@ func newServer(cfg Config) *server {
 		m:           newModel(cfg.Log, cfg.Logger),
 		syncTimeout: syncTimeout,
 		health:      cfg.Health,
+		tokens:      cfg.Tokens,
 	}
 }
 
@@ -101,6 +111,9 @@ func Run(ctx context.Context, cfg Config) error {
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
 			return fmt.Errorf("submitter: http listen %s: %w", cfg.HTTPAddr, err)
+		}
+		if cfg.TLS != nil {
+			ln = tls.NewListener(ln, cfg.TLS)
 		}
 		srv = &http.Server{
 			Handler:           s.handler(),
@@ -163,12 +176,17 @@ func Run(ctx context.Context, cfg Config) error {
 			}()
 		}
 		var err error
+		// Each op on its unscoped subject and on the team-scoped ones
+		// (gpuq.api.v1.team.*.<op>, see caller.go).
+	subscribe:
 		for _, op := range ops {
-			var sub *nats.Subscription
-			if sub, err = cfg.NC.QueueSubscribe(api.SubjectPrefix+op, api.QueueGroup, serve); err != nil {
-				break
+			for _, subj := range []string{api.SubjectPrefix + op, api.TeamPrefix + "*." + op} {
+				var sub *nats.Subscription
+				if sub, err = cfg.NC.QueueSubscribe(subj, api.QueueGroup, serve); err != nil {
+					break subscribe
+				}
+				subs = append(subs, sub)
 			}
-			subs = append(subs, sub)
 		}
 		if err == nil {
 			err = cfg.NC.Flush()

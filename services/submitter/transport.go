@@ -221,7 +221,7 @@ func (s *server) handleNATS(ctx context.Context, op string, data []byte) (r api.
 
 // serveNATS answers one NATS request.
 func (s *server) serveNATS(ctx context.Context, msg *nats.Msg) {
-	op := strings.TrimPrefix(msg.Subject, api.SubjectPrefix)
+	ctx, op := natsCaller(ctx, msg.Subject)
 	r := s.handleNATS(ctx, op, msg.Data)
 	if msg.Reply == "" {
 		return

@@ -40,7 +40,10 @@ var (
 	_ events.Getter  = (*Log)(nil)
 )
 
-// Open creates or updates the audit stream and returns a Log on it.
+// Open creates the audit stream, or updates it where its configuration
+// differs, and returns a Log on it. A stream that already has the
+// configuration is left alone (no update), so a user that may only create
+// it can open it.
 func Open(ctx context.Context, nc *nats.Conn, cfg StreamConfig) (*Log, error) {
 	j, err := js.New(nc)
 	if err != nil {
@@ -50,10 +53,11 @@ func Open(ctx context.Context, nc *nats.Conn, cfg StreamConfig) (*Log, error) {
 	if cfg.MemoryStorage {
 		sc.Storage = js.MemoryStorage
 	}
-	if _, err := j.CreateOrUpdateStream(ctx, sc); err != nil {
+	e := ensuring{j}
+	if _, err := e.CreateOrUpdateStream(ctx, sc); err != nil {
 		return nil, fmt.Errorf("events/jetstream: stream %s: %w", sc.Name, err)
 	}
-	return &Log{nc: nc, js: j, stream: sc.Name}, nil
+	return &Log{nc: nc, js: e, stream: sc.Name}, nil
 }
 
 // JetStream returns the underlying context, for KV buckets and streams
@@ -382,5 +386,5 @@ func Attach(ctx context.Context, nc *nats.Conn, stream string) (*Log, error) {
 	if _, err := j.Stream(ctx, stream); err != nil {
 		return nil, fmt.Errorf("event stream %s: %w (is gpuq running on this NATS server?)", stream, err)
 	}
-	return &Log{nc: nc, js: j, stream: stream}, nil
+	return &Log{nc: nc, js: ensuring{j}, stream: stream}, nil
 }

@@ -25,7 +25,9 @@ func main() {
 	f.String(&httpAddr, "http", "GPUQ_HTTP_ADDR", ":8080", `HTTP API address ("" = NATS API only)`)
 	f.Int(&lim.MaxGPUs, "max-gpus", "GPUQ_MAX_GPUS", domain.DefaultLimits.MaxGPUs, "largest GPU count a task may ask for")
 	f.Float(&lim.MaxHours, "max-hours", "GPUQ_MAX_HOURS", domain.DefaultLimits.MaxHours, "largest estimate (hours) a task may give")
+	h := f.HTTPAuth()
 	f.Parse(c)
+	tokens, tlsCfg := f.HTTPAuthOptions(h)
 	switch {
 	case lim.MaxGPUs < 1:
 		f.Invalid("max-gpus", "must be ≥ 1")
@@ -37,7 +39,7 @@ func main() {
 	logger := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("svc", "submitter").Logger()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, c, httpAddr, lim, logger); err != nil && ctx.Err() == nil {
+	if err := run(ctx, c, submitter.Config{HTTPAddr: httpAddr, Limits: lim, Logger: logger, Tokens: tokens, TLS: tlsCfg}); err != nil && ctx.Err() == nil {
 		logger.Error().Err(err).Msg("stopped")
 		stop()
 		os.Exit(1)
@@ -45,14 +47,15 @@ func main() {
 	logger.Info().Msg("stopped")
 }
 
-func run(ctx context.Context, c *svcmain.Common, httpAddr string, lim domain.Limits, logger zerolog.Logger) error {
-	nc, log, err := svcmain.Connect(ctx, name, c, notify(logger))
+func run(ctx context.Context, c *svcmain.Common, cfg submitter.Config) error {
+	nc, log, err := svcmain.Connect(ctx, name, c, notify(cfg.Logger))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	return submitter.Run(ctx, submitter.Config{NC: nc, Log: log, HTTPAddr: httpAddr, Limits: lim, Logger: logger,
-		Ready: func() { logger.Info().Str("http", httpAddr).Str("nats", c.NATSURL).Msg("ready") }})
+	cfg.NC, cfg.Log = nc, log
+	cfg.Ready = func() { cfg.Logger.Info().Str("http", cfg.HTTPAddr).Str("nats", c.NATSURL).Msg("ready") }
+	return submitter.Run(ctx, cfg)
 }
 
 // notify logs what svcmain.Connect reports: problems at warn, news at info.

@@ -1,0 +1,186 @@
+package auth
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+
+	"github.com/gpuq/gpuq/pkg/api"
+	"github.com/gpuq/gpuq/pkg/events"
+)
+
+// Role is one NATS user's permissions. Subjects not allowed are denied by
+// the server; Deny refines an Allow wildcard.
+type Role struct {
+	Name      string
+	Team      string // ci-<team> only: the team its API subjects are scoped to
+	PubAllow  []string
+	PubDeny   []string
+	SubAllow  []string
+	Responses bool // may answer requests it received (allow_responses)
+	Doc       string
+}
+
+// Inbox is the role's own inbox prefix: replies to a role's requests
+// (JetStream API answers, acks, request/reply) go there, and only the role
+// may subscribe to it, so no one reads another's replies.
+func Inbox(role string) string { return "_INBOX_" + role }
+
+// API subjects (pkg/api).
+const (
+	apiPrefix     = api.SubjectPrefix
+	TeamAPIPrefix = api.TeamPrefix
+)
+
+// SubmitterOps are the operations the submitter answers; AdvisorOps the
+// advisor's. ReadOps are the ones that change nothing.
+var (
+	SubmitterOps = []string{"submit", "show", "queue", "cancel", "amend", "checklist", "history", "checkpoint", "nodes", "drain", "undrain"}
+	AdvisorOps   = []string{"estimate", "stats"}
+	ReadOps      = []string{"show", "queue", "history", "nodes", "estimate", "stats"}
+)
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+
+// CheckName refuses a team or node name that is not a safe subject token
+// and file name.
+func CheckName(field, s string) error {
+	if !nameRE.MatchString(s) {
+		return fmt.Errorf("%s %q: must be 1-64 letters, digits, '-' or '_', starting with a letter or digit", field, s)
+	}
+	return nil
+}
+
+const stream = events.StreamName
+
+// readStream lets a client read stream s through the JetStream API:
+// stream info, message get, direct get, ordered and push consumers.
+func readStream(s string) []string {
+	return []string{
+		"$JS.API.INFO",
+		"$JS.API.STREAM.INFO." + s,
+		"$JS.API.STREAM.MSG.GET." + s,
+		"$JS.API.DIRECT.GET." + s, "$JS.API.DIRECT.GET." + s + ".>",
+		"$JS.API.CONSUMER.CREATE." + s, "$JS.API.CONSUMER.CREATE." + s + ".>",
+		"$JS.API.CONSUMER.INFO." + s + ".>",
+		"$JS.API.CONSUMER.DELETE." + s + ".>",
+		"$JS.API.CONSUMER.MSG.NEXT." + s + ".>",
+		"$JS.FC." + s + ".>",
+	}
+}
+
+// createStream lets a client create s when it does not exist. Updating
+// (which could shorten limits) is the admin's; delete and purge of the
+// audit stream nobody's.
+func createStream(s string) []string { return []string{"$JS.API.STREAM.CREATE." + s} }
+
+func kv(bucket string) string  { return "KV_" + bucket }
+func obj(bucket string) string { return "OBJ_" + bucket }
+
+func taskEvents(types ...events.Type) []string {
+	out := make([]string, len(types))
+	for i, t := range types {
+		out[i] = events.TaskPrefix + "*." + string(t)
+	}
+	return out
+}
+
+func nodeEvents(node string, types ...events.Type) []string {
+	out := make([]string, len(types))
+	for i, t := range types {
+		out[i] = events.NodePrefix + node + "." + string(t)
+	}
+	return out
+}
+
+func cat(lists ...[]string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, l := range lists {
+		for _, s := range l {
+			if !seen[s] {
+				seen[s] = true
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+func prefixed(prefix string, ops []string) []string {
+	out := make([]string, len(ops))
+	for i, op := range ops {
+		out[i] = prefix + op
+	}
+	return out
+}
+
+// adviceRead lets a client read the latest advice (gpuq estimate).
+var adviceRead = []string{"$JS.API.INFO", "$JS.API.STREAM.INFO." + events.AdviceStreamName,
+	"$JS.API.STREAM.MSG.GET." + events.AdviceStreamName, "$JS.API.DIRECT.GET." + events.AdviceStreamName,
+	"$JS.API.DIRECT.GET." + events.AdviceStreamName + ".>"}
+
+// heartbeatRead lets a client read the heartbeat bucket's keys.
+var heartbeatRead = []string{"$JS.API.STREAM.INFO." + kv(events.HeartbeatBucket),
+	"$JS.API.STREAM.MSG.GET." + kv(events.HeartbeatBucket), "$JS.API.DIRECT.GET." + kv(events.HeartbeatBucket) + ".>"}
+
+// auditDeny is what no role, the admin included, may ask of the audit
+// stream (which denies delete and purge itself as well).
+var auditDeny = []string{"$JS.API.STREAM.DELETE." + stream, "$JS.API.STREAM.PURGE." + stream, "$JS.API.STREAM.MSG.DELETE." + stream}
+
+// Roles returns every role for the given teams and nodes, sorted by name.
+func Roles(teams, nodes []string) []Role {
+	teamAPI := func(ops []string) []string { return prefixed(TeamAPIPrefix+"*.", ops) }
+	rs := []Role{
+		{Name: "submitter", Responses: true,
+			Doc: "the submitter service: appends submitted, amended, cancelled, checklist_updated, checkpointed and drained/undrained; serves the request API",
+			PubAllow: cat(readStream(stream), createStream(stream), heartbeatRead,
+				taskEvents(events.TypeSubmitted, events.TypeAmended, events.TypeCancelled, events.TypeChecklistUpdated, events.TypeCheckpointed),
+				nodeEvents("*", events.TypeDrained, events.TypeUndrained),
+				[]string{apiPrefix + "logs.*"}),
+			SubAllow: cat(prefixed(apiPrefix, SubmitterOps), teamAPI(SubmitterOps))},
+		{Name: "scheduler",
+			Doc: "the scheduler: appends dispatched, preempt_requested, requeued and lost; holds the leader lease; watches heartbeats; keeps snapshots",
+			PubAllow: cat(readStream(stream), createStream(stream),
+				taskEvents(events.TypeDispatched, events.TypePreemptRequested, events.TypeRequeued),
+				nodeEvents("*", events.TypeLost),
+				readStream(kv(events.LeaderBucket)), createStream(kv(events.LeaderBucket)), []string{"$KV." + events.LeaderBucket + ".>"},
+				readStream(kv(events.HeartbeatBucket)), createStream(kv(events.HeartbeatBucket)),
+				readStream(obj(events.SnapshotBucket)), createStream(obj(events.SnapshotBucket)),
+				[]string{"$JS.API.STREAM.PURGE." + obj(events.SnapshotBucket), "$O." + events.SnapshotBucket + ".>"})},
+		{Name: "advisor", Responses: true,
+			Doc: "the advisor: reads the log, publishes advice (GPUQ_ADVICE), answers estimate and stats",
+			PubAllow: cat(readStream(stream), createStream(stream), createStream(events.AdviceStreamName), adviceRead,
+				[]string{events.AdvicePrefix + ">"}),
+			SubAllow: cat(prefixed(apiPrefix, AdvisorOps), teamAPI(AdvisorOps))},
+		{Name: "auditor",
+			Doc:      "read-only: the log, advice, heartbeats, and the read operations of the API",
+			PubAllow: cat(readStream(stream), adviceRead, heartbeatRead, prefixed(apiPrefix, ReadOps))},
+		{Name: "admin",
+			Doc:      "everything but deleting or purging the audit stream: stream administration, every API operation, task output",
+			PubAllow: []string{">"}, PubDeny: auditDeny, SubAllow: []string{">"}, Responses: true},
+	}
+	for _, n := range nodes {
+		rs = append(rs, Role{Name: "agent-" + n, Responses: true,
+			Doc: "the agent of node " + n + ": its own node's available/unhealthy and heartbeat; started, checkpointed, preempted, completed, failed (the fold accepts them only for tasks placed on " + n + "); answers log requests for " + n,
+			PubAllow: cat(readStream(stream), createStream(stream),
+				nodeEvents(n, events.TypeAvailable, events.TypeUnhealthy),
+				taskEvents(events.TypeStarted, events.TypeCheckpointed, events.TypePreempted, events.TypeCompleted, events.TypeFailed),
+				[]string{"$JS.API.STREAM.INFO." + kv(events.HeartbeatBucket)}, createStream(kv(events.HeartbeatBucket)),
+				[]string{"$KV." + events.HeartbeatBucket + "." + n}),
+			SubAllow: []string{apiPrefix + "logs." + n}})
+	}
+	for _, t := range teams {
+		rs = append(rs, Role{Name: "ci-" + t, Team: t,
+			Doc:      "team " + t + " (CI and people): the request API scoped to " + t + " (gpuq.api.v1.team." + t + ".>), the latest advice; never the log",
+			PubAllow: cat([]string{TeamAPIPrefix + t + ".>"}, adviceRead)})
+	}
+	for i := range rs {
+		rs[i].SubAllow = cat([]string{Inbox(rs[i].Name) + ".>"}, rs[i].SubAllow)
+		if rs[i].Name != "admin" {
+			rs[i].PubDeny = auditDeny
+		}
+	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Name < rs[j].Name })
+	return rs
+}
