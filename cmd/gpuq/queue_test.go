@@ -141,8 +141,10 @@ func TestExportEnv(t *testing.T) {
 		notes int
 		bad   string
 	}{
-		"default":                     {spec: "DEFAULT", want: map[string]string{"HOME": "/home/ada", "LC_ALL": "C", "CONDA_PREFIX": "/opt/c"}},
-		"default (empty)":             {spec: "", want: map[string]string{"HOME": "/home/ada", "LC_ALL": "C", "CONDA_PREFIX": "/opt/c"}},
+		"default":     {spec: "DEFAULT", want: map[string]string{"HOME": "/home/ada", "LC_ALL": "C", "CONDA_PREFIX": "/opt/c"}},
+		"no --export": {spec: "", want: map[string]string{"HOME": "/home/ada", "SEED": "1", "LC_ALL": "C", "CONDA_PREFIX": "/opt/c"}},
+		"no --export, credentials in a URL left out": {spec: "", env: []string{"DATABASE_URL=postgres://ada:pw@db/x", "SEED=1"}, notes: 1,
+			want: map[string]string{"SEED": "1"}},
 		"default and a name":          {spec: "DEFAULT,SEED", want: map[string]string{"HOME": "/home/ada", "LC_ALL": "C", "CONDA_PREFIX": "/opt/c", "SEED": "1"}},
 		"all":                         {spec: "ALL", notes: 1, want: map[string]string{"HOME": "/home/ada", "SEED": "1", "LC_ALL": "C", "CONDA_PREFIX": "/opt/c"}},
 		"credentials in a URL, ALL":   {spec: "ALL", env: []string{"DATABASE_URL=postgres://ada:pw@db/x"}, bad: "DATABASE_URL carries credentials in a URL"},

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 
@@ -84,7 +85,7 @@ func newSubmit() *cobra.Command {
 	fl.StringVar(&r.GPUModel, "gpu-model", "", "only GPUs whose model contains this (e.g. A100, H100)")
 	fl.IntVar(&minMemGiB, "min-gpu-mem", 0, "minimum memory per GPU in GiB")
 	fl.BoolVar(&r.AllowUnplaceable, "allow-unplaceable", false, "queue the task even if no node of the cluster as it is could hold it (for a cluster about to grow)")
-	fl.StringVar(&export, "export", "DEFAULT", "environment for the job: DEFAULT (an allowlist: PATH, HOME, USER, LANG, LC_*, TZ, PYTHONPATH, VIRTUAL_ENV, CONDA_*, …; docs/cli.md), ALL (yours, minus GPUQ_*, CUDA_VISIBLE_DEVICES and secret-looking names; warns), NONE, or NAME and NAME=VALUE items joined by commas, after DEFAULT, ALL or NONE if given (DEFAULT,SEED=2). A value with credentials in a URL is refused")
+	fl.StringVar(&export, "export", "", "environment for the job. Default: yours, minus GPUQ_*, CUDA_VISIBLE_DEVICES, secret-looking names and values with credentials in a URL (each left out with a note). DEFAULT: an allowlist (PATH, HOME, USER, LANG, LC_*, TZ, PYTHONPATH, VIRTUAL_ENV, CONDA_*, …; docs/cli.md). ALL: yours minus the excluded names (warns; a value with credentials in a URL is refused). NONE. Or NAME and NAME=VALUE items joined by commas, after DEFAULT, ALL or NONE if given (DEFAULT,SEED=2)")
 	return c
 }
 
@@ -510,7 +511,20 @@ func exportEnv(spec string, environ []string) (env map[string]string, notes []st
 	items := strings.Split(spec, ",")
 	out := map[string]string{}
 	switch strings.ToUpper(strings.TrimSpace(items[0])) {
-	case "DEFAULT", "":
+	case "":
+		// No --export: the environment a job usually needs, as Slurm's
+		// --export=ALL gives it, without what looks like a secret — by
+		// name, or by a value carrying credentials in a URL. Nothing of
+		// that reaches the log, which keeps every submission forever.
+		for _, k := range sortedNames(all) {
+			if domain.CredentialInURL(all[k]) {
+				notes = append(notes, fmt.Sprintf("export: %s left out: its value carries credentials in a URL, and the log keeps every submission forever", k))
+				continue
+			}
+			out[k] = all[k]
+		}
+		items = items[1:]
+	case "DEFAULT":
 		for k, v := range all {
 			if domain.DefaultExported(k) {
 				out[k] = v
@@ -554,6 +568,15 @@ func exportEnv(spec string, environ []string) (env map[string]string, notes []st
 		return nil, notes, nil
 	}
 	return out, notes, nil
+}
+
+func sortedNames(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // envName is a portable environment variable name.
