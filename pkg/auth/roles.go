@@ -124,6 +124,13 @@ var adviceRead = []string{"$JS.API.INFO", "$JS.API.STREAM.INFO." + events.Advice
 var heartbeatRead = []string{"$JS.API.STREAM.INFO." + kv(events.HeartbeatBucket),
 	"$JS.API.STREAM.MSG.GET." + kv(events.HeartbeatBucket), "$JS.API.DIRECT.GET." + kv(events.HeartbeatBucket) + ".>"}
 
+// snapshotStore lets a service keep its snapshots in its own bucket (and
+// only there: a snapshot is trusted state).
+func snapshotStore(bucket string) []string {
+	return cat(readStream(obj(bucket)), createStream(obj(bucket)),
+		[]string{"$JS.API.STREAM.PURGE." + obj(bucket), "$O." + bucket + ".>"})
+}
+
 // auditDeny is what no role, the admin included, may ask of the audit
 // stream (which denies delete and purge itself as well).
 var auditDeny = []string{"$JS.API.STREAM.DELETE." + stream, "$JS.API.STREAM.PURGE." + stream, "$JS.API.STREAM.MSG.DELETE." + stream}
@@ -133,11 +140,11 @@ func Roles(teams, nodes []string) []Role {
 	teamAPI := func(ops []string) []string { return prefixed(TeamAPIPrefix+"*.", ops) }
 	rs := []Role{
 		{Name: "submitter", Responses: true,
-			Doc: "the submitter service: appends submitted, amended, cancelled, checklist_updated, checkpointed and drained/undrained; serves the request API",
+			Doc: "the submitter service: appends submitted, amended, cancelled, checklist_updated, checkpointed and drained/undrained; serves the request API; keeps its snapshots",
 			PubAllow: cat(readStream(stream), createStream(stream), heartbeatRead,
 				taskEvents(events.TypeSubmitted, events.TypeAmended, events.TypeCancelled, events.TypeChecklistUpdated, events.TypeCheckpointed),
 				nodeEvents("*", events.TypeDrained, events.TypeUndrained),
-				[]string{apiPrefix + "logs.*"}),
+				[]string{apiPrefix + "logs.*"}, snapshotStore(events.SnapshotBucketOf("submitter"))),
 			SubAllow: cat(prefixed(apiPrefix, SubmitterOps), teamAPI(SubmitterOps))},
 		{Name: "scheduler",
 			Doc: "the scheduler: appends dispatched, preempt_requested, requeued and lost; holds the leader lease; watches heartbeats; keeps snapshots",
@@ -146,8 +153,7 @@ func Roles(teams, nodes []string) []Role {
 				nodeEvents("*", events.TypeLost),
 				readStream(kv(events.LeaderBucket)), createStream(kv(events.LeaderBucket)), []string{"$KV." + events.LeaderBucket + ".>"},
 				readStream(kv(events.HeartbeatBucket)), createStream(kv(events.HeartbeatBucket)),
-				readStream(obj(events.SnapshotBucket)), createStream(obj(events.SnapshotBucket)),
-				[]string{"$JS.API.STREAM.PURGE." + obj(events.SnapshotBucket), "$O." + events.SnapshotBucket + ".>"})},
+				snapshotStore(events.SnapshotBucket))},
 		{Name: "advisor", Responses: true,
 			Doc: "the advisor: reads the log, publishes advice (GPUQ_ADVICE), answers estimate and stats",
 			PubAllow: cat(readStream(stream), createStream(stream), createStream(events.AdviceStreamName), adviceRead,
@@ -162,12 +168,12 @@ func Roles(teams, nodes []string) []Role {
 	}
 	for _, n := range nodes {
 		rs = append(rs, Role{Name: "agent-" + n, Responses: true,
-			Doc: "the agent of node " + n + ": its own node's available/unhealthy and heartbeat; started, checkpointed, preempted, completed, failed (the fold accepts them only for tasks placed on " + n + "); answers log requests for " + n,
+			Doc: "the agent of node " + n + ": its own node's available/unhealthy and heartbeat; started, checkpointed, preempted, completed, failed (the fold accepts them only for tasks placed on " + n + "); answers log requests for " + n + "; keeps its snapshots",
 			PubAllow: cat(readStream(stream), createStream(stream),
 				nodeEvents(n, events.TypeAvailable, events.TypeUnhealthy),
 				taskEvents(events.TypeStarted, events.TypeCheckpointed, events.TypePreempted, events.TypeCompleted, events.TypeFailed),
 				[]string{"$JS.API.STREAM.INFO." + kv(events.HeartbeatBucket)}, createStream(kv(events.HeartbeatBucket)),
-				[]string{"$KV." + events.HeartbeatBucket + "." + n}),
+				[]string{"$KV." + events.HeartbeatBucket + "." + n}, snapshotStore(events.SnapshotBucketOf("agent_"+n))),
 			SubAllow: []string{apiPrefix + "logs." + n}})
 	}
 	for _, t := range teams {

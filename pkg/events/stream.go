@@ -103,10 +103,18 @@ func HeartbeatKV(replicas int) js.KeyValueConfig {
 // SnapshotStore defines the object store of state snapshots (see
 // pkg/snapshot): one object per service, replaced by each new snapshot. It
 // is a cache of folds of the audit log, never the truth.
-func SnapshotStore(replicas int) js.ObjectStoreConfig {
+func SnapshotStore(replicas int) js.ObjectStoreConfig { return SnapshotStoreIn(SnapshotBucket, replicas) }
+
+// SnapshotBucketOf is the snapshot store of a service other than the
+// scheduler (which keeps SnapshotBucket): one store per service, so that
+// NATS permissions can let each write its own and nobody else's.
+func SnapshotBucketOf(service string) string { return SnapshotBucket + "_" + service }
+
+// SnapshotStoreIn is the configuration of the snapshot store bucket.
+func SnapshotStoreIn(bucket string, replicas int) js.ObjectStoreConfig {
 	if replicas <= 0 {
 		replicas = 1
 	}
-	return js.ObjectStoreConfig{Bucket: SnapshotBucket, Storage: js.FileStorage, Replicas: replicas,
+	return js.ObjectStoreConfig{Bucket: bucket, Storage: js.FileStorage, Replicas: replicas,
 		Description: "gpuq state snapshots: a cache of folds of GPUQ_EVENTS"}
 }

@@ -41,13 +41,19 @@ const SaveTimeout = 10 * time.Second
 // turns snapshots off, 0 means snapshot.DefaultEvery. Without the store
 // the service runs without snapshots (nil), with a warning.
 func OpenSnapshots(ctx context.Context, j js.JetStream, replicas int, name string, every int, logger zerolog.Logger) *Snapshots {
+	return OpenSnapshotsIn(ctx, j, events.SnapshotBucket, replicas, name, every, logger)
+}
+
+// OpenSnapshotsIn is OpenSnapshots with the service's own bucket
+// (events.SnapshotBucketOf).
+func OpenSnapshotsIn(ctx context.Context, j js.JetStream, bucket string, replicas int, name string, every int, logger zerolog.Logger) *Snapshots {
 	if every < 0 || j == nil {
 		return nil
 	}
 	if every == 0 {
 		every = snapshot.DefaultEvery
 	}
-	store, err := snapshot.Open(ctx, j, replicas)
+	store, err := snapshot.OpenBucket(ctx, j, bucket, replicas)
 	if err != nil {
 		logger.Warn().Err(err).Msg(name + ": no snapshot bucket; running without snapshots")
 		return nil

@@ -76,11 +76,18 @@ type Store struct {
 	obj js.ObjectStore
 }
 
-// Open creates or updates the bucket with the given replicas (0: 1).
+// Open creates or updates the scheduler's bucket with the given replicas
+// (0: 1).
 func Open(ctx context.Context, j js.JetStream, replicas int) (*Store, error) {
-	obj, err := j.CreateOrUpdateObjectStore(ctx, events.SnapshotStore(replicas))
+	return OpenBucket(ctx, j, events.SnapshotBucket, replicas)
+}
+
+// OpenBucket creates or updates the named snapshot bucket
+// (events.SnapshotBucketOf a service) with the given replicas (0: 1).
+func OpenBucket(ctx context.Context, j js.JetStream, bucket string, replicas int) (*Store, error) {
+	obj, err := j.CreateOrUpdateObjectStore(ctx, events.SnapshotStoreIn(bucket, replicas))
 	if err != nil {
-		return nil, fmt.Errorf("snapshot: %w", events.Replicated("object store "+events.SnapshotBucket, replicas, err))
+		return nil, fmt.Errorf("snapshot: %w", events.Replicated("object store "+bucket, replicas, err))
 	}
 	return &Store{obj: obj}, nil
 }

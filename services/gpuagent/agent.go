@@ -89,8 +89,13 @@ type Config struct {
 	// they keep running for a restarted or upgraded agent to adopt.
 	StopOnExit bool
 	Ready      func()
-	// Replicas of the heartbeat bucket (0: 1; 3 on a 3-node NATS cluster).
+	// Replicas of the heartbeat bucket and the agent's snapshot bucket
+	// (0: 1; 3 on a 3-node NATS cluster).
 	Replicas int
+	// SnapshotEvery: applied events between two snapshots of the agent's
+	// fold, in its node's own bucket (events.SnapshotBucketOf); 0:
+	// snapshot.DefaultEvery; negative: none.
+	SnapshotEvery int
 }
 
 // criticalXid lists Xid errors after which a GPU must not get new work:
@@ -260,13 +265,18 @@ func (a *Agent) run(ctx context.Context) error {
 	// The runtime folds the log and follows it; the agent's reaction runs
 	// with the fold's lock held, after each batch, every 200 ms and at
 	// each process exit.
-	f := service.New("gpuagent", a.cfg.Log, a.cfg.Logger, nil)
+	// The fold starts from the agent's snapshot, in its node's own bucket.
+	snaps := service.OpenSnapshotsIn(ctx, a.cfg.JS, events.SnapshotBucketOf("agent_"+a.cfg.Node), a.cfg.Replicas, "gpuagent", a.cfg.SnapshotEvery, a.cfg.Logger)
+	st, _ := snaps.Restore(ctx, a.cfg.Log, 0)
+	f := service.New("gpuagent", a.cfg.Log, a.cfg.Logger, st)
 	var lastAnnounce time.Time
 	err = f.Run(ctx, service.Hooks{
+		Applied: func(_ *domain.State, r events.Record, _ string) { snaps.Saw(r) },
 		CaughtUp: func(ctx context.Context) error {
 			var err error
 			f.Read(func(st *domain.State) {
 				a.st = st
+				snaps.Take(ctx, st, nil)
 				a.adopt()
 				// Announce the inventory.
 				if err = a.announce(ctx, true); err != nil {
@@ -288,6 +298,7 @@ func (a *Agent) run(ctx context.Context) error {
 		React: func(ctx context.Context) error {
 			f.Read(func(st *domain.State) {
 				a.st = st
+				snaps.Take(ctx, st, nil)
 				for drained := false; !drained; {
 					select {
 					case x := <-a.exits:
@@ -319,7 +330,10 @@ func (a *Agent) run(ctx context.Context) error {
 		Tick: 200 * time.Millisecond,
 		Wake: a.wake,
 	})
-	f.Read(func(st *domain.State) { a.stop() })
+	f.Read(func(st *domain.State) {
+		a.stop()
+		snaps.Final(st, nil)
+	})
 	return err
 }
 

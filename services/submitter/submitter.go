@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/gpuq/gpuq/pkg/api"
@@ -40,6 +41,12 @@ type Config struct {
 	Tokens *auth.Tokens
 	// TLS, when set, serves the HTTP API over TLS.
 	TLS *tls.Config
+	// SnapshotEvery: applied events between two snapshots of the read
+	// model (0: snapshot.DefaultEvery; negative: none), kept in the
+	// submitter's own bucket (events.SnapshotBucketOf("submitter")) when
+	// the log is on JetStream. Replicas of that bucket (0: 1).
+	SnapshotEvery int
+	Replicas      int
 }
 
 const (
@@ -70,6 +77,7 @@ type server struct {
 	health      func() error
 	tokens      *auth.Tokens
 	ready       atomic.Bool
+	snaps       *service.Snapshots // nil: no snapshots
 }
 
 func newServer(cfg Config) *server {
@@ -101,6 +109,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	s := newServer(cfg)
 	lg := s.logger
+
+	// 0. The read model starts from its snapshot, if there is a usable
+	// one (the whole log is folded otherwise).
+	if j, ok := cfg.Log.(interface{ JetStream() jetstream.JetStream }); ok {
+		s.snaps = service.OpenSnapshotsIn(ctx, j.JetStream(), events.SnapshotBucketOf("submitter"), cfg.Replicas, "submitter", cfg.SnapshotEvery, lg)
+		st, _ := s.snaps.Restore(ctx, cfg.Log, 0)
+		s.m = &model{f: service.New("submitter", cfg.Log, lg, st)}
+	}
 
 	// 1. Listen for HTTP first, so /healthz answers 503 while catching up.
 	var (
@@ -269,10 +285,20 @@ func (s *server) catchUp(ctx context.Context) error { return s.m.f.CatchUp(ctx, 
 // backoff when it fails) until ctx ends; caughtUp (may be nil) is closed
 // once the log present at the start has been folded.
 func (s *server) follow(ctx context.Context, caughtUp chan<- struct{}) {
-	_ = s.m.f.Run(ctx, service.Hooks{CaughtUp: func(context.Context) error {
-		if caughtUp != nil {
-			close(caughtUp)
-		}
-		return nil
-	}})
+	_ = s.m.f.Run(ctx, service.Hooks{
+		Applied: func(_ *domain.State, r events.Record, _ string) { s.snaps.Saw(r) },
+		CaughtUp: func(ctx context.Context) error {
+			s.m.f.Read(func(st *domain.State) { s.snaps.Take(ctx, st, nil) }) // a long fold is worth a snapshot at once
+			if caughtUp != nil {
+				close(caughtUp)
+			}
+			return nil
+		},
+		React: func(ctx context.Context) error {
+			s.m.f.Read(func(st *domain.State) { s.snaps.Take(ctx, st, nil) })
+			return nil
+		},
+		Tick: time.Second,
+	})
+	s.m.f.Read(func(st *domain.State) { s.snaps.Final(st, nil) })
 }

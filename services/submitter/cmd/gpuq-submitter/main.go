@@ -53,7 +53,7 @@ func run(ctx context.Context, c *svcmain.Common, cfg submitter.Config) error {
 		return err
 	}
 	defer nc.Close()
-	cfg.NC, cfg.Log = nc, log
+	cfg.NC, cfg.Log, cfg.Replicas = nc, log, c.Replicas
 	cfg.Ready = func() { cfg.Logger.Info().Str("http", cfg.HTTPAddr).Str("nats", c.NATSURL).Msg("ready") }
 	return submitter.Run(ctx, cfg)
 }
