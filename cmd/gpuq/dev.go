@@ -19,6 +19,7 @@ import (
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/embedded"
 	"github.com/gpuq/gpuq/pkg/events/jetstream"
+	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/policy"
 	"github.com/gpuq/gpuq/services/advisor"
 	"github.com/gpuq/gpuq/services/gpuagent"
@@ -148,6 +149,9 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 		return err
 	}
 	js := log.JetStream()
+	// Every service's metrics on one registry, served at --http's /metrics.
+	reg := metrics.New()
+	metrics.NATS(reg, "dev", nc)
 
 	// 2. The four services, each as it would run on its own.
 	var ready sync.WaitGroup
@@ -188,16 +192,17 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	}
 	spawn("submitter", func() error {
 		return submitter.Run(ctx, submitter.Config{NC: nc, Log: log, HTTPAddr: f.http, Logger: logger.With().Str("svc", "submitter").Logger(),
-			Limits: domain.Limits{MaxGPUs: f.maxGPUs, MaxHours: f.maxHours}, Ready: readyFn(0), Health: health})
+			Limits: domain.Limits{MaxGPUs: f.maxGPUs, MaxHours: f.maxHours}, Ready: readyFn(0), Health: health, Metrics: reg})
 	})
 	if withScheduler {
 		spawn("scheduler", func() error {
 			return scheduler.Run(ctx, scheduler.Config{Log: log, JS: js, Policy: policy.New(opts), NodeTimeout: f.nodeTO,
-				Logger: logger.With().Str("svc", "scheduler").Logger(), LeaseTTL: 5 * time.Second, Ready: readyFn(2)})
+				Logger: logger.With().Str("svc", "scheduler").Logger(), LeaseTTL: 5 * time.Second, Ready: readyFn(2), Metrics: reg})
 		})
 	}
 	spawn("advisor", func() error {
-		return advisor.Run(ctx, advisor.Config{Log: log, JS: js, NC: nc, Policy: policy.New(opts), Logger: logger.With().Str("svc", "advisor").Logger(), Ready: readyFn(1)})
+		return advisor.Run(ctx, advisor.Config{Log: log, JS: js, NC: nc, Policy: policy.New(opts), Logger: logger.With().Str("svc", "advisor").Logger(), Ready: readyFn(1),
+			Metrics: reg})
 	})
 	xids, _ := parseXids(f.injectXid, f.nodes, f.gpus)
 	for i := 1; i <= f.nodes; i++ {
@@ -221,7 +226,7 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 				DataDir: agentData, CheckpointRoot: filepath.Join(data, "checkpoints"),
 				Inventory: invOpts, Inv: inv,
 				Heartbeat: f.heartbeat, NodeTimeout: f.nodeTO, StopOnExit: true,
-				Logger: logger.With().Str("svc", "gpuagent").Str("node", node).Logger(), Ready: readyFn(2 + i)})
+				Logger: logger.With().Str("svc", "gpuagent").Str("node", node).Logger(), Ready: readyFn(2 + i), Metrics: reg})
 		})
 	}
 	go func() {

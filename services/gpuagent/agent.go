@@ -47,10 +47,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/service"
 	"github.com/gpuq/gpuq/services/gpuagent/inventory"
 	"github.com/gpuq/gpuq/services/gpuagent/runner"
@@ -91,6 +93,9 @@ type Config struct {
 	Ready      func()
 	// Replicas of the heartbeat bucket (0: 1; 3 on a 3-node NATS cluster).
 	Replicas int
+	// Metrics, when set, gets the agent's fold figures (pkg/metrics),
+	// labelled with its node.
+	Metrics prometheus.Registerer
 }
 
 // criticalXid lists Xid errors after which a GPU must not get new work:
@@ -151,6 +156,7 @@ type Agent struct {
 	procMu   sync.Mutex
 	liveRuns []bool         // what countLive saw, for the heartbeat
 	util     map[string]int // GPU UUID → utilization %, for the heartbeat
+	fold     atomic.Pointer[service.Fold]
 }
 
 func runKey(task string, dispatch uint64) string { return fmt.Sprintf("%s/%d", task, dispatch) }
@@ -204,6 +210,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	a := &Agent{cfg: cfg, inv: inv, st: domain.NewState(), procs: map[string]*proc{}, pending: map[string]report{},
 		exits: make(chan exit, 64), wake: make(chan struct{}, 1), boot: uuid.NewString(), reported: map[string]bool{}}
+	if cfg.Metrics != nil {
+		metrics.Fold(prometheus.WrapRegistererWith(prometheus.Labels{"node": cfg.Node}, cfg.Metrics), "gpuagent", a.fold.Load, cfg.Log.LastSeq)
+	}
 	return a.run(ctx)
 }
 
@@ -237,6 +246,7 @@ func (a *Agent) run(ctx context.Context) error {
 	// with the fold's lock held, after each batch, every 200 ms and at
 	// each process exit.
 	f := service.New("gpuagent", a.cfg.Log, a.cfg.Logger, nil)
+	a.fold.Store(f)
 	var lastAnnounce time.Time
 	err = f.Run(ctx, service.Hooks{
 		CaughtUp: func(ctx context.Context) error {

@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/service"
 )
 
@@ -32,6 +34,10 @@ type Config struct {
 	// a non-nil error answers 503 (e.g. `gpuq dev` reports its other
 	// services still starting).
 	Health func() error
+	// Metrics, when set, gets the submitter's metrics (pkg/metrics: its
+	// fold, the tasks and GPUs as it sees them), and HTTP serves the
+	// registry at /metrics, before the fold is ready too.
+	Metrics *prometheus.Registry
 }
 
 const (
@@ -61,6 +67,7 @@ type server struct {
 	syncTimeout time.Duration
 	health      func() error
 	ready       atomic.Bool
+	metrics     *prometheus.Registry
 }
 
 func newServer(cfg Config) *server {
@@ -77,6 +84,7 @@ func newServer(cfg Config) *server {
 		m:           newModel(cfg.Log, cfg.Logger),
 		syncTimeout: syncTimeout,
 		health:      cfg.Health,
+		metrics:     cfg.Metrics,
 	}
 }
 
@@ -91,6 +99,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	s := newServer(cfg)
 	lg := s.logger
+	if cfg.Metrics != nil {
+		src := func() *service.Fold { return s.m.f }
+		metrics.Fold(cfg.Metrics, "submitter", src, cfg.Log.LastSeq)
+		metrics.State(cfg.Metrics, "submitter", src)
+	}
 
 	// 1. Listen for HTTP first, so /healthz answers 503 while catching up.
 	var (

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/svcmain"
 	"github.com/gpuq/gpuq/services/submitter"
 )
@@ -51,7 +52,9 @@ func run(ctx context.Context, c *svcmain.Common, httpAddr string, lim domain.Lim
 		return err
 	}
 	defer nc.Close()
-	return submitter.Run(ctx, submitter.Config{NC: nc, Log: log, HTTPAddr: httpAddr, Limits: lim, Logger: logger,
+	reg := metrics.New() // served at /metrics on the HTTP address
+	metrics.NATS(reg, "submitter", nc)
+	return submitter.Run(ctx, submitter.Config{Metrics: reg, NC: nc, Log: log, HTTPAddr: httpAddr, Limits: lim, Logger: logger,
 		Ready: func() { logger.Info().Str("http", httpAddr).Str("nats", c.NATSURL).Msg("ready") }})
 }
 
