@@ -13,7 +13,7 @@ NATS_PORT ?= 4322
 HTTP ?= 127.0.0.1:8180
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test test-race test-faults lint bench contract compose-up compose-down compose-smoke images clean
+.PHONY: help build run test test-race test-faults lint bench contract check-metrics compose-up compose-down compose-smoke test-compose images clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -59,6 +59,9 @@ lint: ## gofmt and go vet
 
 bench: ## Go benchmarks (fold, ingest, placement)
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 $(PKGS)
+
+check-metrics: build ## gpuq dev's /metrics (every service's) through promtool check metrics (skipped without promtool)
+	@scripts/check-metrics.sh
 
 contract: build ## The shared black-box contract checks
 	@for s in ../shared/contract/core-e2e.sh ../shared/contract/preempt-resume.sh ../shared/contract/advice.sh ../shared/contract/poison.sh ../shared/contract/audit.sh; do \

@@ -93,8 +93,18 @@ type FoldSource func() *service.Fold
 // up, the sequence folded, and its lag behind the log in sequences and
 // seconds. lastSeq asks the log for its last sequence at scrape time (nil:
 // the last the fold itself saw).
+//
+// Its series carry the labels service and node (an agent's node; empty,
+// which Prometheus reads as absent, for the other services), so that one
+// registry can hold the folds of every service and agent (`gpuq dev`).
 func Fold(reg prometheus.Registerer, svc string, fold FoldSource, lastSeq func(context.Context) (uint64, error)) {
-	register(with(reg, svc), prometheus.Collector(&foldCollector{fold: fold, lastSeq: lastSeq}))
+	NodeFold(reg, svc, "", fold, lastSeq)
+}
+
+// NodeFold is Fold for an agent's fold, labelled with its node.
+func NodeFold(reg prometheus.Registerer, svc, node string, fold FoldSource, lastSeq func(context.Context) (uint64, error)) {
+	r := prometheus.WrapRegistererWith(prometheus.Labels{"service": svc, "node": node}, reg)
+	register(r, prometheus.Collector(&foldCollector{fold: fold, lastSeq: lastSeq}))
 }
 
 var (

@@ -261,7 +261,7 @@ const (
 	ReasonReserved       = "reserved-for-another"
 	ReasonUnsatisfiable  = "constraint-unsatisfiable"
 	ReasonNodesUnhealthy = "nodes-unhealthy"
-	ReasonNodeDrained    = "node-drained" // it would fit if drained nodes were back
+	ReasonNodeDrained    = "node-drained"      // it would fit if drained nodes were back
 	ReasonPreempting     = "preempting-for-it" // victims are checkpointing
 )
 

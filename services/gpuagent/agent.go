@@ -211,7 +211,7 @@ func Run(ctx context.Context, cfg Config) error {
 	a := &Agent{cfg: cfg, inv: inv, st: domain.NewState(), procs: map[string]*proc{}, pending: map[string]report{},
 		exits: make(chan exit, 64), wake: make(chan struct{}, 1), boot: uuid.NewString(), reported: map[string]bool{}}
 	if cfg.Metrics != nil {
-		metrics.Fold(prometheus.WrapRegistererWith(prometheus.Labels{"node": cfg.Node}, cfg.Metrics), "gpuagent", a.fold.Load, cfg.Log.LastSeq)
+		metrics.NodeFold(cfg.Metrics, "gpuagent", cfg.Node, a.fold.Load, cfg.Log.LastSeq)
 	}
 	return a.run(ctx)
 }
