@@ -78,9 +78,9 @@ type Store struct {
 
 // Open creates or updates the bucket with the given replicas (0: 1).
 func Open(ctx context.Context, j js.JetStream, replicas int) (*Store, error) {
-	obj, err := j.CreateOrUpdateObjectStore(ctx, events.SnapshotStore(replicas))
+	obj, err := events.EnsureObjectStore(ctx, j, events.SnapshotStore(replicas))
 	if err != nil {
-		return nil, fmt.Errorf("snapshot: %w", events.Replicated("object store "+events.SnapshotBucket, replicas, err))
+		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	return &Store{obj: obj}, nil
 }

@@ -69,8 +69,8 @@ func Run(ctx context.Context, cfg Config) error {
 			return s, alerts
 		})
 	}
-	if _, err := cfg.JS.CreateOrUpdateStream(ctx, events.AdviceStream(cfg.Replicas)); err != nil {
-		return events.Replicated("stream "+events.AdviceStreamName, cfg.Replicas, err)
+	if _, err := events.EnsureStream(ctx, cfg.JS, events.AdviceStream(cfg.Replicas)); err != nil {
+		return err
 	}
 	var subs []*nats.Subscription
 	defer func() {

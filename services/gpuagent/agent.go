@@ -238,9 +238,9 @@ func lockDataDir(dir string) (func(), error) {
 func (a *Agent) agentFile() string { return filepath.Join(a.cfg.DataDir, "agent.json") }
 
 func (a *Agent) run(ctx context.Context) error {
-	hb, err := a.cfg.JS.CreateOrUpdateKeyValue(ctx, events.HeartbeatKV(a.cfg.Replicas))
+	hb, err := events.EnsureKV(ctx, a.cfg.JS, events.HeartbeatKV(a.cfg.Replicas))
 	if err != nil {
-		return events.Replicated("bucket "+events.HeartbeatBucket, a.cfg.Replicas, err)
+		return err
 	}
 	// The runtime folds the log and follows it; the agent's reaction runs
 	// with the fold's lock held, after each batch, every 200 ms and at

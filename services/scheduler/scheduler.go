@@ -344,9 +344,9 @@ func withEpoch(e events.Event, epoch, based uint64) events.Event {
 // the server's clock (the entries' own timestamps); done is closed when
 // the watch ends before ctx, which ends the leadership term.
 func (s *Scheduler) watchHeartbeats(ctx context.Context, done chan<- struct{}) error {
-	kv, err := s.cfg.JS.CreateOrUpdateKeyValue(ctx, events.HeartbeatKV(s.cfg.Replicas))
+	kv, err := events.EnsureKV(ctx, s.cfg.JS, events.HeartbeatKV(s.cfg.Replicas))
 	if err != nil {
-		return events.Replicated("bucket "+events.HeartbeatBucket, s.cfg.Replicas, err)
+		return err
 	}
 	w, err := kv.WatchAll(ctx)
 	if err != nil {

@@ -50,8 +50,8 @@ func Open(ctx context.Context, nc *nats.Conn, cfg StreamConfig) (*Log, error) {
 	if cfg.MemoryStorage {
 		sc.Storage = js.MemoryStorage
 	}
-	if _, err := j.CreateOrUpdateStream(ctx, sc); err != nil {
-		return nil, fmt.Errorf("events/jetstream: stream %s: %w", sc.Name, err)
+	if _, err := events.EnsureStream(ctx, j, sc); err != nil {
+		return nil, fmt.Errorf("events/jetstream: %w", err)
 	}
 	return &Log{nc: nc, js: j, stream: sc.Name}, nil
 }
