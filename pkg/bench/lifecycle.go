@@ -36,6 +36,9 @@ type LifecycleOptions struct {
 	// Scheduler: nil runs the pipelined shell of this package (see
 	// Lifecycle); else this one.
 	Scheduler SchedulerFunc
+	// Replicas: 1 (default), one server; 3, a 3-server cluster on
+	// loopback with the stream at R3.
+	Replicas int
 }
 
 // LifecycleResult is one Lifecycle run.
@@ -97,7 +100,7 @@ func Lifecycle(ctx context.Context, dir string, o LifecycleOptions) (LifecycleRe
 	if o.Scheduler != nil {
 		res.Scheduler = "services/scheduler"
 	}
-	nd, err := startNode(ctx, dir)
+	nd, err := startNodes(ctx, dir, o.Replicas)
 	if err != nil {
 		return res, err
 	}
