@@ -70,11 +70,14 @@ contract: build ## The shared black-box contract checks
 images: ## Build FROM-scratch images for deploy/compose.yaml
 	deploy/build-images.sh
 
-compose-up: images ## Start the compose stack (NATS + four services)
+compose-up: images ## Start the compose stack (3 NATS servers, 2 schedulers, advisor, submitter, 2 agents)
 	docker-compose -f deploy/compose.yaml up -d
 
 compose-smoke: images ## Compose smoke: up, one 2-GPU task over HTTP to completed, down -v
 	BUILD=0 deploy/smoke.sh
+
+test-compose: images build ## The compose stack under faults: 50 tasks, kill the leading scheduler, a NATS server, an agent; prints failover_s= lost= doubled=
+	BUILD=0 deploy/test-compose.py
 
 compose-down: ## Stop the compose stack
 	docker-compose -f deploy/compose.yaml down -v
