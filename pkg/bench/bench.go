@@ -396,8 +396,8 @@ func (r *Result) WriteTable(w io.Writer) error {
 		row("r3_submit_ingest_per_s", rate(r.R3SubmitIngestPerS), fmt.Sprintf("%d submits at R3, best of 2; r3_ingest_vs_raw %.2f", d.R3Ingest.N, r.R3IngestVsRaw))
 	}
 	if d.R3Lifecycle != nil {
-		row("r3_lifecycle_tasks_per_s", rate(r.R3LifecycleTasksPerS), fmt.Sprintf("%d tasks at R3; r3_lifecycle_vs_raw %.2f (vs raw R3 ÷ 4); one server: lifecycle_vs_raw %.2f",
-			d.R3Lifecycle.Tasks, r.R3LifecycleVsRaw, r.LifecycleVsRaw))
+		row("r3_lifecycle_tasks_per_s", rate(r.R3LifecycleTasksPerS), fmt.Sprintf("%d tasks at R3; r3_lifecycle_vs_raw %.2f (vs raw R3 ÷ 4); one server: lifecycle_vs_raw %.2f; starts refused %d",
+			d.R3Lifecycle.Tasks, r.R3LifecycleVsRaw, r.LifecycleVsRaw, d.R3Lifecycle.StartsRefused))
 	}
 	row("placements_per_s", rate(r.PlacementsPerS), fmt.Sprintf("%d placements in %d passes, %d queued on %d GPUs; cpu %.1f ms/pass",
 		d.Placement.Placements, d.Placement.Events, d.Placement.Queued, d.Placement.GPUs, ms(d.Placement.CPU)/float64(max(d.Placement.Events, 1))))

@@ -130,17 +130,19 @@ func TestGoals(t *testing.T) {
 	}{
 		"all met": {
 			r: Result{IngestVsRaw: 0.5, FoldVsRaw: 0.9, LifecycleTasksPerS: 10_000, PlacementsPerS: 25_000,
-				PlacementP99Ms: 5, BytesPerQueuedTask: 2048, Restart1MS: 1.5, RestartAged1MS: 2},
+				PlacementP99Ms: 5, BytesPerQueuedTask: 2048, Restart1MS: 1.5, RestartAged1MS: 2, LifecycleVsRaw: 0.5,
+				R3RawPublishDedupPerS: 1, R3IngestVsRaw: 0.5, R3LifecycleTasksPerS: 1, R3LifecycleVsRaw: 0.5},
 			want: map[string]bool{"ingest_vs_raw": true, "fold_vs_raw": true, "lifecycle_tasks_per_s": true,
 				"placements_per_s": true, "placement_p99_ms": true, "bytes_per_queued_task": true, "restart_1m_s": true,
-				"restart_aged_1m_s": true},
+				"restart_aged_1m_s": true, "lifecycle_vs_raw": true, "r3_ingest_vs_raw": true, "r3_lifecycle_vs_raw": true},
 		},
 		"all missed": {
 			r: Result{IngestVsRaw: 0.49, FoldVsRaw: 0.1, LifecycleTasksPerS: 9_999, PlacementsPerS: 19_999,
-				PlacementP99Ms: 5.01, BytesPerQueuedTask: 2049, Restart1MS: 2.01, RestartAged1MS: 2.01},
+				PlacementP99Ms: 5.01, BytesPerQueuedTask: 2049, Restart1MS: 2.01, RestartAged1MS: 2.01, LifecycleVsRaw: 0.49,
+				R3RawPublishDedupPerS: 1, R3IngestVsRaw: 0.49, R3LifecycleTasksPerS: 1, R3LifecycleVsRaw: 0.49},
 			want: map[string]bool{"ingest_vs_raw": false, "fold_vs_raw": false, "lifecycle_tasks_per_s": false,
 				"placements_per_s": false, "placement_p99_ms": false, "bytes_per_queued_task": false, "restart_1m_s": false,
-				"restart_aged_1m_s": false},
+				"restart_aged_1m_s": false, "lifecycle_vs_raw": false, "r3_ingest_vs_raw": false, "r3_lifecycle_vs_raw": false},
 		},
 	}
 	for name, tc := range tests {

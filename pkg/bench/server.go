@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -143,6 +144,10 @@ type publisher struct {
 	nc   *nats.Conn
 	js   js.JetStream
 	errs chan error
+	// tolerate, when set, says which failed publishes are counted in
+	// tolerated instead of failing the run.
+	tolerate  func(m *nats.Msg, err error) bool
+	tolerated atomic.Int64
 }
 
 func (n *node) publisher(onAck js.MsgAckHandler) (*publisher, error) {
@@ -154,6 +159,10 @@ func (n *node) publisher(onAck js.MsgAckHandler) (*publisher, error) {
 	opts := []js.JetStreamOpt{
 		js.WithPublishAsyncMaxPending(maxPending),
 		js.WithPublishAsyncErrHandler(func(_ js.JetStream, m *nats.Msg, err error) {
+			if p.tolerate != nil && p.tolerate(m, err) {
+				p.tolerated.Add(1)
+				return
+			}
 			select {
 			case p.errs <- fmt.Errorf("publish on %s: %w", m.Subject, err):
 			default:
