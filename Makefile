@@ -76,8 +76,8 @@ compose-up: images ## Start the compose stack (3 NATS servers, 2 schedulers, adv
 compose-smoke: images ## Compose smoke: up, one 2-GPU task over HTTP to completed, down -v
 	BUILD=0 deploy/smoke.sh
 
-test-compose: images build ## The compose stack under faults: 50 tasks, kill the leading scheduler, a NATS server, an agent; prints failover_s= lost= doubled=
-	BUILD=0 deploy/test-compose.py
+test-compose: build ## The compose stack under faults: 50 tasks, kill the leading scheduler, a NATS server, an agent; prints failover_s= lost= doubled=
+	BUILD=1 deploy/test-compose.py
 
 compose-down: ## Stop the compose stack
 	docker-compose -f deploy/compose.yaml down -v

@@ -20,15 +20,22 @@ own, then:
 
 It prints `failover_s=... lost=N doubled=N` and exits 1 unless both are 0.
 
-Environment: COMPOSE (docker-compose), PROJECT (gpuq-test), GPUQ_TAG (dev),
-BUILD (auto: build the images when one is missing; 1: always; 0: never),
-GPUQ (bin/gpuq, built when missing), TASKS (50), KEEP=1 leaves the stack up.
+The Docker engine may be shared (other checkouts, other sessions): the
+images get a tag and the stack a compose project of this checkout's own
+(derived from its path), and the host ports are free ones picked at start.
+
+Environment: COMPOSE (docker-compose), PROJECT (gpuq-test-<checkout>),
+GPUQ_TAG (test-<checkout>), BUILD (auto: build the images when one is
+missing; 1: always; 0: never), GPUQ (bin/gpuq, built when missing), TASKS
+(50), KEEP=1 leaves the stack up.
 """
 
+import hashlib
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -36,12 +43,22 @@ import urllib.error
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHECKOUT = hashlib.sha1(ROOT.encode()).hexdigest()[:8]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
 COMPOSE = os.environ.get("COMPOSE", "docker-compose").split()
-PROJECT = os.environ.get("PROJECT", "gpuq-test")
-TAG = os.environ.setdefault("GPUQ_TAG", "dev")
-HTTP_PORT = os.environ.setdefault("GPUQ_HTTP_PORT", "18080")
-NATS_PORT = os.environ.setdefault("GPUQ_NATS_PORT", "14222")
-os.environ.setdefault("GPUQ_NATS_MONITOR_PORT", "18222")
+PROJECT = os.environ.get("PROJECT", f"gpuq-test-{CHECKOUT}")
+TAG = os.environ.setdefault("GPUQ_TAG", f"test-{CHECKOUT}")
+os.environ.setdefault("NATS_TAG", TAG)
+HTTP_PORT = os.environ.setdefault("GPUQ_HTTP_PORT", free_port())
+NATS_PORT = os.environ.setdefault("GPUQ_NATS_PORT", free_port())
+os.environ.setdefault("GPUQ_NATS_MONITOR_PORT", free_port())
 NODE_TIMEOUT = int(os.environ.setdefault("GPUQ_NODE_TIMEOUT", "10s").rstrip("s"))
 API = f"http://127.0.0.1:{HTTP_PORT}"
 TASKS = int(os.environ.get("TASKS", "50"))
