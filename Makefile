@@ -15,7 +15,7 @@ HTTP ?= 127.0.0.1:8180
 AUTH ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test test-race test-faults fuzz lint bench contract compose-up compose-down compose-smoke images clean
+.PHONY: help build run test test-race test-faults fuzz lint bench contract check-metrics compose-up compose-down compose-smoke test-compose images clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -74,6 +74,9 @@ lint: ## gofmt and go vet
 bench: ## Go benchmarks (fold, ingest, placement)
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 $(PKGS)
 
+check-metrics: build ## gpuq dev's /metrics (every service's) through promtool check metrics (skipped without promtool)
+	@scripts/check-metrics.sh
+
 contract: build ## The shared black-box contract checks
 	@for s in ../shared/contract/core-e2e.sh ../shared/contract/preempt-resume.sh ../shared/contract/advice.sh ../shared/contract/poison.sh ../shared/contract/audit.sh; do \
 	  [ -x $$s ] || continue; echo "== $$s"; bash $$s || exit 1; done
@@ -81,11 +84,14 @@ contract: build ## The shared black-box contract checks
 images: ## Build FROM-scratch images for deploy/compose.yaml
 	deploy/build-images.sh
 
-compose-up: images ## Start the compose stack (NATS + four services)
+compose-up: images ## Start the compose stack (3 NATS servers, 2 schedulers, advisor, submitter, 2 agents)
 	docker-compose -f deploy/compose.yaml up -d
 
 compose-smoke: images ## Compose smoke: up, one 2-GPU task over HTTP to completed, down -v
 	BUILD=0 deploy/smoke.sh
+
+test-compose: build ## The compose stack under faults: 50 tasks, kill the leading scheduler, a NATS server, an agent; prints failover_s= lost= doubled=
+	BUILD=1 deploy/test-compose.py
 
 compose-down: ## Stop the compose stack
 	docker-compose -f deploy/compose.yaml down -v

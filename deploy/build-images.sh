@@ -9,6 +9,8 @@
 #   gpuq/advisor:$TAG    gpuq-advisor,   CGO_ENABLED=0
 #   gpuq/agent:$TAG      gpuq-agent, static cgo build (mock GPUs only) + static busybox as /bin/sh
 #
+# Every image also holds /gpuq (static) for its health check, `gpuq health URL`.
+#
 # Needs: go, a C toolchain with static glibc (for the agent), docker, and a
 # static busybox (Debian: apt-get install busybox-static). Nothing is pulled:
 # every image starts FROM scratch.
@@ -73,8 +75,16 @@ CGO_ENABLED=1 CGO_CFLAGS=${CGO_CFLAGS:--Wno-deprecated-declarations} \
   grep -v -e 'statically linked applications requires at runtime' -e ': in function .*Cfunc_dlopen' -e '^# ' || true
 [[ -x $OUT/agent/gpuq-agent ]] || die "the agent did not build"
 cp "$BUSYBOX" "$OUT/agent/busybox"
+# gpuq itself, for the images' health checks (`gpuq health URL`: scratch has
+# no shell or curl); static like the agent, since it links the agent too.
+CGO_ENABLED=1 CGO_CFLAGS=${CGO_CFLAGS:--Wno-deprecated-declarations} \
+  build gpuq gpuq ./cmd/gpuq -tags netgo,osusergo \
+  -ldflags "$static -linkmode external -extldflags \"-static\"" 2>&1 |
+  grep -v -e 'statically linked applications requires at runtime' -e ': in function .*Cfunc_dlopen' -e '^# ' || true
+[[ -x $OUT/gpuq/gpuq ]] || die "gpuq did not build"
+for img in nats submitter scheduler advisor agent; do cp "$OUT/gpuq/gpuq" "$OUT/$img/gpuq"; done
 
-for b in "$OUT"/nats/nats-server "$OUT"/*/gpuq-*; do
+for b in "$OUT"/nats/nats-server "$OUT"/*/gpuq-* "$OUT"/gpuq/gpuq; do
   if ldd "$b" >/dev/null 2>&1; then die "$b is not statically linked"; fi
 done
 

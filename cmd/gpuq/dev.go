@@ -22,6 +22,7 @@ import (
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/embedded"
 	"github.com/gpuq/gpuq/pkg/events/jetstream"
+	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/policy"
 	"github.com/gpuq/gpuq/services/advisor"
 	"github.com/gpuq/gpuq/services/gpuagent"
@@ -181,7 +182,7 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	// this one.
 	conns := &devConns{srv: srv, dir: f.auth, cfg: jetstream.StreamConfig{DedupeWindow: f.dedupe}}
 	defer conns.close()
-	_, _, err = conns.open(ctx, "admin") // creates the audit stream
+	adminNC, _, err := conns.open(ctx, "admin") // creates the audit stream
 	if err != nil {
 		return err
 	}
@@ -191,6 +192,9 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 			return &exitError{exitInvalid, fmt.Errorf("auth: %w", err)}
 		}
 	}
+	// Every service's metrics on one registry, served at --http's /metrics.
+	reg := metrics.New()
+	metrics.NATS(reg, "dev", adminNC)
 
 	// 2. The four services, each as it would run on its own.
 	var ready sync.WaitGroup
@@ -242,7 +246,7 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	spawn("submitter", func() error {
 		return submitter.Run(ctx, submitter.Config{NC: subNC, Log: subLog, HTTPAddr: f.http, Logger: logger.With().Str("svc", "submitter").Logger(),
 			Limits: domain.Limits{MaxGPUs: f.maxGPUs, MaxHours: f.maxHours}, Ready: readyFn(0), Health: health,
-			Tokens: tokens, TLS: httpTLS})
+			Tokens: tokens, TLS: httpTLS, Metrics: reg})
 	})
 	if withScheduler {
 		_, schedLog, err := conns.open(ctx, "scheduler")
@@ -251,7 +255,7 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 		}
 		spawn("scheduler", func() error {
 			return scheduler.Run(ctx, scheduler.Config{Log: schedLog, JS: schedLog.JetStream(), Policy: policy.New(opts), NodeTimeout: f.nodeTO,
-				Logger: logger.With().Str("svc", "scheduler").Logger(), LeaseTTL: 5 * time.Second, Ready: readyFn(2)})
+				Logger: logger.With().Str("svc", "scheduler").Logger(), LeaseTTL: 5 * time.Second, Ready: readyFn(2), Metrics: reg})
 		})
 	}
 	advNC, advLog, err := conns.open(ctx, "advisor")
@@ -259,7 +263,8 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 		return err
 	}
 	spawn("advisor", func() error {
-		return advisor.Run(ctx, advisor.Config{Log: advLog, JS: advLog.JetStream(), NC: advNC, Policy: policy.New(opts), Logger: logger.With().Str("svc", "advisor").Logger(), Ready: readyFn(1)})
+		return advisor.Run(ctx, advisor.Config{Log: advLog, JS: advLog.JetStream(), NC: advNC, Policy: policy.New(opts), Logger: logger.With().Str("svc", "advisor").Logger(), Ready: readyFn(1),
+			Metrics: reg})
 	})
 	xids, _ := parseXids(f.injectXid, f.nodes, f.gpus)
 	for i := 1; i <= f.nodes; i++ {
@@ -287,7 +292,7 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 				DataDir: agentData, CheckpointRoot: filepath.Join(data, "checkpoints"),
 				Inventory: invOpts, Inv: inv,
 				Heartbeat: f.heartbeat, NodeTimeout: f.nodeTO, StopOnExit: true,
-				Logger: logger.With().Str("svc", "gpuagent").Str("node", node).Logger(), Ready: readyFn(2 + i)})
+				Logger: logger.With().Str("svc", "gpuagent").Str("node", node).Logger(), Ready: readyFn(2 + i), Metrics: reg})
 		})
 	}
 	go func() {

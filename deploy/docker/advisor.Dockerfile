@@ -2,5 +2,7 @@
 # Build context: a directory holding gpuq-advisor.
 FROM scratch
 COPY gpuq-advisor /gpuq-advisor
+# /gpuq: `gpuq health URL`, the health check (no shell here).
+COPY gpuq /gpuq
 USER 65532:65532
 ENTRYPOINT ["/gpuq-advisor"]

@@ -16,5 +16,7 @@ ENV PATH=/bin \
     HOME=/var/lib/gpuq \
     GPUQ_DATA_DIR=/var/lib/gpuq/agent \
     GPUQ_CHECKPOINT_DIR=/var/lib/gpuq/checkpoints
+# /gpuq: `gpuq health URL`, the health check (no shell here).
+COPY gpuq /gpuq
 USER 65532:65532
 ENTRYPOINT ["/gpuq-agent"]

@@ -5,6 +5,8 @@ FROM scratch
 COPY nats-server /nats-server
 # The named volume mounted on /data starts with this directory's owner.
 COPY --chown=65532:65532 data/ /data/
+# /gpuq: `gpuq health URL`, the health check (no shell here).
+COPY gpuq /gpuq
 USER 65532:65532
 EXPOSE 4222 8222
 # Client port 4222, monitoring 8222 (/healthz, /jsz), JetStream store in

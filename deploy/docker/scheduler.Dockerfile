@@ -2,5 +2,7 @@
 # Build context: a directory holding gpuq-scheduler.
 FROM scratch
 COPY gpuq-scheduler /gpuq-scheduler
+# /gpuq: `gpuq health URL`, the health check (no shell here).
+COPY gpuq /gpuq
 USER 65532:65532
 ENTRYPOINT ["/gpuq-scheduler"]

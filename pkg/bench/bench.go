@@ -26,6 +26,9 @@ type Config struct {
 	Rounds     int // History: replay/fold rounds, best counts
 	Lifecycle  LifecycleOptions
 	Placement  PlacementOptions
+	// R3Msgs and R3Tasks size the runs on a 3-server cluster with the
+	// stream at R3 (raw publish and ingest; lifecycle); 0 skips them.
+	R3Msgs, R3Tasks int
 	// Scheduler, when set, runs Lifecycle a second time with it (cmd/gpuq
 	// passes services/scheduler): lifecycle_service_tasks_per_s.
 	Scheduler SchedulerFunc
@@ -40,7 +43,8 @@ const RestartTarget = 1_000_000
 func Full() Config {
 	return Config{RawMsgs: 200_000, IngestMsgs: 200_000, LogEvents: RestartTarget, LogNodes: 125, Rounds: 2,
 		Lifecycle: LifecycleOptions{Tasks: 20_000, Nodes: 125},
-		Placement: PlacementOptions{Nodes: 1000, PerNode: 8, Queued: 100_000, Events: 1000, NoEnvQueued: 20_000}}
+		Placement: PlacementOptions{Nodes: 1000, PerNode: 8, Queued: 100_000, Events: 1000, NoEnvQueued: 20_000},
+		R3Msgs:    50_000, R3Tasks: 5_000}
 }
 
 // Quick is the smaller run (under 30 s on two cores): fewer messages, a
@@ -50,7 +54,8 @@ func Full() Config {
 func Quick() Config {
 	return Config{Quick: true, RawMsgs: 30_000, IngestMsgs: 30_000, LogEvents: 50_000, LogNodes: 125, Rounds: 1,
 		Lifecycle: LifecycleOptions{Tasks: 5_000, Nodes: 125},
-		Placement: PlacementOptions{Nodes: 1000, PerNode: 8, Queued: 100_000, Events: 100}}
+		Placement: PlacementOptions{Nodes: 1000, PerNode: 8, Queued: 100_000, Events: 100},
+		R3Msgs:    10_000, R3Tasks: 2_000}
 }
 
 // Result is one run: the headline metrics (the names `gpuq bench --json`
@@ -96,6 +101,19 @@ type Result struct {
 	RestartAged1MS float64 `json:"restart_aged_1m_s"`
 	Snapshots      bool    `json:"snapshots"` // restarts load a snapshot and fold the tail: always true
 
+	// On a 3-server cluster on loopback, the stream at R3 (an append is
+	// acknowledged once two servers have it): the raw publish, gpuq's
+	// ingest and the lifecycle, each against the raw R3 publish of the same
+	// run. A task's lifecycle is four appends (submitted, dispatched,
+	// started, completed), so lifecycle ratios compare tasks/s with the raw
+	// publish rate ÷ 4.
+	R3RawPublishDedupPerS float64 `json:"r3_raw_publish_dedup_per_s,omitempty"`
+	R3SubmitIngestPerS    float64 `json:"r3_submit_ingest_per_s,omitempty"`
+	R3LifecycleTasksPerS  float64 `json:"r3_lifecycle_tasks_per_s,omitempty"`
+	R3IngestVsRaw         float64 `json:"r3_ingest_vs_raw,omitempty"`    // r3_submit_ingest_per_s / r3_raw_publish_dedup_per_s
+	R3LifecycleVsRaw      float64 `json:"r3_lifecycle_vs_raw,omitempty"` // r3_lifecycle_tasks_per_s / (r3_raw_publish_dedup_per_s / 4)
+	LifecycleVsRaw        float64 `json:"lifecycle_vs_raw"`              // lifecycle_tasks_per_s / (raw_publish_dedup_per_s / 4), one server
+
 	IngestVsRaw float64 `json:"ingest_vs_raw"` // submit_ingest_per_s / raw_publish_dedup_per_s
 	FoldVsRaw   float64 `json:"fold_vs_raw"`   // fold_per_s / raw_replay_per_s
 	// The same ratios from CPU time per item (raw's over gpuq's): what the
@@ -117,6 +135,9 @@ type Detail struct {
 	Lifecycle        LifecycleResult  `json:"lifecycle"`
 	LifecycleService *LifecycleResult `json:"lifecycle_service,omitempty"`
 	Placement        PlacementResult  `json:"placement"`
+	R3RawPublish     *Rate            `json:"r3_raw_publish,omitempty"`
+	R3Ingest         *Rate            `json:"r3_ingest,omitempty"`
+	R3Lifecycle      *LifecycleResult `json:"r3_lifecycle,omitempty"`
 }
 
 // Step is one measurement of a run and its wall time, setup included.
@@ -213,6 +234,32 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if res.Detail.Placement, err = Placement(ctx, cfg.Placement); err != nil {
 		return nil, fmt.Errorf("placement: %w", err)
 	}
+	if cfg.R3Msgs > 0 {
+		step(fmt.Sprintf("r3: %d raw publishes and %d submits on a 3-server cluster at R3, best of 2", cfg.R3Msgs, cfg.R3Msgs))
+		var raw, ing Rate
+		for i := 0; i < 2; i++ {
+			r, err := RawPublishR3(ctx, cfg.Dir, cfg.R3Msgs)
+			if err != nil {
+				return nil, fmt.Errorf("r3 raw publish: %w", err)
+			}
+			raw = faster(raw, r)
+			g, err := IngestR3(ctx, cfg.Dir, cfg.R3Msgs)
+			if err != nil {
+				return nil, fmt.Errorf("r3 ingest: %w", err)
+			}
+			ing = faster(ing, g)
+		}
+		res.Detail.R3RawPublish, res.Detail.R3Ingest = &raw, &ing
+	}
+	if cfg.R3Tasks > 0 {
+		step(fmt.Sprintf("r3 lifecycle: %d tasks on %d GPUs, 3-server cluster at R3", cfg.R3Tasks, cfg.Lifecycle.Nodes*8))
+		lo := LifecycleOptions{Tasks: cfg.R3Tasks, Nodes: cfg.Lifecycle.Nodes, Replicas: 3}
+		lr, err := Lifecycle(ctx, cfg.Dir, lo)
+		if err != nil {
+			return nil, fmt.Errorf("r3 lifecycle: %w", err)
+		}
+		res.Detail.R3Lifecycle = &lr
+	}
 	res.Steps[len(res.Steps)-1].TookS = time.Since(last).Seconds()
 	runtime.GC()
 
@@ -237,6 +284,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.RestartAged1MS, _ = restart1M(aged)
 	res.RestartTailEvents, res.Snapshots = d.Log.Snapshot.TailEvents, true
 	res.IngestVsRaw = ratio(res.SubmitIngestPerS, res.RawPublishDedupPerS)
+	res.LifecycleVsRaw = ratio(res.LifecycleTasksPerS, res.RawPublishDedupPerS/4)
+	if d.R3RawPublish != nil {
+		res.R3RawPublishDedupPerS, res.R3SubmitIngestPerS = d.R3RawPublish.PerS(), d.R3Ingest.PerS()
+		res.R3IngestVsRaw = ratio(res.R3SubmitIngestPerS, res.R3RawPublishDedupPerS)
+	}
+	if d.R3Lifecycle != nil {
+		res.R3LifecycleTasksPerS = d.R3Lifecycle.PerS()
+		res.R3LifecycleVsRaw = ratio(res.R3LifecycleTasksPerS, res.R3RawPublishDedupPerS/4)
+	}
 	res.FoldVsRaw = ratio(res.FoldPerS, res.RawReplayPerS)
 	res.IngestVsRawCPU = ratio(float64(d.RawPublish.CPUPerOp()), float64(d.Ingest.CPUPerOp()))
 	res.FoldVsRawCPU = ratio(float64(d.Log.RawReplay.CPUPerOp()), float64(d.Log.Fold.CPUPerOp()))
@@ -287,6 +343,13 @@ func Goals(r *Result) []Goal {
 		{Metric: "bytes_per_queued_task", Op: "<=", Target: 2048, Value: r.BytesPerQueuedTask, Why: "≤ 2 KiB of heap per queued task"},
 		{Metric: "restart_1m_s", Op: "<=", Target: 2, Value: r.Restart1MS, Why: "restart with 1M events in the log, all of them within the last 24 h (the worst case)"},
 		{Metric: "restart_aged_1m_s", Op: "<=", Target: 2, Value: r.RestartAged1MS, Why: "the same log once its events are older than the 24 h de-duplication window"},
+		{Metric: "lifecycle_vs_raw", Op: ">=", Target: 0.5, Value: r.LifecycleVsRaw, Why: "tasks/s at least half the raw publish rate ÷ 4 (a task's four appends), one server"},
+	}
+	if r.R3RawPublishDedupPerS > 0 {
+		g = append(g, Goal{Metric: "r3_ingest_vs_raw", Op: ">=", Target: 0.5, Value: r.R3IngestVsRaw, Why: "validated submits at least half the raw R3 publish rate"})
+	}
+	if r.R3LifecycleTasksPerS > 0 {
+		g = append(g, Goal{Metric: "r3_lifecycle_vs_raw", Op: ">=", Target: 0.5, Value: r.R3LifecycleVsRaw, Why: "R3 tasks/s at least half the raw R3 publish rate ÷ 4"})
 	}
 	for i := range g {
 		if g[i].Op == ">=" {
@@ -326,6 +389,15 @@ func (r *Result) WriteTable(w io.Writer) error {
 		d.Lifecycle.Tasks, d.Lifecycle.GPUs, d.Lifecycle.Passes, d.Lifecycle.Scheduler, rate(d.Lifecycle.EventsPerS())))
 	if d.LifecycleService != nil {
 		row("lifecycle_service_tasks_per_s", rate(r.LifecycleServiceTasksPerS), fmt.Sprintf("the same with %s", d.LifecycleService.Scheduler))
+	}
+	if d.R3RawPublish != nil {
+		row("r3_raw_publish_dedup_per_s", rate(r.R3RawPublishDedupPerS), fmt.Sprintf("3 servers on loopback, stream at R3: %d × %d B, best of 2; cpu %s/msg (all 3 servers)",
+			d.R3RawPublish.N, RawMsgBytes, us(d.R3RawPublish.CPUPerOp())))
+		row("r3_submit_ingest_per_s", rate(r.R3SubmitIngestPerS), fmt.Sprintf("%d submits at R3, best of 2; r3_ingest_vs_raw %.2f", d.R3Ingest.N, r.R3IngestVsRaw))
+	}
+	if d.R3Lifecycle != nil {
+		row("r3_lifecycle_tasks_per_s", rate(r.R3LifecycleTasksPerS), fmt.Sprintf("%d tasks at R3; r3_lifecycle_vs_raw %.2f (vs raw R3 ÷ 4); one server: lifecycle_vs_raw %.2f; starts refused %d",
+			d.R3Lifecycle.Tasks, r.R3LifecycleVsRaw, r.LifecycleVsRaw, d.R3Lifecycle.StartsRefused))
 	}
 	row("placements_per_s", rate(r.PlacementsPerS), fmt.Sprintf("%d placements in %d passes, %d queued on %d GPUs; cpu %.1f ms/pass",
 		d.Placement.Placements, d.Placement.Events, d.Placement.Queued, d.Placement.GPUs, ms(d.Placement.CPU)/float64(max(d.Placement.Events, 1))))

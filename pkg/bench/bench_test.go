@@ -28,15 +28,33 @@ func tiny() Config {
 func TestRun(t *testing.T) {
 	cfg := tiny()
 	cfg.Dir = t.TempDir()
+	cfg.R3Msgs, cfg.R3Tasks = 500, 100 // the R3 rows: a 3-server cluster, the stream at R3
 	var steps []string
 	cfg.Progress = func(s string) { steps = append(steps, s) }
 	r, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(steps) != 4 {
-		t.Errorf("steps = %q, want 4", steps)
+	if len(steps) != 6 {
+		t.Errorf("steps = %q, want 6", steps)
 	}
+	// The R3 rows: every count as asked, the ratios against the raw R3
+	// publish of the same run.
+	d := r.Detail
+	if d.R3RawPublish == nil || d.R3RawPublish.N != 500 || d.R3Ingest.N != 500 || d.R3Lifecycle == nil || d.R3Lifecycle.Tasks != 100 {
+		t.Fatalf("r3 detail %+v %+v %+v: want 500 publishes, 500 submits, 100 tasks", d.R3RawPublish, d.R3Ingest, d.R3Lifecycle)
+	}
+	if want := r.R3SubmitIngestPerS / r.R3RawPublishDedupPerS; r.R3IngestVsRaw != want || !(want > 0) {
+		t.Errorf("r3_ingest_vs_raw = %v, want %v > 0", r.R3IngestVsRaw, want)
+	}
+	if want := r.R3LifecycleTasksPerS / (r.R3RawPublishDedupPerS / 4); r.R3LifecycleVsRaw != want || !(want > 0) {
+		t.Errorf("r3_lifecycle_vs_raw = %v, want %v > 0", r.R3LifecycleVsRaw, want)
+	}
+	var buf strings.Builder
+	if err := r.WriteTable(&buf); err != nil || !strings.Contains(buf.String(), "r3_lifecycle_tasks_per_s") {
+		t.Errorf("table without the R3 rows (%v):\n%s", err, buf.String())
+	}
+
 	for name, v := range map[string]float64{
 		"raw_publish_dedup_per_s": r.RawPublishDedupPerS, "submit_ingest_per_s": r.SubmitIngestPerS,
 		"raw_replay_per_s": r.RawReplayPerS, "fold_per_s": r.FoldPerS, "lifecycle_tasks_per_s": r.LifecycleTasksPerS,
@@ -74,8 +92,8 @@ func TestRun(t *testing.T) {
 	if got := r.RestartAged1MS; got < aged*0.999 || got > aged*1.001 {
 		t.Errorf("restart_aged_1m_s = %v, want %v", got, aged)
 	}
-	if len(r.Goals) != 8 {
-		t.Errorf("%d goals, want 8", len(r.Goals))
+	if len(r.Goals) != 11 {
+		t.Errorf("%d goals, want 11", len(r.Goals))
 	}
 
 	// The JSON names the issue asks for.
@@ -112,17 +130,19 @@ func TestGoals(t *testing.T) {
 	}{
 		"all met": {
 			r: Result{IngestVsRaw: 0.5, FoldVsRaw: 0.9, LifecycleTasksPerS: 10_000, PlacementsPerS: 25_000,
-				PlacementP99Ms: 5, BytesPerQueuedTask: 2048, Restart1MS: 1.5, RestartAged1MS: 2},
+				PlacementP99Ms: 5, BytesPerQueuedTask: 2048, Restart1MS: 1.5, RestartAged1MS: 2, LifecycleVsRaw: 0.5,
+				R3RawPublishDedupPerS: 1, R3IngestVsRaw: 0.5, R3LifecycleTasksPerS: 1, R3LifecycleVsRaw: 0.5},
 			want: map[string]bool{"ingest_vs_raw": true, "fold_vs_raw": true, "lifecycle_tasks_per_s": true,
 				"placements_per_s": true, "placement_p99_ms": true, "bytes_per_queued_task": true, "restart_1m_s": true,
-				"restart_aged_1m_s": true},
+				"restart_aged_1m_s": true, "lifecycle_vs_raw": true, "r3_ingest_vs_raw": true, "r3_lifecycle_vs_raw": true},
 		},
 		"all missed": {
 			r: Result{IngestVsRaw: 0.49, FoldVsRaw: 0.1, LifecycleTasksPerS: 9_999, PlacementsPerS: 19_999,
-				PlacementP99Ms: 5.01, BytesPerQueuedTask: 2049, Restart1MS: 2.01, RestartAged1MS: 2.01},
+				PlacementP99Ms: 5.01, BytesPerQueuedTask: 2049, Restart1MS: 2.01, RestartAged1MS: 2.01, LifecycleVsRaw: 0.49,
+				R3RawPublishDedupPerS: 1, R3IngestVsRaw: 0.49, R3LifecycleTasksPerS: 1, R3LifecycleVsRaw: 0.49},
 			want: map[string]bool{"ingest_vs_raw": false, "fold_vs_raw": false, "lifecycle_tasks_per_s": false,
 				"placements_per_s": false, "placement_p99_ms": false, "bytes_per_queued_task": false, "restart_1m_s": false,
-				"restart_aged_1m_s": false},
+				"restart_aged_1m_s": false, "lifecycle_vs_raw": false, "r3_ingest_vs_raw": false, "r3_lifecycle_vs_raw": false},
 		},
 	}
 	for name, tc := range tests {

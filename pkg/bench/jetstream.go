@@ -53,7 +53,17 @@ func (r Rate) PerS() float64 {
 // from one goroutine with up to maxPending acks outstanding; the clock stops
 // when every ack is in.
 func RawPublish(ctx context.Context, dir string, n int) (Rate, error) {
-	nd, err := startNode(ctx, dir)
+	return rawPublish(ctx, dir, n, 1)
+}
+
+// RawPublishR3 is RawPublish on a 3-server cluster with the stream at R3:
+// each publish is acknowledged once two of the three servers have it.
+func RawPublishR3(ctx context.Context, dir string, n int) (Rate, error) {
+	return rawPublish(ctx, dir, n, 3)
+}
+
+func rawPublish(ctx context.Context, dir string, n, replicas int) (Rate, error) {
+	nd, err := startNodes(ctx, dir, replicas)
 	if err != nil {
 		return Rate{}, err
 	}
@@ -94,7 +104,16 @@ func RawPublish(ctx context.Context, dir string, n int) (Rate, error) {
 // transport (HTTP or NATS request/reply, decoding the request) and the
 // per-request wait for the fold that the submitter does before answering.
 func Ingest(ctx context.Context, dir string, n int) (Rate, error) {
-	nd, err := startNode(ctx, dir)
+	return ingest(ctx, dir, n, 1)
+}
+
+// IngestR3 is Ingest on a 3-server cluster with the stream at R3.
+func IngestR3(ctx context.Context, dir string, n int) (Rate, error) {
+	return ingest(ctx, dir, n, 3)
+}
+
+func ingest(ctx context.Context, dir string, n, replicas int) (Rate, error) {
+	nd, err := startNodes(ctx, dir, replicas)
 	if err != nil {
 		return Rate{}, err
 	}

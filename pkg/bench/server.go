@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,16 +32,26 @@ type node struct {
 	srv    *embedded.Server
 	nc     *nats.Conn
 	log    *jetstream.Log
+	// replicas: 1, one server; 3, a cluster of three on loopback (cl),
+	// the stream at R3, the connections in-process to the first server.
+	replicas int
+	cl       *embedded.Cluster
 }
 
 // startNode starts a fresh server in a new temporary directory under
 // parent ("" = the system's).
 func startNode(ctx context.Context, parent string) (*node, error) {
+	return startNodes(ctx, parent, 1)
+}
+
+// startNodes is startNode on one server (replicas 1) or on a cluster of
+// three with the stream at R3 (replicas 3).
+func startNodes(ctx context.Context, parent string, replicas int) (*node, error) {
 	dir, err := os.MkdirTemp(parent, "gpuq-bench-*")
 	if err != nil {
 		return nil, err
 	}
-	n := &node{dir: dir, ownDir: true}
+	n := &node{dir: dir, ownDir: true, replicas: max(replicas, 1)}
 	if err := n.start(ctx); err != nil {
 		n.close()
 		return nil, err
@@ -50,9 +61,18 @@ func startNode(ctx context.Context, parent string) (*node, error) {
 
 // start starts (or restarts) the server on n.dir and opens the stream.
 func (n *node) start(ctx context.Context) error {
-	srv, err := embedded.Start(embedded.Options{StoreDir: n.dir, NoListen: true})
-	if err != nil {
-		return err
+	var srv *embedded.Server
+	if n.replicas > 1 {
+		cl, err := embedded.StartCluster(embedded.ClusterOptions{StoreDir: n.dir, Servers: n.replicas})
+		if err != nil {
+			return err
+		}
+		n.cl, srv = cl, cl.Servers[0]
+	} else {
+		var err error
+		if srv, err = embedded.Start(embedded.Options{StoreDir: n.dir, NoListen: true}); err != nil {
+			return err
+		}
 	}
 	n.srv = srv
 	nc, err := srv.Connect("gpuq-bench")
@@ -60,7 +80,7 @@ func (n *node) start(ctx context.Context) error {
 		return err
 	}
 	n.nc = nc
-	l, err := jetstream.Open(ctx, nc, jetstream.StreamConfig{})
+	l, err := jetstream.Open(ctx, nc, jetstream.StreamConfig{Replicas: n.replicas})
 	if err != nil {
 		return err
 	}
@@ -101,10 +121,13 @@ func (n *node) stop() {
 		n.nc.Close()
 		n.nc = nil
 	}
-	if n.srv != nil {
+	if n.cl != nil {
+		n.cl.Shutdown()
+		n.cl = nil
+	} else if n.srv != nil {
 		n.srv.Shutdown()
-		n.srv = nil
 	}
+	n.srv = nil
 }
 
 // close stops the server and removes the store.
@@ -121,6 +144,10 @@ type publisher struct {
 	nc   *nats.Conn
 	js   js.JetStream
 	errs chan error
+	// tolerate, when set, says which failed publishes are counted in
+	// tolerated instead of failing the run.
+	tolerate  func(m *nats.Msg, err error) bool
+	tolerated atomic.Int64
 }
 
 func (n *node) publisher(onAck js.MsgAckHandler) (*publisher, error) {
@@ -132,6 +159,10 @@ func (n *node) publisher(onAck js.MsgAckHandler) (*publisher, error) {
 	opts := []js.JetStreamOpt{
 		js.WithPublishAsyncMaxPending(maxPending),
 		js.WithPublishAsyncErrHandler(func(_ js.JetStream, m *nats.Msg, err error) {
+			if p.tolerate != nil && p.tolerate(m, err) {
+				p.tolerated.Add(1)
+				return
+			}
 			select {
 			case p.errs <- fmt.Errorf("publish on %s: %w", m.Subject, err):
 			default:

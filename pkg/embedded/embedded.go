@@ -5,7 +5,11 @@ package embedded
 
 import (
 	"fmt"
+	"net"
+	"net/url"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -118,4 +122,154 @@ func (s *Server) URL() string { return s.NS.ClientURL() }
 func (s *Server) Shutdown() {
 	s.NS.Shutdown()
 	s.NS.WaitForShutdown()
+}
+
+// ClusterOptions for StartCluster.
+type ClusterOptions struct {
+	StoreDir string // each server's store is StoreDir/<server name>; required
+	Servers  int    // default 3
+	Name     string // cluster name, default "gpuq"
+}
+
+// Cluster is a JetStream cluster of embedded servers on loopback, each
+// listening for clients and routes on random ports: what tests and
+// `gpuq bench` use to run gpuq on replicated (R3) storage in one
+// process, as nats-server's own tests do.
+type Cluster struct {
+	Servers []*Server
+	opts    []*server.Options
+}
+
+// StartCluster starts the servers, each routed to every other, and waits
+// until JetStream has a meta leader.
+func StartCluster(o ClusterOptions) (*Cluster, error) {
+	if o.StoreDir == "" {
+		return nil, fmt.Errorf("embedded: StoreDir is required")
+	}
+	if o.Servers == 0 {
+		o.Servers = 3
+	}
+	if o.Name == "" {
+		o.Name = "gpuq"
+	}
+	// Reserve the route ports first, so every server can name every other.
+	ports := make([]int, o.Servers)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+	}
+	c := &Cluster{}
+	for i := range ports {
+		var routes []*url.URL
+		for j, p := range ports {
+			if j != i {
+				routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", p)})
+			}
+		}
+		name := fmt.Sprintf("%s-%d", o.Name, i+1)
+		opts := &server.Options{
+			ServerName: name,
+			Host:       "127.0.0.1",
+			Port:       -1,
+			JetStream:  true,
+			StoreDir:   filepath.Join(o.StoreDir, name),
+			Cluster:    server.ClusterOpts{Name: o.Name, Host: "127.0.0.1", Port: ports[i]},
+			Routes:     routes,
+			NoSigs:     true,
+			NoLog:      true,
+		}
+		c.opts = append(c.opts, opts)
+		if err := c.start(i); err != nil {
+			c.Shutdown()
+			return nil, err
+		}
+	}
+	if err := c.WaitReady(30 * time.Second); err != nil {
+		c.Shutdown()
+		return nil, err
+	}
+	return c, nil
+}
+
+// start (re)starts server i on its options (its ports and store).
+func (c *Cluster) start(i int) error {
+	o := *c.opts[i] // after the first start, Port is the client port it got: a restart keeps it
+	if err := os.MkdirAll(o.StoreDir, 0o755); err != nil {
+		return err
+	}
+	ns, err := server.NewServer(&o)
+	if err != nil {
+		return err
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		ns.Shutdown()
+		return fmt.Errorf("embedded: %s not ready in 30s", o.ServerName)
+	}
+	c.opts[i].Port = ns.Addr().(*net.TCPAddr).Port
+	if i < len(c.Servers) {
+		c.Servers[i] = &Server{NS: ns}
+	} else {
+		c.Servers = append(c.Servers, &Server{NS: ns})
+	}
+	return nil
+}
+
+// WaitReady waits until every running server sees a JetStream meta
+// leader (the cluster can create and change streams).
+func (c *Cluster) WaitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok := true
+		for _, s := range c.Servers {
+			if s.NS.Running() && (!s.NS.JetStreamEnabled() || !s.NS.JetStreamIsCurrent() || s.NS.JetStreamIsClustered() && s.metaLeader() == "") {
+				ok = false
+			}
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("embedded: cluster without a JetStream meta leader after %s", timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *Server) metaLeader() string {
+	jsz, err := s.NS.Jsz(&server.JSzOptions{})
+	if err != nil || jsz.Meta == nil {
+		return ""
+	}
+	return jsz.Meta.Leader
+}
+
+// URLs is every server's client URL, comma-separated (as --nats takes
+// them).
+func (c *Cluster) URLs() string {
+	var us []string
+	for _, s := range c.Servers {
+		us = append(us, s.URL())
+	}
+	return strings.Join(us, ",")
+}
+
+// Stop shuts server i down (its store stays); Restart starts it again
+// on the same ports and store.
+func (c *Cluster) Stop(i int) { c.Servers[i].Shutdown() }
+
+// Restart starts server i again after Stop.
+func (c *Cluster) Restart(i int) error { return c.start(i) }
+
+// Shutdown stops every server.
+func (c *Cluster) Shutdown() {
+	for _, s := range c.Servers {
+		if s != nil && s.NS.Running() {
+			s.Shutdown()
+		}
+	}
 }

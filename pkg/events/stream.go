@@ -1,7 +1,9 @@
 package events
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	js "github.com/nats-io/nats.go/jetstream"
@@ -119,4 +121,62 @@ func SnapshotStoreIn(bucket string, replicas int) js.ObjectStoreConfig {
 	}
 	return js.ObjectStoreConfig{Bucket: bucket, Storage: js.FileStorage, Replicas: replicas,
 		Description: "gpuq state snapshots: a cache of folds of GPUQ_EVENTS"}
+}
+
+// Streams behind gpuq's buckets and object store (JetStream's naming).
+const (
+	kvStreamPrefix  = "KV_"
+	objStreamPrefix = "OBJ_"
+)
+
+// EnsureStream creates the stream cfg, or updates it where it differs in
+// what gpuq sets: fewer replicas than cfg (raised; more are kept, never
+// lowered), another de-duplication window, other subjects. A stream that
+// already fits is used as it is, without an update: an update needs the
+// stream's peers to be current, which they are not for a while after a
+// server of the cluster died, and a service restarting then must still
+// start. The error names the stream and the replica count.
+func EnsureStream(ctx context.Context, j js.JetStream, cfg js.StreamConfig) (js.Stream, error) {
+	if s, err := j.Stream(ctx, cfg.Name); err == nil {
+		have := s.CachedInfo().Config
+		if have.Replicas > cfg.Replicas {
+			cfg.Replicas = have.Replicas
+		}
+		if have.Replicas == cfg.Replicas && have.Duplicates == cfg.Duplicates && slices.Equal(have.Subjects, cfg.Subjects) &&
+			have.MaxAge == cfg.MaxAge {
+			return s, nil
+		}
+	}
+	s, err := j.CreateOrUpdateStream(ctx, cfg)
+	return s, Replicated("stream "+cfg.Name, cfg.Replicas, err)
+}
+
+// EnsureKV is EnsureStream for a KV bucket: created, or updated where it
+// has fewer replicas or another TTL; otherwise used as it is.
+func EnsureKV(ctx context.Context, j js.JetStream, cfg js.KeyValueConfig) (js.KeyValue, error) {
+	if kv, err := j.KeyValue(ctx, cfg.Bucket); err == nil {
+		if s, err := j.Stream(ctx, kvStreamPrefix+cfg.Bucket); err == nil {
+			have := s.CachedInfo().Config
+			if have.Replicas >= max(cfg.Replicas, 1) && have.MaxAge == cfg.TTL {
+				return kv, nil
+			}
+			cfg.Replicas = max(cfg.Replicas, have.Replicas)
+		}
+	}
+	kv, err := j.CreateOrUpdateKeyValue(ctx, cfg)
+	return kv, Replicated("bucket "+cfg.Bucket, cfg.Replicas, err)
+}
+
+// EnsureObjectStore is EnsureKV for an object store.
+func EnsureObjectStore(ctx context.Context, j js.JetStream, cfg js.ObjectStoreConfig) (js.ObjectStore, error) {
+	if obj, err := j.ObjectStore(ctx, cfg.Bucket); err == nil {
+		if s, err := j.Stream(ctx, objStreamPrefix+cfg.Bucket); err == nil {
+			have := s.CachedInfo().Config
+			if have.Replicas >= max(cfg.Replicas, 1) {
+				return obj, nil
+			}
+		}
+	}
+	obj, err := j.CreateOrUpdateObjectStore(ctx, cfg)
+	return obj, Replicated("object store "+cfg.Bucket, cfg.Replicas, err)
 }

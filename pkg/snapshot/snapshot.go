@@ -82,12 +82,12 @@ func Open(ctx context.Context, j js.JetStream, replicas int) (*Store, error) {
 	return OpenBucket(ctx, j, events.SnapshotBucket, replicas)
 }
 
-// OpenBucket creates or updates the named snapshot bucket
-// (events.SnapshotBucketOf a service) with the given replicas (0: 1).
+// OpenBucket creates the named snapshot bucket (events.SnapshotBucketOf a
+// service) or raises its replicas (never lowers them; 0: 1).
 func OpenBucket(ctx context.Context, j js.JetStream, bucket string, replicas int) (*Store, error) {
-	obj, err := j.CreateOrUpdateObjectStore(ctx, events.SnapshotStoreIn(bucket, replicas))
+	obj, err := events.EnsureObjectStore(ctx, j, events.SnapshotStoreIn(bucket, replicas))
 	if err != nil {
-		return nil, fmt.Errorf("snapshot: %w", events.Replicated("object store "+bucket, replicas, err))
+		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	return &Store{obj: obj}, nil
 }

@@ -9,12 +9,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/policy"
 	"github.com/gpuq/gpuq/pkg/service"
 )
@@ -31,6 +33,9 @@ type Config struct {
 	Ready  func()
 	// Replicas of the advice stream (0: 1; 3 on a 3-node NATS cluster).
 	Replicas int
+	// Metrics, when set, gets the advisor's metrics (pkg/metrics): its
+	// fold and the estimates' self-measurement.
+	Metrics prometheus.Registerer
 }
 
 // Advisor is one running advisor: the runtime's fold of the log (which
@@ -57,8 +62,15 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	a := &Advisor{cfg: cfg, est: estimate.NewEstimator(cfg.Policy), last: map[string]estimate.Advice{}}
 	a.fold = service.New("advisor", cfg.Log, cfg.Logger, nil)
-	if _, err := cfg.JS.CreateOrUpdateStream(ctx, events.AdviceStream(cfg.Replicas)); err != nil {
-		return events.Replicated("stream "+events.AdviceStreamName, cfg.Replicas, err)
+	if cfg.Metrics != nil {
+		metrics.Fold(cfg.Metrics, "advisor", func() *service.Fold { return a.fold }, cfg.Log.LastSeq)
+		metrics.Advisor(cfg.Metrics, func() (s estimate.Stats, alerts int) {
+			a.fold.Read(func(*domain.State) { s, alerts = a.est.Stats(), a.alerts })
+			return s, alerts
+		})
+	}
+	if _, err := events.EnsureStream(ctx, cfg.JS, events.AdviceStream(cfg.Replicas)); err != nil {
+		return err
 	}
 	var subs []*nats.Subscription
 	defer func() {

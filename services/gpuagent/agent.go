@@ -47,10 +47,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/service"
 	"github.com/gpuq/gpuq/services/gpuagent/inventory"
 	"github.com/gpuq/gpuq/services/gpuagent/runner"
@@ -96,6 +98,9 @@ type Config struct {
 	// fold, in its node's own bucket (events.SnapshotBucketOf); 0:
 	// snapshot.DefaultEvery; negative: none.
 	SnapshotEvery int
+	// Metrics, when set, gets the agent's fold figures (pkg/metrics),
+	// labelled with its node.
+	Metrics prometheus.Registerer
 }
 
 // criticalXid lists Xid errors after which a GPU must not get new work:
@@ -156,6 +161,7 @@ type Agent struct {
 	procMu   sync.Mutex
 	liveRuns []bool         // what countLive saw, for the heartbeat
 	util     map[string]int // GPU UUID → utilization %, for the heartbeat
+	fold     atomic.Pointer[service.Fold]
 }
 
 func runKey(task string, dispatch uint64) string { return fmt.Sprintf("%s/%d", task, dispatch) }
@@ -209,6 +215,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	a := &Agent{cfg: cfg, inv: inv, st: domain.NewState(), procs: map[string]*proc{}, pending: map[string]report{},
 		exits: make(chan exit, 64), wake: make(chan struct{}, 1), boot: uuid.NewString(), reported: map[string]bool{}}
+	if cfg.Metrics != nil {
+		metrics.NodeFold(cfg.Metrics, "gpuagent", cfg.Node, a.fold.Load, cfg.Log.LastSeq)
+	}
 	return a.run(ctx)
 }
 
@@ -258,9 +267,9 @@ func (a *Agent) run(ctx context.Context) error {
 			}
 		}
 	}()
-	hb, err := a.cfg.JS.CreateOrUpdateKeyValue(ctx, events.HeartbeatKV(a.cfg.Replicas))
+	hb, err := events.EnsureKV(ctx, a.cfg.JS, events.HeartbeatKV(a.cfg.Replicas))
 	if err != nil {
-		return events.Replicated("bucket "+events.HeartbeatBucket, a.cfg.Replicas, err)
+		return err
 	}
 	// The runtime folds the log and follows it; the agent's reaction runs
 	// with the fold's lock held, after each batch, every 200 ms and at
@@ -269,6 +278,7 @@ func (a *Agent) run(ctx context.Context) error {
 	snaps := service.OpenSnapshotsIn(ctx, a.cfg.JS, events.SnapshotBucketOf("agent_"+a.cfg.Node), a.cfg.Replicas, "gpuagent", a.cfg.SnapshotEvery, a.cfg.Logger)
 	st, _ := snaps.Restore(ctx, a.cfg.Log, 0)
 	f := service.New("gpuagent", a.cfg.Log, a.cfg.Logger, st)
+	a.fold.Store(f)
 	var lastAnnounce time.Time
 	err = f.Run(ctx, service.Hooks{
 		Applied: func(_ *domain.State, r events.Record, _ string) { snaps.Saw(r) },

@@ -33,9 +33,9 @@ type lease struct {
 }
 
 func newLease(ctx context.Context, js jetstream.JetStream, instance string, ttl time.Duration, replicas int) (*lease, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, events.LeaderKV(ttl, replicas))
+	kv, err := events.EnsureKV(ctx, js, events.LeaderKV(ttl, replicas))
 	if err != nil {
-		return nil, events.Replicated("bucket "+events.LeaderBucket, replicas, err)
+		return nil, err
 	}
 	return &lease{kv: kv, instance: instance, ttl: ttl, start: time.Now()}, nil
 }
@@ -53,7 +53,12 @@ func (l *lease) valid() bool {
 // ends when the lease is lost or ctx ends.
 func (l *lease) acquire(ctx context.Context) (context.Context, error) {
 	for {
-		rev, err := l.kv.Create(ctx, leaseKey, []byte(l.instance))
+		// Each attempt is bounded by half the TTL: an ack lost while the
+		// bucket changes leader (a server down, replicas being added) must
+		// not hold the attempt for the caller's whole deadline.
+		cctx, cancel := context.WithTimeout(ctx, l.ttl/2)
+		rev, err := l.kv.Create(cctx, leaseKey, []byte(l.instance))
+		cancel()
 		if err == nil {
 			lctx, cancel := context.WithCancel(ctx)
 			l.cancel, l.done, l.epoch = cancel, make(chan struct{}), rev
@@ -87,7 +92,9 @@ func (l *lease) renew(ctx context.Context, lost context.CancelFunc, rev uint64) 
 				lost() // paused past the lease: another may hold it
 				return
 			}
-			r, err := l.kv.Update(ctx, leaseKey, []byte(l.instance), rev)
+			uctx, cancel := context.WithTimeout(ctx, l.ttl/2) // later than that, the lease is in doubt anyway
+			r, err := l.kv.Update(uctx, leaseKey, []byte(l.instance), rev)
+			cancel()
 			if err != nil {
 				if ctx.Err() == nil {
 					lost()

@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/gpuq/gpuq/pkg/decide"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/policy"
 	"github.com/gpuq/gpuq/pkg/service"
 )
@@ -42,6 +44,9 @@ type Config struct {
 	// Replicas of the lease and heartbeat buckets and the snapshot store
 	// (0: 1; 3 on a 3-node NATS cluster, like the audit stream).
 	Replicas int
+	// Metrics, when set, gets the instance's metrics (pkg/metrics): its
+	// fold while it leads, its passes and decisions, the lease.
+	Metrics prometheus.Registerer
 }
 
 // Scheduler is one instance.
@@ -58,6 +63,8 @@ type Scheduler struct {
 	clock        serverClock
 	pred         *estimate.Predictor // run times learned from the log, for backfill
 	snaps        snapshots           // nil inside: no snapshots
+	epoch        uint64              // of the lease held or last held
+	m            *metrics.Scheduler  // nil: no metrics
 }
 
 // New returns an instance; Run starts it.
@@ -84,7 +91,27 @@ func New(cfg Config) *Scheduler {
 		h, _ := os.Hostname()
 		cfg.Instance = fmt.Sprintf("%s-%d", h, os.Getpid())
 	}
-	return &Scheduler{cfg: cfg, clock: serverClock{local: cfg.Now}}
+	s := &Scheduler{cfg: cfg, clock: serverClock{local: cfg.Now}}
+	if cfg.Metrics != nil {
+		s.m = metrics.NewScheduler(cfg.Metrics, cfg.Instance, s.Lease)
+		metrics.Fold(cfg.Metrics, "scheduler", s.leadingFold, cfg.Log.LastSeq)
+	}
+	return s
+}
+
+// Lease reports whether this instance leads, and the epoch of the lease
+// it holds or last held.
+func (s *Scheduler) Lease() (leading bool, epoch uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lead, s.epoch
+}
+
+// leadingFold is the fold of the current term (nil on standby).
+func (s *Scheduler) leadingFold() *service.Fold {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fold
 }
 
 // Run blocks until ctx ends: wait for the lease, lead while it holds.
@@ -105,6 +132,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			}
 			return err
 		}
+		s.mu.Lock()
+		s.epoch = lease.epoch
+		s.mu.Unlock()
 		s.cfg.Logger.Info().Str("instance", s.cfg.Instance).Uint64("epoch", lease.epoch).Msg("scheduler: leading")
 		err = s.lead_(lctx, lease)
 		lease.release()
@@ -232,6 +262,7 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 // Every decision carries the lease's epoch; if the lease is no longer
 // certainly held when the pass is ready to append, nothing is appended.
 func (s *Scheduler) pass(ctx context.Context, st *domain.State, lease *lease) (uint64, error) {
+	start := time.Now()
 	now := s.clock.now()
 	if total := st.Totals().Healthy; total != s.checkedTotal {
 		s.checkedTotal = total
@@ -252,6 +283,7 @@ func (s *Scheduler) pass(ctx context.Context, st *domain.State, lease *lease) (u
 	if !lease.valid() {
 		return 0, errLeaseExpired
 	}
+	defer func() { s.m.Pass(time.Since(start)) }()
 	msgs := make([]events.Msg, 0, len(cmds))
 	sent := make([]int, 0, len(cmds)) // msgs[j] is cmds[sent[j]]
 	for i, c := range cmds {
@@ -271,6 +303,7 @@ func (s *Scheduler) pass(ctx context.Context, st *domain.State, lease *lease) (u
 		switch {
 		case errors.Is(r.Err, events.ErrConflict):
 			s.cfg.Logger.Debug().Str("task", c.Event.Key()).Msg("scheduler: stale decision refused; will re-decide")
+			s.m.Refused()
 			continue
 		case r.Err != nil:
 			if ctx.Err() != nil {
@@ -281,6 +314,9 @@ func (s *Scheduler) pass(ctx context.Context, st *domain.State, lease *lease) (u
 		}
 		if !r.Ack.Duplicate && r.Ack.Seq > last {
 			last = r.Ack.Seq
+		}
+		if !r.Ack.Duplicate {
+			s.m.Decided(c.Event)
 		}
 		s.cfg.Logger.Info().Str("event", string(c.Event.EventType())).Str("task", c.Event.Key()).Uint64("seq", r.Ack.Seq).Msg("scheduler: decided")
 	}
@@ -317,9 +353,9 @@ func withEpoch(e events.Event, epoch, based uint64) events.Event {
 // the server's clock (the entries' own timestamps); done is closed when
 // the watch ends before ctx, which ends the leadership term.
 func (s *Scheduler) watchHeartbeats(ctx context.Context, done chan<- struct{}) error {
-	kv, err := s.cfg.JS.CreateOrUpdateKeyValue(ctx, events.HeartbeatKV(s.cfg.Replicas))
+	kv, err := events.EnsureKV(ctx, s.cfg.JS, events.HeartbeatKV(s.cfg.Replicas))
 	if err != nil {
-		return events.Replicated("bucket "+events.HeartbeatBucket, s.cfg.Replicas, err)
+		return err
 	}
 	w, err := kv.WatchAll(ctx)
 	if err != nil {

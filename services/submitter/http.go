@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/metrics"
 )
 
 // handler is the HTTP API. Every route calls the same operations as the
@@ -53,7 +54,13 @@ func (s *server) handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &opError{Status: http.StatusNotFound, Msg: "no such route: " + r.URL.Path})
 	})
-	return s.guard(mux)
+	if s.metrics == nil {
+		return s.guard(mux)
+	}
+	top := http.NewServeMux()
+	top.Handle("GET "+metrics.Path, metrics.Handler(s.metrics))
+	top.Handle("/", s.guard(mux))
+	return top
 }
 
 // guard recovers panics and answers 503 until the service is ready.

@@ -13,12 +13,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/auth"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/service"
 )
 
@@ -47,6 +49,10 @@ type Config struct {
 	// the log is on JetStream. Replicas of that bucket (0: 1).
 	SnapshotEvery int
 	Replicas      int
+	// Metrics, when set, gets the submitter's metrics (pkg/metrics: its
+	// fold, the tasks and GPUs as it sees them), and HTTP serves the
+	// registry at /metrics, before the fold is ready too.
+	Metrics *prometheus.Registry
 }
 
 const (
@@ -78,6 +84,7 @@ type server struct {
 	tokens      *auth.Tokens
 	ready       atomic.Bool
 	snaps       *service.Snapshots // nil: no snapshots
+	metrics     *prometheus.Registry
 }
 
 func newServer(cfg Config) *server {
@@ -95,6 +102,7 @@ func newServer(cfg Config) *server {
 		syncTimeout: syncTimeout,
 		health:      cfg.Health,
 		tokens:      cfg.Tokens,
+		metrics:     cfg.Metrics,
 	}
 }
 
@@ -109,6 +117,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	s := newServer(cfg)
 	lg := s.logger
+	if cfg.Metrics != nil {
+		src := func() *service.Fold { return s.m.f }
+		metrics.Fold(cfg.Metrics, "submitter", src, cfg.Log.LastSeq)
+		metrics.State(cfg.Metrics, "submitter", src)
+	}
 
 	// 0. The read model starts from its snapshot, if there is a usable
 	// one (the whole log is folded otherwise).

@@ -53,11 +53,10 @@ func Open(ctx context.Context, nc *nats.Conn, cfg StreamConfig) (*Log, error) {
 	if cfg.MemoryStorage {
 		sc.Storage = js.MemoryStorage
 	}
-	e := ensuring{j}
-	if _, err := e.CreateOrUpdateStream(ctx, sc); err != nil {
-		return nil, fmt.Errorf("events/jetstream: stream %s: %w", sc.Name, err)
+	if _, err := events.EnsureStream(ctx, j, sc); err != nil {
+		return nil, fmt.Errorf("events/jetstream: %w", err)
 	}
-	return &Log{nc: nc, js: e, stream: sc.Name}, nil
+	return &Log{nc: nc, js: ensuring{j}, stream: sc.Name}, nil
 }
 
 // JetStream returns the underlying context, for KV buckets and streams

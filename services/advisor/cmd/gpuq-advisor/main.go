@@ -4,12 +4,15 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/policy"
 	"github.com/gpuq/gpuq/pkg/svcmain"
 	"github.com/gpuq/gpuq/services/advisor"
@@ -21,6 +24,8 @@ func main() {
 	f := svcmain.NewFlags(name)
 	c := f.Common()
 	pf := f.Policy()
+	var metricsAddr string
+	f.String(&metricsAddr, "metrics", "GPUQ_METRICS_ADDR", "", `Prometheus /metrics listen address, e.g. ":9090" ("" = none)`)
 	f.Parse(c)
 	opts := f.PolicyOptions(pf)
 
@@ -28,7 +33,7 @@ func main() {
 	logger := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("svc", "advisor").Logger()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, c, opts, logger); err != nil && ctx.Err() == nil {
+	if err := run(ctx, c, metricsAddr, opts, logger); err != nil && ctx.Err() == nil {
 		logger.Error().Err(err).Msg("stopped")
 		stop()
 		os.Exit(1)
@@ -36,13 +41,24 @@ func main() {
 	logger.Info().Msg("stopped")
 }
 
-func run(ctx context.Context, c *svcmain.Common, opts policy.Options, logger zerolog.Logger) error {
+func run(ctx context.Context, c *svcmain.Common, metricsAddr string, opts policy.Options, logger zerolog.Logger) error {
 	nc, log, err := svcmain.Connect(ctx, name, c, notify(logger))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	return advisor.Run(ctx, advisor.Config{Log: log, Replicas: c.Replicas, JS: log.JetStream(), NC: nc, Policy: policy.New(opts), Logger: logger,
+	var reg prometheus.Registerer
+	if metricsAddr != "" {
+		r := metrics.New()
+		metrics.NATS(r, "advisor", nc)
+		addr, err := metrics.Serve(ctx, metricsAddr, r, nil)
+		if err != nil {
+			return fmt.Errorf("metrics listen %s: %w", metricsAddr, err)
+		}
+		logger.Info().Str("addr", addr).Msg("metrics listening")
+		reg = r
+	}
+	return advisor.Run(ctx, advisor.Config{Metrics: reg, Log: log, Replicas: c.Replicas, JS: log.JetStream(), NC: nc, Policy: policy.New(opts), Logger: logger,
 		Ready: func() { logger.Info().Msg("ready") }})
 }
 

@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -16,9 +17,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/svcmain"
 	"github.com/gpuq/gpuq/services/gpuagent"
 	"github.com/gpuq/gpuq/services/gpuagent/inventory"
@@ -32,6 +35,7 @@ type config struct {
 	heartbeat, killAfter   time.Duration
 	nodeTimeout            time.Duration
 	stopOnExit             bool
+	metricsAddr            string
 }
 
 func main() {
@@ -50,6 +54,7 @@ func main() {
 	f.Duration(&a.killAfter, "kill-after", "GPUQ_KILL_AFTER", 10*time.Second, "wait between SIGTERM and SIGKILL")
 	f.Duration(&a.nodeTimeout, "node-timeout", "GPUQ_NODE_TIMEOUT", 30*time.Second, "the scheduler's node timeout: cut off from NATS (or gone) this long, the node's tasks are stopped")
 	f.Bool(&a.stopOnExit, "stop-tasks-on-exit", "GPUQ_STOP_TASKS_ON_EXIT", false, "stop the tasks when the agent stops (default: they keep running for the next agent to adopt)")
+	f.String(&a.metricsAddr, "metrics", "GPUQ_METRICS_ADDR", "", `Prometheus /metrics listen address, e.g. ":9090" ("" = none)`)
 	f.Parse(c)
 	switch {
 	case !events.ValidKey(a.node):
@@ -107,7 +112,18 @@ func run(ctx context.Context, c *svcmain.Common, a config, logger zerolog.Logger
 		return err
 	}
 	defer stopLogs()
-	return gpuagent.Run(ctx, gpuagent.Config{Log: log, Replicas: c.Replicas, JS: log.JetStream(), Node: a.node, NATSURL: c.NATSURL,
+	var reg prometheus.Registerer
+	if a.metricsAddr != "" {
+		r := metrics.New()
+		metrics.NATS(r, "gpuagent", nc)
+		addr, err := metrics.Serve(ctx, a.metricsAddr, r, nil)
+		if err != nil {
+			return fmt.Errorf("metrics listen %s: %w", a.metricsAddr, err)
+		}
+		logger.Info().Str("addr", addr).Msg("metrics listening")
+		reg = r
+	}
+	return gpuagent.Run(ctx, gpuagent.Config{Metrics: reg, Log: log, Replicas: c.Replicas, JS: log.JetStream(), Node: a.node, NATSURL: c.NATSURL,
 		DataDir: a.dataDir, CheckpointRoot: a.ckptDir, Inventory: a.inv, Heartbeat: a.heartbeat, KillAfter: a.killAfter,
 		NodeTimeout: a.nodeTimeout, StopOnExit: a.stopOnExit,
 		Logger: logger, Ready: func() { logger.Info().Str("data", a.dataDir).Str("checkpoints", a.ckptDir).Msg("ready") }})

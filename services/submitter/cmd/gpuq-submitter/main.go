@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/svcmain"
 	"github.com/gpuq/gpuq/services/submitter"
 )
@@ -54,6 +55,8 @@ func run(ctx context.Context, c *svcmain.Common, cfg submitter.Config) error {
 	}
 	defer nc.Close()
 	cfg.NC, cfg.Log, cfg.Replicas = nc, log, c.Replicas
+	cfg.Metrics = metrics.New() // served at /metrics on the HTTP address
+	metrics.NATS(cfg.Metrics, "submitter", nc)
 	cfg.Ready = func() { cfg.Logger.Info().Str("http", cfg.HTTPAddr).Str("nats", c.NATSURL).Msg("ready") }
 	return submitter.Run(ctx, cfg)
 }
