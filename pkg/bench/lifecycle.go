@@ -161,9 +161,7 @@ func Lifecycle(ctx context.Context, dir string, o LifecycleOptions) (LifecycleRe
 		return res, err
 	}
 	ap.tolerate = func(m *nats.Msg, err error) bool {
-		var apiErr *js.APIError
-		return strings.HasSuffix(m.Subject, "."+string(events.TypeStarted)) && errors.As(err, &apiErr) &&
-			apiErr.ErrorCode == js.JSErrCodeStreamWrongLastSequence
+		return strings.HasSuffix(m.Subject, "."+string(events.TypeStarted)) && jetstream.WrongLastSequence(err)
 	}
 	defer ap.close()
 	alog, err := jetstream.Attach(ctx, ap.nc, "")

@@ -53,7 +53,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg StreamConfig) (*Log, error) {
 	if cfg.MemoryStorage {
 		sc.Storage = js.MemoryStorage
 	}
-	if _, err := events.EnsureStream(ctx, j, sc); err != nil {
+	if _, err := events.EnsureStream(ctx, ensuring{j}, sc); err != nil {
 		return nil, fmt.Errorf("events/jetstream: %w", err)
 	}
 	return &Log{nc: nc, js: ensuring{j}, stream: sc.Name}, nil
@@ -88,11 +88,22 @@ func natsMsg(m events.Msg) *nats.Msg {
 
 // appendErr maps a refused expectation to events.ErrConflict.
 func appendErr(err error) error {
-	var apiErr *js.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == js.JSErrCodeStreamWrongLastSequence {
+	if WrongLastSequence(err) {
 		return events.ErrConflict
 	}
 	return err
+}
+
+// wrongLastSequenceConstant is nats-server's other code for a refused
+// expected sequence ("wrong last sequence" without the number; seen on
+// replicated streams under load).
+const wrongLastSequenceConstant js.ErrorCode = 10164
+
+// WrongLastSequence reports whether err is JetStream refusing a publish
+// for its expected last sequence, under either of the server's codes.
+func WrongLastSequence(err error) bool {
+	var apiErr *js.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == js.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == wrongLastSequenceConstant)
 }
 
 // batchChunk bounds the publishes of AppendBatch in flight, well under

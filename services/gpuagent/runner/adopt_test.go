@@ -162,21 +162,38 @@ def ckpt(*_):
     open(os.environ["OUT"], "w").write("ckpt")
     sys.exit(0)
 signal.signal(signal.SIGUSR1, ckpt)
+open(os.environ["OUT"] + ".ready", "w").close()
 time.sleep(30)'`, wantStop: true},
 		{name: "agent gone, the job ignores the signal: forced", agent: Identity{PID: 1, Start: 1, Boot: "gone"},
-			command: `trap '' USR1; sleep 30 & wait`, wantStop: true, wantForced: true, wantCode: 143},
+			command: `trap '' USR1; touch "$OUT.ready"; sleep 30 & wait`, wantStop: true, wantForced: true, wantCode: 143},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
+			// A live agent until the job is ready (a busy machine starts
+			// python slowly), then the case's.
 			agentFile := filepath.Join(dir, "agent.json")
-			b, _ := json.Marshal(tc.agent)
-			if err := os.WriteFile(agentFile, b, 0o644); err != nil {
-				t.Fatal(err)
+			write := func(id Identity) {
+				b, _ := json.Marshal(id)
+				if err := os.WriteFile(agentFile, b, 0o644); err != nil {
+					t.Fatal(err)
+				}
 			}
+			write(Self())
 			out := filepath.Join(dir, "ckpt")
 			p := start(t, Spec{Command: tc.command, LogPath: filepath.Join(dir, "out.log"), Env: []string{"OUT=" + out},
-				Fence: &Fence{AgentFile: agentFile, After: 500 * time.Millisecond, Signal: int(syscall.SIGUSR1), Grace: 500 * time.Millisecond, KillAfter: time.Second}})
+				Fence: &Fence{AgentFile: agentFile, After: 500 * time.Millisecond, Signal: int(syscall.SIGUSR1), Grace: 2 * time.Second, KillAfter: time.Second}})
+			if tc.wantStop {
+				for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+					if _, err := os.Stat(out + ".ready"); err == nil {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("the job did not get ready in 20 s")
+					}
+				}
+			}
+			write(tc.agent)
 			r := <-p.Wait()
 			if r.Stopped != tc.wantStop || r.Forced != tc.wantForced || r.ExitCode != tc.wantCode {
 				t.Errorf("Result = %+v, want stopped %v forced %v exit %d", r, tc.wantStop, tc.wantForced, tc.wantCode)
