@@ -46,9 +46,15 @@ func newSubmit() *cobra.Command {
 			}
 			r.MinGPUMemMiB = minMemGiB * 1024
 			// Check the rules that need no server first; maxima are the server's.
+			// A GPU count or an estimate out of range is left to the
+			// server, which states its own limits (one message per field,
+			// whatever the input).
 			local := r
 			if err := local.Validate(domain.Limits{MaxGPUs: 1 << 20, MaxHours: 1e9}); err != nil {
-				return &exitError{exitInvalid, err}
+				var fe *domain.FieldError
+				if !errors.As(err, &fe) || (fe.Field != "gpus" && fe.Field != "hours") {
+					return &exitError{exitInvalid, err}
+				}
 			}
 			cl, done, err := f.client()
 			if err != nil {
