@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 
 	"github.com/gpuq/gpuq/pkg/auth"
 	"github.com/gpuq/gpuq/pkg/events"
@@ -365,3 +366,9 @@ func (f *Flags) HTTPAuthOptions(h *HTTPAuthFlags) (*auth.Tokens, *tls.Config) {
 	}
 	return tokens, tc
 }
+
+// LogTimeFormat is the time of every service's JSON log lines: RFC 3339
+// with milliseconds (zerolog's default has whole seconds).
+const LogTimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+func init() { zerolog.TimeFieldFormat = LogTimeFormat }
