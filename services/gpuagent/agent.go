@@ -271,10 +271,10 @@ func (a *Agent) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// The runtime folds the log and follows it; the agent's reaction runs
-	// with the fold's lock held, after each batch, every 200 ms and at
-	// each process exit.
-	// The fold starts from the agent's snapshot, in its node's own bucket.
+	// The runtime folds the log, from the agent's snapshot (in its node's
+	// own bucket) when there is one, and follows it; the agent's reaction
+	// runs with the fold's lock held, after each batch, every 200 ms and
+	// at each process exit.
 	snaps := service.OpenSnapshotsIn(ctx, a.cfg.JS, events.SnapshotBucketOf("agent_"+a.cfg.Node), a.cfg.Replicas, "gpuagent", a.cfg.SnapshotEvery, a.cfg.Logger)
 	st, _ := snaps.Restore(ctx, a.cfg.Log, 0)
 	f := service.New("gpuagent", a.cfg.Log, a.cfg.Logger, st)
