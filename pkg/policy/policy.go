@@ -104,6 +104,14 @@ type Options struct {
 	// the real class, except that the ladder preempts by class only a
 	// victim its preemptor is ahead of in this order.
 	ClassAging time.Duration
+	// StarvationWait bounds the wait below CRITICAL (0: off): under FIFO
+	// within class, a task that has waited this long and never started
+	// goes ahead of every other task below CRITICAL — across the teams'
+	// tiers and the classes — in submit order (CRITICAL first, as always).
+	// Until a task waits that long nothing changes, so it is a threshold,
+	// not an ageing: class order and the teams' guarantees hold in the
+	// common case. Preemption keeps the real classes and teams.
+	StarvationWait time.Duration
 	// Victims is how preemption chooses among victims of the same classes:
 	// LeastLost (default) or Newest.
 	Victims string
@@ -146,6 +154,11 @@ const (
 // oracle) for little gain in the longest wait: a judgement call.
 const DefaultClassAging = 12 * time.Hour
 
+// DefaultStarvationWait is the scheduler's, the advisor's and gpuq sim's
+// default StarvationWait (their --starvation-wait flag; the zero Options
+// leave it off).
+const DefaultStarvationWait = 0
+
 // Validate checks the option names.
 func (o Options) Validate() error {
 	switch o.Preemption {
@@ -170,6 +183,9 @@ func (o Options) Validate() error {
 	}
 	if o.ClassAging < 0 {
 		return fmt.Errorf("class-aging %s: must be ≥ 0", o.ClassAging)
+	}
+	if o.StarvationWait < 0 {
+		return fmt.Errorf("starvation-wait %s: must be ≥ 0", o.StarvationWait)
 	}
 	return o.Teams.Validate()
 }
@@ -261,7 +277,7 @@ const (
 	ReasonReserved       = "reserved-for-another"
 	ReasonUnsatisfiable  = "constraint-unsatisfiable"
 	ReasonNodesUnhealthy = "nodes-unhealthy"
-	ReasonNodeDrained    = "node-drained" // it would fit if drained nodes were back
+	ReasonNodeDrained    = "node-drained"      // it would fit if drained nodes were back
 	ReasonPreempting     = "preempting-for-it" // victims are checkpointing
 )
 
