@@ -57,12 +57,13 @@ preempted one runs on for its grace, 120 s, and loses the work since its
 last checkpoint) with --preemptible (the share of preemptible tasks).
 --victims chooses among victims of the same classes (least-lost, the
 policy's, or newest, Kueue's); --compare gpuq-newest-victims runs gpuq
-with newest beside it. --class-aging is the starvation guard across
-classes, the scheduler's and the advisor's flag of the same name and
-default: under fifo within class each class above LOW counts as
-submitted that much earlier per class, so class order holds while waits
-stay under it and nobody is overtaken by a task submitted more than
-twice that after it.
+with newest beside it. --starvation-wait is the starvation bound, the
+scheduler's and the advisor's flag of the same name and default (96h):
+under fifo within class a task that has waited that long without a start
+goes ahead of every task below CRITICAL, across the teams' tiers and the
+classes, in submit order; until then class order and the guarantees hold.
+--class-aging (off by default) is an ageing across classes: each class
+above LOW counts as submitted that much earlier per class.
 
 The JSON reports per policy the preemptions, lost_gpu_hours, and by_class
 (n, avg_queue_s, p95_queue_s, max_queue_s) when the tasks are of several
