@@ -29,7 +29,8 @@ func TestRingSorted(t *testing.T) {
 }
 
 // A class with MinClassResiduals of its own over the pooled window's span
-// is calibrated by them; a class with fewer, by every class's; one class
+// is calibrated by them (its P90 blended toward every class's when that
+// one is higher); a class with fewer, by every class's; one class
 // alone changes nothing; and the class's window follows the pooled one's
 // span, down to its last MinClassResiduals.
 func TestQuantilesByClass(t *testing.T) {
@@ -49,8 +50,11 @@ func TestQuantilesByClass(t *testing.T) {
 			class: domain.Low, want90: l3},
 		"LOW with too few: every class's": {window: 100000, adds: []batch{{domain.Medium, 0, 5000}, {domain.Low, l3, MinClassResiduals - 1}},
 			class: domain.Low, want90: 0},
-		"MEDIUM with its own: its own, whatever the pooled P90": {window: 100000, adds: []batch{{domain.Medium, 0, 1000}, {domain.Low, l3, MinClassResiduals}},
-			class: domain.Medium, want90: 0},
+		"MEDIUM with its own, the pooled P90 above it: blended by n/(n+ClassShrink)": {window: 100000,
+			adds:  []batch{{domain.Medium, 0, ClassShrink}, {domain.Low, l3, MinClassResiduals}},
+			class: domain.Medium, want90: 0.5 * l3},
+		"LOW with its own above the pooled P90: its own": {window: 100000, adds: []batch{{domain.Medium, 0, 5000}, {domain.Low, l3, 1000}},
+			class: domain.Low, want90: l3},
 		"HIGH without any: every class's": {window: 100000, adds: []batch{{domain.Medium, 0, 5000}, {domain.Low, l3, 100}},
 			class: domain.High, want90: 0},
 		"one class: the same residuals": {window: 100000, adds: []batch{{domain.Medium, 0, 1000}}, class: domain.Medium, want90: 0},
