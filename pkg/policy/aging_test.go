@@ -95,6 +95,7 @@ func TestClassAgingKeepsPreemptionClass(t *testing.T) {
 // CRITICAL, by submit time); and with a ClassAging and a StarvationWait
 // nobody reached the pass decides and explains as with neither.
 func TestPropClassAgingOrder(t *testing.T) {
+	starvedSteps := 0
 	rapid.Check(t, func(t *rapid.T) {
 		c := genWorld(t)
 		c.submitMore(t, 30)
@@ -121,11 +122,23 @@ func TestPropClassAgingOrder(t *testing.T) {
 			if diff := cmp.Diff(want, policy.New(never).Plan(in), cmpopts.EquateEmpty()); diff != "" {
 				t.Fatalf("step %d: an aging nobody reached changes the pass (-off +on):\n%s", step, diff)
 			}
+			if o.StarvationWait > 0 {
+				for _, q := range in.State.Queued() {
+					if q.Priority != domain.Critical && q.FirstStarted.IsZero() && in.Now.Sub(q.SubmittedAt) >= o.StarvationWait {
+						starvedSteps++
+						break
+					}
+				}
+			}
 			r := p.Plan(in)
 			c.play(r)
 			c.playOn(t)
 		}
 	})
+	t.Logf("%d steps with a starved task", starvedSteps)
+	if starvedSteps == 0 {
+		t.Error("no step had a starved task: the property did not exercise StarvationWait")
+	}
 }
 
 // The policy's victims lose no more work than Kueue's newest: over random
