@@ -268,3 +268,20 @@ func TestStarvationWait(t *testing.T) {
 		})
 	}
 }
+
+// A task that cannot run now blocks nothing: a pass with nothing free
+// goes on past it to a later task that may preempt, with and without
+// Explain (TestPropPass found the pass stopping at it without Explain).
+func TestUnplaceableAheadDoesNotStopPreemption(t *testing.T) {
+	for name, explain := range map[string]bool{"without explain": false, "with explain": true} {
+		t.Run(name, func(t *testing.T) {
+			c := cluster(t).node("n1", 1, "A100", 40960).running(task{id: "r0", class: domain.Low}, on("n1", 0))
+			c.submit(task{id: "low-h100", class: domain.Low, model: "H100", at: t0.Add(-100 * time.Hour)}, task{id: "med", class: domain.Medium})
+			r := c.plan(policy.Options{Preemption: policy.Ladder, StarvationWait: 96 * time.Hour, Explain: explain})
+			got := preempts(r)
+			if len(got) != 1 || got[0].TaskID != "r0" || got[0].For != "med" {
+				t.Errorf("preemptions %v, want r0 for med", summary(r.Decisions))
+			}
+		})
+	}
+}
