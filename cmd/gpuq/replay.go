@@ -21,7 +21,7 @@ import (
 // scheduler's.
 type policyFlags struct {
 	policy, within, backfill, teams, victims string
-	maxWait, classAging                      time.Duration
+	maxWait, classAging, starvationWait      time.Duration
 }
 
 func (p *policyFlags) add(c *cobra.Command) {
@@ -32,12 +32,13 @@ func (p *policyFlags) add(c *cobra.Command) {
 	fl.StringVar(&p.teams, "teams", "", "the scheduler's teams file (YAML or JSON) with guaranteed GPUs or shares")
 	fl.DurationVar(&p.maxWait, "max-wait", policy.DefaultMaxWait, "the scheduler's --max-wait")
 	fl.DurationVar(&p.classAging, "class-aging", policy.DefaultClassAging, "the scheduler's --class-aging")
+	fl.DurationVar(&p.starvationWait, "starvation-wait", policy.DefaultStarvationWait, "the scheduler's --starvation-wait")
 	fl.StringVar(&p.victims, "victims", policy.LeastLost, "the scheduler's choice among victims: least-lost or newest")
 }
 
 func (p *policyFlags) options() (policy.Options, error) {
 	o := policy.Options{Preemption: p.policy, WithinClass: p.within, Backfill: p.backfill, MaxWait: p.maxWait,
-		ClassAging: p.classAging, Victims: p.victims}
+		ClassAging: p.classAging, StarvationWait: p.starvationWait, Victims: p.victims}
 	if p.teams != "" {
 		ts, err := policy.LoadTeams(p.teams)
 		if err != nil {

@@ -27,6 +27,7 @@ type simFlags struct {
 	pol, within, backfill  string
 	maxWait, agingTau      time.Duration
 	classAging, ckptEvery  time.Duration
+	starvationWait         time.Duration
 	victims                string
 	preemptible            float64
 	estModel, classMix     string
@@ -56,12 +57,13 @@ preempted one runs on for its grace, 120 s, and loses the work since its
 last checkpoint) with --preemptible (the share of preemptible tasks).
 --victims chooses among victims of the same classes (least-lost, the
 policy's, or newest, Kueue's); --compare gpuq-newest-victims runs gpuq
-with newest beside it. --class-aging is the starvation guard across
-classes, the scheduler's and the advisor's flag of the same name and
-default: under fifo within class each class above LOW counts as
-submitted that much earlier per class, so class order holds while waits
-stay under it and nobody is overtaken by a task submitted more than
-twice that after it.
+with newest beside it. --starvation-wait is the starvation bound, the
+scheduler's and the advisor's flag of the same name and default (96h):
+under fifo within class a task that has waited that long without a start
+goes ahead of every task below CRITICAL, across the teams' tiers and the
+classes, in submit order; until then class order and the guarantees hold.
+--class-aging (off by default) is an ageing across classes: each class
+above LOW counts as submitted that much earlier per class.
 
 The JSON reports per policy the preemptions, lost_gpu_hours, and by_class
 (n, avg_queue_s, p95_queue_s, max_queue_s) when the tasks are of several
@@ -84,6 +86,7 @@ byte for byte.`,
 	fl.DurationVar(&f.maxWait, "max-wait", policy.DefaultMaxWait, "shortest-predicted: a task waiting this long goes first in its class")
 	fl.DurationVar(&f.agingTau, "aging-tau", policy.DefaultAgingTau, "shortest-predicted: a task's predicted service (GPUs × run time) is divided by 1 + wait/aging-tau")
 	fl.DurationVar(&f.classAging, "class-aging", policy.DefaultClassAging, "starvation guard across classes under fifo within class: each class above LOW counts as submitted this much earlier per class (0: off, strict class order)")
+	fl.DurationVar(&f.starvationWait, "starvation-wait", policy.DefaultStarvationWait, "starvation bound under fifo within class: a task that waited this long without a start goes ahead of every task below CRITICAL, across teams and classes, in submit order (0: off)")
 	fl.StringVar(&f.victims, "victims", policy.LeastLost, "gpuq choice among victims of the same classes: least-lost (work since the last checkpoint) or newest (most recently started, as Kueue); gpuq-newest-victims always uses newest")
 	fl.DurationVar(&f.ckptEvery, "checkpoint-every", 0, "agents' model: each task checkpoints at this interval of its run, and a preemption loses the work since the last checkpoint plus the grace (0, the default: checkpoint at once on preemption, no work lost)")
 	fl.Float64Var(&f.preemptible, "preemptible", 1, "share of the tasks that are preemptible (seeded draw, one per task; 1: all)")
@@ -121,6 +124,8 @@ func runSim(c *cobra.Command, f simFlags) error {
 		return invalid("aging-tau", "must be > 0")
 	case f.classAging < 0:
 		return invalid("class-aging", "must be ≥ 0")
+	case f.starvationWait < 0:
+		return invalid("starvation-wait", "must be ≥ 0")
 	case f.ckptEvery < 0:
 		return invalid("checkpoint-every", "must be ≥ 0")
 	case !(f.preemptible >= 0 && f.preemptible <= 1):
@@ -141,7 +146,7 @@ func runSim(c *cobra.Command, f simFlags) error {
 		return invalid("class-mix", err.Error())
 	}
 	opts := policy.Options{Preemption: f.pol, WithinClass: f.within, Backfill: f.backfill, MaxWait: f.maxWait, AgingTau: f.agingTau,
-		ClassAging: f.classAging, Victims: f.victims}
+		ClassAging: f.classAging, StarvationWait: f.starvationWait, Victims: f.victims}
 	if err := opts.Validate(); err != nil {
 		field := "policy"
 		switch {

@@ -288,6 +288,38 @@ func (r *ring) clone() ring {
 
 func (r *ring) quantile(q float64) float64 { return quantileSorted(r.sorted, q) }
 
+// window is a queue of the most recent values whose length its owner
+// sets (keep), kept sorted as it changes like ring.
+type window struct {
+	vals   []float64 // oldest first, from head
+	head   int
+	sorted []float64
+}
+
+func (w *window) add(v float64) {
+	w.vals = append(w.vals, v)
+	i, _ := slices.BinarySearch(w.sorted, v)
+	w.sorted = slices.Insert(w.sorted, i, v)
+}
+
+// keep drops the oldest values beyond the last k.
+func (w *window) keep(k int) {
+	for w.n() > k {
+		old := w.vals[w.head]
+		w.head++
+		i, _ := slices.BinarySearch(w.sorted, old)
+		w.sorted = slices.Delete(w.sorted, i, i+1)
+	}
+	if w.head > 1024 && w.head > len(w.vals)/2 {
+		w.vals = append(w.vals[:0], w.vals[w.head:]...)
+		w.head = 0
+	}
+}
+
+func (w *window) n() int { return len(w.vals) - w.head }
+
+func (w *window) quantile(q float64) float64 { return quantileSorted(w.sorted, q) }
+
 // quantileSorted interpolates linearly between order statistics.
 func quantileSorted(s []float64, q float64) float64 {
 	if len(s) == 0 {

@@ -28,40 +28,94 @@ func TestRingSorted(t *testing.T) {
 	})
 }
 
-// A class with MinClassResiduals of its own is calibrated by them (its P90
-// at least every class's); a class with fewer, by every class's; one class
-// alone changes nothing.
+// A class with MinClassResiduals of its own over the pooled window's span
+// is calibrated by them (its P90 blended toward every class's when that
+// one is higher); a class with fewer, by every class's; one class
+// alone changes nothing; and the class's window follows the pooled one's
+// span, down to its last MinClassResiduals.
 func TestQuantilesByClass(t *testing.T) {
+	type batch struct {
+		class domain.Priority
+		v     float64
+		n     int
+	}
+	l3 := math.Log(3)
 	cases := map[string]struct {
-		low, medium int // residuals of each class: LOW's log 3, MEDIUM's 0
-		class       domain.Priority
-		want90      float64
+		window int
+		adds   []batch // in this order
+		class  domain.Priority
+		want90 float64
 	}{
-		"LOW with its own residuals":                   {low: MinClassResiduals, medium: 1000, class: domain.Low, want90: math.Log(3)},
-		"LOW with too few: every class's":              {low: MinClassResiduals - 1, medium: 5000, class: domain.Low, want90: 0},
-		"MEDIUM with its own, the pooled P90 above it": {low: MinClassResiduals, medium: 1000, class: domain.Medium, want90: math.Log(3)},
-		"HIGH without any: every class's":              {low: 100, medium: 5000, class: domain.High, want90: 0},
-		"one class: the same residuals":                {medium: 1000, class: domain.Medium, want90: 0},
+		"LOW with its own residuals": {window: 100000, adds: []batch{{domain.Medium, 0, 1000}, {domain.Low, l3, MinClassResiduals}},
+			class: domain.Low, want90: l3},
+		"LOW with too few: every class's": {window: 100000, adds: []batch{{domain.Medium, 0, 5000}, {domain.Low, l3, MinClassResiduals - 1}},
+			class: domain.Low, want90: 0},
+		"MEDIUM with its own, the pooled P90 above it: blended by n/(n+ClassShrink)": {window: 100000,
+			adds:  []batch{{domain.Medium, 0, ClassShrink}, {domain.Low, l3, MinClassResiduals}},
+			class: domain.Medium, want90: 0.5 * l3},
+		"LOW with its own above the pooled P90: its own": {window: 100000, adds: []batch{{domain.Medium, 0, 5000}, {domain.Low, l3, 1000}},
+			class: domain.Low, want90: l3},
+		"HIGH without any: every class's": {window: 100000, adds: []batch{{domain.Medium, 0, 5000}, {domain.Low, l3, 100}},
+			class: domain.High, want90: 0},
+		"one class: the same residuals": {window: 100000, adds: []batch{{domain.Medium, 0, 1000}}, class: domain.Medium, want90: 0},
+		"the class's old residuals beyond the pooled span are dropped": {window: 1000,
+			adds:  []batch{{domain.Low, l3, 600}, {domain.Medium, 0, 1000}, {domain.Low, 0, 300}},
+			class: domain.Low, want90: 0},
+		"a class rarer in the span keeps its last MinClassResiduals": {window: 1000,
+			adds:  []batch{{domain.Low, 0, 600}, {domain.Low, l3, MinClassResiduals}, {domain.Medium, 0, 1000}},
+			class: domain.Low, want90: l3},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			e := &Estimator{}
-			e.res.max = 100000
-			for i := range e.byClass {
-				e.byClass[i].max = 100000
-			}
-			add := func(p domain.Priority, v float64, n int) {
-				for range n {
-					e.res.add(v)
-					e.byClass[p].add(v)
+			e := &Estimator{Window: tc.window}
+			for _, b := range tc.adds {
+				for range b.n {
+					e.addResidual(b.v, b.class)
 				}
 			}
-			add(domain.Medium, 0, tc.medium)
-			add(domain.Low, math.Log(3), tc.low)
 			_, q90 := e.quantiles(tc.class)
 			if math.Abs(q90-tc.want90) > 1e-9 {
 				t.Errorf("P90 log-ratio %v, want %v", q90, tc.want90)
 			}
 		})
 	}
+}
+
+// The class windows hold, at every step, exactly each class's residuals
+// among the pooled window's, or its last MinClassResiduals when fewer.
+func TestPropClassWindows(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		w := rapid.IntRange(1, 600).Draw(t, "window")
+		e := &Estimator{Window: w}
+		type r struct {
+			c domain.Priority
+			v float64
+		}
+		var all []r
+		steps := rapid.IntRange(1, 1500).Draw(t, "steps")
+		for i := 0; i < steps; i++ {
+			c := domain.Priority(rapid.IntRange(int(domain.Low), int(domain.Critical)).Draw(t, "class"))
+			v := float64(rapid.IntRange(-50, 50).Draw(t, "v")) / 10
+			e.addResidual(v, c)
+			all = append(all, r{c, v})
+		}
+		from := max(0, len(all)-w)
+		for c := domain.Low; c <= domain.Critical; c++ {
+			var in, own []float64
+			for i, x := range all {
+				if x.c == c {
+					own = append(own, x.v)
+					if i >= from {
+						in = append(in, x.v)
+					}
+				}
+			}
+			want := own[max(0, len(own)-max(len(in), MinClassResiduals)):]
+			want = slices.Clone(want)
+			slices.Sort(want)
+			if got := e.byClass[c].sorted; !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+				t.Fatalf("class %s: window %v, want %v", c, got, want)
+			}
+		}
+	})
 }

@@ -24,7 +24,9 @@ const (
 // Within a class: submit time (FIFO), or under ShortestPredicted the
 // predicted service (GPUs × run time, as Helios' QSSF) aged by the wait,
 // with tasks that waited MaxWait first. Under FIFO, Options.ClassAging
-// gives each class its head start in time instead (agedBefore).
+// gives each class its head start in time instead (agedBefore), and
+// Options.StarvationWait puts the tasks that waited that long without a
+// start right after CRITICAL, whatever their tier and class (starved).
 func (pc *pass) order(yield func(t *domain.Task, tier int) bool) {
 	s := pc.in.State
 	if pc.opts.WithinClass == ShortestPredicted {
@@ -46,6 +48,20 @@ func (pc *pass) order(yield func(t *domain.Task, tier int) bool) {
 	})
 	if stopped {
 		return
+	}
+	// The starvation bound: tasks never started that waited
+	// StarvationWait go next, across tiers and classes, in submit order.
+	if pc.opts.StarvationWait > 0 && pc.opts.WithinClass == FIFO {
+		if !pc.walkStarved(func(t *domain.Task) bool { return yield(t, pc.tier(t)) }) {
+			return
+		}
+		inner := yield
+		yield = func(t *domain.Task, tier int) bool {
+			if pc.starved(t) {
+				return true
+			}
+			return inner(t, tier)
+		}
 	}
 	if pc.opts.ClassAging > 0 {
 		if pc.anyUnder && !pc.walkAged(func(t *domain.Task) bool { return pc.under(t.Team) },
@@ -97,6 +113,52 @@ func (pc *pass) walkAged(keep func(*domain.Task) bool, yield func(*domain.Task) 
 				t = cur[p].Peek()
 			}
 			if t != nil && (best == nil || pc.agedBefore(t, best)) {
+				best, from = t, p
+			}
+		}
+		if best == nil {
+			return true
+		}
+		cur[from].Next()
+		if !yield(best) {
+			return false
+		}
+	}
+}
+
+// starved reports whether t, below CRITICAL, has waited StarvationWait
+// without ever starting (a task requeued after a run is not starved: its
+// wait was bounded by its first start).
+func (pc *pass) starved(t *domain.Task) bool {
+	return pc.opts.StarvationWait > 0 && t.Priority != domain.Critical && t.FirstStarted.IsZero() &&
+		!t.SubmittedAt.After(pc.in.Now.Add(-pc.opts.StarvationWait))
+}
+
+// walkStarved yields the starved tasks (starved) in submit order, then
+// higher class first, then queue order, until yield returns false; it
+// reports whether it walked to the end. A class's list is in submit
+// order, so each cursor stops at the first task submitted after the
+// cutoff: the walk costs the tasks older than StarvationWait.
+func (pc *pass) walkStarved(yield func(*domain.Task) bool) bool {
+	cutoff := pc.in.Now.Add(-pc.opts.StarvationWait)
+	var cur [domain.High + 1]domain.QueueCursor
+	for p := domain.Low; p <= domain.High; p++ {
+		cur[p] = pc.s.QueueClass(p)
+	}
+	for {
+		var best *domain.Task
+		from := domain.Low
+		for p := domain.High; p >= domain.Low; p-- {
+			t := cur[p].Peek()
+			for t != nil && !t.SubmittedAt.After(cutoff) && !t.FirstStarted.IsZero() {
+				cur[p].Next()
+				t = cur[p].Peek()
+			}
+			if t == nil || t.SubmittedAt.After(cutoff) {
+				continue
+			}
+			if best == nil || t.SubmittedAt.Before(best.SubmittedAt) ||
+				(t.SubmittedAt.Equal(best.SubmittedAt) && t.Priority > best.Priority) {
 				best, from = t, p
 			}
 		}

@@ -101,11 +101,16 @@ func (pc *pass) step(t *domain.Task, tier, pos int) bool {
 	if tier == tierUnder && pc.opts.Explain {
 		pc.tierAhead = append(pc.tierAhead, t.ID)
 	}
-	if !pc.opts.Explain && pc.free.count == 0 && !pc.mayPreempt(t, tier) {
+	// 1. Nothing free and t cannot preempt: t would block the pass (and
+	//    stall every later preemption), so without Explain the pass stops
+	//    here — unless t cannot run now at all, which blocks nothing: a
+	//    later task may still preempt (TestPropPass found the pass
+	//    stopping at an unplaceable LOW task ahead of a MEDIUM preemptor).
+	ever, now := pc.cap.feasible(t)
+	if !pc.opts.Explain && pc.free.count == 0 && !pc.mayPreempt(t, tier) && ever && now {
 		return false
 	}
 	// 2. Feasibility.
-	ever, now := pc.cap.feasible(t)
 	if !ever || !now {
 		r := ReasonUnsatisfiable
 		switch {

@@ -112,6 +112,9 @@ func genOptions(t *rapid.T) policy.Options {
 	if rapid.Bool().Draw(t, "class-aging") {
 		o.ClassAging = time.Duration(rapid.IntRange(10, 600).Draw(t, "class-aging-min")) * time.Minute
 	}
+	if rapid.Bool().Draw(t, "starvation") {
+		o.StarvationWait = time.Duration(rapid.IntRange(10, 600).Draw(t, "starvation-min")) * time.Minute
+	}
 	o.Victims = rapid.SampledFrom([]string{"", policy.LeastLost, policy.Newest}).Draw(t, "victims")
 	if rapid.Bool().Draw(t, "teams") {
 		o.Teams = policy.Teams{}

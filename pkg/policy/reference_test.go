@@ -334,8 +334,30 @@ func (pc *pass) refOrder() []string {
 	key := func(t *domain.Task) time.Time {
 		return t.SubmittedAt.Add(-time.Duration(int(t.Priority)-int(domain.Low)) * pc.opts.ClassAging)
 	}
+	// Under StarvationWait: CRITICAL, then the starved tasks (waited that
+	// long, never started) by submit time and class, then the rest.
+	group := func(t *domain.Task) int {
+		switch {
+		case t.Priority == domain.Critical:
+			return 0
+		case pc.opts.StarvationWait > 0 && t.FirstStarted.IsZero() && pc.in.Now.Sub(t.SubmittedAt) >= pc.opts.StarvationWait:
+			return 1
+		}
+		return 2
+	}
 	sort.SliceStable(q, func(i, j int) bool {
 		a, b := q[i], q[j]
+		if ga, gb := group(a), group(b); ga != gb {
+			return ga < gb
+		} else if ga == 1 {
+			if !a.SubmittedAt.Equal(b.SubmittedAt) {
+				return a.SubmittedAt.Before(b.SubmittedAt)
+			}
+			if a.Priority != b.Priority {
+				return a.Priority > b.Priority
+			}
+			return domain.InLine(a, b)
+		}
 		if ta, tb := pc.tier(a), pc.tier(b); ta != tb {
 			return ta < tb
 		}

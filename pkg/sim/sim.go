@@ -115,10 +115,13 @@ type Scenario struct {
 	// ClassAgingS and Victims are the gpuq policy's starvation guard across
 	// classes and choice of victims (gpuq-newest-victims: newest); omitted
 	// when off and the default, as before they existed.
-	ClassAgingS   float64 `json:"class_aging_s,omitempty"`
-	Victims       string  `json:"victims,omitempty"`
-	EstimateModel string  `json:"estimate_model"`
-	ClassMix      string  `json:"class_mix"`
+	ClassAgingS float64 `json:"class_aging_s,omitempty"`
+	// StarvationWaitS is the gpuq policy's starvation bound (omitted when
+	// off, as before it existed).
+	StarvationWaitS float64 `json:"starvation_wait_s,omitempty"`
+	Victims         string  `json:"victims,omitempty"`
+	EstimateModel   string  `json:"estimate_model"`
+	ClassMix        string  `json:"class_mix"`
 	// Preemptible and Checkpoint state the agents' model; Run fills them.
 	Preemptible string  `json:"preemptible"`
 	Checkpoint  string  `json:"checkpoint"`
@@ -168,6 +171,7 @@ func Run(ctx context.Context, cfg Config, sc Scenario, tasks []Task) (*Report, e
 	o := policy.New(cfg.Options).Options()
 	sc.Policy, sc.WithinClass, sc.Backfill, sc.AgingTauS, sc.MaxWaitS = o.Preemption, o.WithinClass, o.Backfill, o.AgingTau.Seconds(), o.MaxWait.Seconds()
 	sc.ClassAgingS = o.ClassAging.Seconds()
+	sc.StarvationWaitS = o.StarvationWait.Seconds()
 	if sc.Preemptible == "" {
 		sc.Preemptible = "all"
 	}

@@ -296,7 +296,7 @@ func Connect(ctx context.Context, name string, c *Common, notify Notify) (*nats.
 type PolicyFlags struct {
 	Preemption, WithinClass, Backfill, Teams string
 	Victims                                  string
-	MaxWait, ClassAging                      time.Duration
+	MaxWait, ClassAging, StarvationWait      time.Duration
 }
 
 // Policy registers the policy flags.
@@ -308,6 +308,7 @@ func (f *Flags) Policy() *PolicyFlags {
 	f.String(&p.Teams, "teams", "GPUQ_TEAMS", "", "teams file (YAML or JSON) with guaranteed GPUs or shares")
 	f.Duration(&p.MaxWait, "max-wait", "GPUQ_MAX_WAIT", policy.DefaultMaxWait, "shortest-predicted: tasks waiting this long go first in their class")
 	f.Duration(&p.ClassAging, "class-aging", "GPUQ_CLASS_AGING", policy.DefaultClassAging, "starvation guard across classes under fifo within class: each class above LOW counts as submitted this much earlier per class (0: off)")
+	f.Duration(&p.StarvationWait, "starvation-wait", "GPUQ_STARVATION_WAIT", policy.DefaultStarvationWait, "starvation bound under fifo within class: a task that waited this long without a start goes ahead of every task below CRITICAL, across teams and classes, in submit order (0: off)")
 	f.String(&p.Victims, "victims", "GPUQ_VICTIMS", policy.LeastLost, "choice among victims of the same classes: least-lost or newest")
 	return p
 }
@@ -316,7 +317,7 @@ func (f *Flags) Policy() *PolicyFlags {
 // they are invalid.
 func (f *Flags) PolicyOptions(p *PolicyFlags) policy.Options {
 	o := policy.Options{Preemption: p.Preemption, WithinClass: p.WithinClass, Backfill: p.Backfill, MaxWait: p.MaxWait,
-		ClassAging: p.ClassAging, Victims: p.Victims}
+		ClassAging: p.ClassAging, StarvationWait: p.StarvationWait, Victims: p.Victims}
 	if p.Teams != "" {
 		ts, err := policy.LoadTeams(p.Teams)
 		if err != nil {
