@@ -224,13 +224,23 @@ func (c *Cluster) start(i int) error {
 func (c *Cluster) WaitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		ok := true
+		ok, running, current := true, 0, -1
 		for _, s := range c.Servers {
-			if s.NS.Running() && (!s.NS.JetStreamEnabled() || !s.NS.JetStreamIsCurrent() || s.NS.JetStreamIsClustered() && s.metaLeader() == "") {
+			if !s.NS.Running() {
+				continue
+			}
+			running++
+			if !s.NS.JetStreamEnabled() || !s.NS.JetStreamIsCurrent() || s.NS.JetStreamIsClustered() && s.metaLeader() == "" {
 				ok = false
 			}
+			if s.NS.JetStreamIsLeader() {
+				current = s.currentPeers()
+			}
 		}
-		if ok {
+		// The meta leader must also see every other running server as a
+		// current peer: before that, an R3 stream is refused ("no
+		// suitable peers for placement, peer offline").
+		if ok && current >= running-1 {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -238,6 +248,22 @@ func (c *Cluster) WaitReady(timeout time.Duration) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// currentPeers is how many other meta group peers the server sees
+// current and online.
+func (s *Server) currentPeers() int {
+	jsz, err := s.NS.Jsz(&server.JSzOptions{})
+	if err != nil || jsz.Meta == nil {
+		return -1
+	}
+	n := 0
+	for _, p := range jsz.Meta.Replicas {
+		if p.Current && !p.Offline {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *Server) metaLeader() string {
