@@ -1522,21 +1522,6 @@ var (
 	lostKeys      = wireNames[Lost]()
 )
 
-func (s *scan) nodeReason(names []string) (node, reason string, ok bool) {
-	ok = s.members(names, func(k []byte) (bit uint32, ok bool) {
-		switch string(k) {
-		case "node":
-			node, ok = s.str(true)
-			return 1 << 0, ok
-		case "reason":
-			reason, ok = s.str(true)
-			return 1 << 1, ok
-		}
-		return 0, true
-	})
-	return node, reason, ok
-}
-
 func (s *scan) drained() (Event, bool) {
 	var e Drained
 	ok := s.members(drainedKeys, func(k []byte) (bit uint32, ok bool) {

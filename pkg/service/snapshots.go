@@ -176,11 +176,3 @@ func (s *Snapshots) save(ctx context.Context, at snapshot.Mark, encode time.Dura
 	s.logger.Info().Uint64("seq", at.Seq).Int("bytes", n).Str("encode", encode.Round(time.Microsecond).String()).
 		Str("store", time.Since(start).Round(time.Microsecond).String()).Msg(s.name + ": snapshot stored")
 }
-
-// Seq is the sequence of the last snapshot loaded or taken (0: none).
-func (s *Snapshots) Seq() uint64 {
-	if s == nil {
-		return 0
-	}
-	return s.seq
-}
