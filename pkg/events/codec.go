@@ -10,8 +10,10 @@ import (
 	"github.com/google/uuid"
 )
 
-// SchemaVersion is the envelope version this build writes. Decode reads
-// every version up to it.
+// SchemaVersion is the first version of every event type's schema, the
+// one a record without "v" has. A type's current version is VersionOf
+// (upcast.go): Encode writes it, Decode reads every version up to it,
+// upcasting older ones.
 const SchemaVersion = 1
 
 // Subject prefixes.
@@ -116,7 +118,7 @@ func Encode(e Event, m Meta) (subject string, data []byte, id string, err error)
 	if err != nil {
 		return "", nil, "", err
 	}
-	env := Envelope{ID: u.String(), Type: e.EventType(), Version: SchemaVersion, Time: m.Time.UTC(), CausationID: m.CausationID, Data: body}
+	env := Envelope{ID: u.String(), Type: e.EventType(), Version: VersionOf(e.EventType()), Time: m.Time.UTC(), CausationID: m.CausationID, Data: body}
 	if data, ok := appendEnvelope(make([]byte, 0, len(body)+160), &env); ok {
 		return Subject(e), data, env.ID, nil
 	}
@@ -188,7 +190,11 @@ type Record struct {
 }
 
 // Decode turns a stored message into a Record. Unknown types and newer
-// schema versions decode to Unknown; only malformed JSON is an error.
+// schema versions decode to Unknown; only malformed JSON is an error (or
+// an old version's payload its upcast refuses). An older version of a
+// known type is upcast (upcast.go) to today's struct; Envelope.Version
+// stays the version the record was written at (1 when it has none) and
+// Envelope.Data its stored payload.
 //
 // The result is exactly encoding/json's (decodeSlow). A one-pass decoder
 // without reflection (fastdecode.go) handles what Encode writes and gives
@@ -215,18 +221,26 @@ func decodeSlow(m Stored) (Record, error) {
 	if err := json.Unmarshal(m.Data, &env); err != nil {
 		return Record{}, fmt.Errorf("events: seq %d on %s: %w", m.Seq, m.Subject, err)
 	}
+	env.Version = storedVersion(env.Version)
 	r := Record{Seq: m.Seq, Subject: m.Subject, Envelope: env}
 	key := subjectKey(m.Subject)
 	mk, ok := taskTypes[env.Type]
 	if !ok {
 		mk, ok = nodeTypes[env.Type]
 	}
-	if !ok || env.Version > SchemaVersion || env.Version < 1 {
+	if !ok || env.Version > VersionOf(env.Type) || env.Version < 1 {
 		r.Event = Unknown{Type: env.Type, Version: env.Version, K: key, Raw: env.Data}
 		return r, nil
 	}
+	data := []byte(env.Data)
+	if env.Version < VersionOf(env.Type) {
+		var err error
+		if data, err = upcast(env.Type, env.Version, data); err != nil {
+			return Record{}, fmt.Errorf("events: seq %d %s: %w", m.Seq, env.Type, err)
+		}
+	}
 	p := mk()
-	if err := json.Unmarshal(env.Data, p); err != nil {
+	if err := json.Unmarshal(data, p); err != nil {
 		return Record{}, fmt.Errorf("events: seq %d %s: %w", m.Seq, env.Type, err)
 	}
 	r.Event = deref(p)

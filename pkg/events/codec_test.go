@@ -297,10 +297,10 @@ func TestDecodeUnknown(t *testing.T) {
 			data:    envelope("available", 7, `{"node":"n1"}`),
 			want:    events.Unknown{Type: "available", Version: 7, K: "n1", Raw: []byte(`{"node":"n1"}`)},
 		},
-		"version missing (0)": {
+		"version not a version (negative)": {
 			subject: "gpuq.task.t1.cancelled",
-			data:    envelope("cancelled", 0, `{"task_id":"t1"}`),
-			want:    events.Unknown{Type: "cancelled", Version: 0, K: "t1", Raw: []byte(`{"task_id":"t1"}`)},
+			data:    envelope("cancelled", -1, `{"task_id":"t1"}`),
+			want:    events.Unknown{Type: "cancelled", Version: -1, K: "t1", Raw: []byte(`{"task_id":"t1"}`)},
 		},
 		"unknown type with a body the known types would refuse": {
 			subject: "gpuq.task.t1.resized",

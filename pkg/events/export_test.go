@@ -33,3 +33,27 @@ func Registered() map[Type]Event {
 
 // WireNames is wireNames of v's struct type.
 func WireNames(v any) []string { return appendWireNames(nil, reflect.TypeOf(v)) }
+
+// SetUpcasts replaces t's upcast steps for a test (VersionOf(t) becomes
+// SchemaVersion + len(steps)); restore puts the build's back. Tests that
+// call it must not run in parallel with others that decode t.
+func SetUpcasts(t Type, steps ...Upcast) (restore func()) {
+	old, had := upcasts[t]
+	upcasts[t] = steps
+	return func() {
+		if had {
+			upcasts[t] = old
+		} else {
+			delete(upcasts, t)
+		}
+	}
+}
+
+// Upcasts is the number of steps each type has in this build.
+func Upcasts() map[Type]int {
+	out := map[Type]int{}
+	for t, s := range upcasts {
+		out[t] = len(s)
+	}
+	return out
+}

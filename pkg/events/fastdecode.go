@@ -138,7 +138,7 @@ func (d *decoder) decode(m Stored) (r Record, ok bool) {
 			bit = fData
 			s.ws()
 			dataStart = s.i
-			if seen&(fType|fV) == fType|fV && known(env.Type, env.Version) {
+			if seen&(fType|fV) == fType|fV && current(env.Type, env.Version) {
 				r.Event, ok = s.payload(env.Type)
 				decoded = true
 			} else {
@@ -156,13 +156,17 @@ func (d *decoder) decode(m Stored) (r Record, ok bool) {
 			return r, false
 		}
 	}
-	if !s.end() || seen&(fID|fType|fV|fTime|fData) != fID|fType|fV|fTime|fData {
+	if !s.end() || seen&(fID|fType|fTime|fData) != fID|fType|fTime|fData {
 		return r, false
 	}
+	env.Version = storedVersion(env.Version) // no "v" (or 0): version 1
 	env.Data = m.Data[dataStart:dataEnd:dataEnd]
 	if !known(env.Type, env.Version) {
 		r.Event = Unknown{Type: env.Type, Version: env.Version, K: subjectKey(m.Subject), Raw: env.Data}
 		return r, true
+	}
+	if !current(env.Type, env.Version) {
+		return r, false // an older version: encoding/json and its upcasts
 	}
 	if !decoded {
 		p := scan{b: env.Data, d: d}
@@ -224,9 +228,10 @@ func appendWireNames(names []string, t reflect.Type) []string {
 	return names
 }
 
-// known: Decode decodes this type and version (everything else is Unknown).
+// known: Decode decodes this type and version (everything else is
+// Unknown).
 func known(t Type, v int) bool {
-	if v < 1 || v > SchemaVersion {
+	if v < 1 || v > VersionOf(t) {
 		return false
 	}
 	if _, ok := taskTypes[t]; ok {
@@ -235,6 +240,10 @@ func known(t Type, v int) bool {
 	_, ok := nodeTypes[t]
 	return ok
 }
+
+// current: t is known and v is its current version, the one the fast
+// decoder reads (an older one is upcast by the slow path).
+func current(t Type, v int) bool { return v == VersionOf(t) && known(t, v) }
 
 // wireType returns the constant for a known wire name without allocating.
 func wireType(b []byte) Type {

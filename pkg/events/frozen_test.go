@@ -3,6 +3,7 @@ package events_test
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -15,7 +16,10 @@ import (
 	"github.com/gpuq/gpuq/pkg/events"
 )
 
-var update = flag.Bool("update", false, "rewrite the frozen encodings under testdata/v1 from the current encoder")
+var (
+	update     = flag.Bool("update", false, "write the frozen encodings testdata/v<N>/<type>.json that are missing, from the current encoder (an existing one is never rewritten)")
+	updateWire = flag.Bool("update-wire", false, "rewrite testdata/wire.golden (the wire names, subjects and keys) from the current types")
+)
 
 // v1Time and v1Causation are the envelope fields of every frozen encoding.
 var (
@@ -70,11 +74,29 @@ func allTypes() []events.Type {
 	return append(append([]events.Type(nil), events.TaskTypes...), events.NodeTypes...)
 }
 
-// writeFrozen rewrites testdata/v1/<type>.json with the current encoder; the
-// envelope id is fixed so that regenerating changes nothing that did not
-// change.
+// frozen is what every file testdata/v<N>/<type>.json must decode to,
+// forever, by version. A type at version N (events.VersionOf) has a file
+// in each of testdata/v1 … testdata/vN: the old ones decode through the
+// upcasts, to today's struct. When a type gets a new version, its entry
+// for the new version is added here (and its file written with -update);
+// the older entries change only by what the new step fills in.
+func frozen() map[int]map[events.Type]events.Event {
+	return map[int]map[events.Type]events.Event{1: v1Events()}
+}
+
+func frozenPath(v int, typ events.Type) string {
+	return filepath.Join("testdata", fmt.Sprintf("v%d", v), string(typ)+".json")
+}
+
+// writeFrozen writes testdata/v<N>/<type>.json with the current encoder
+// (N is the type's current version) unless it exists; the envelope id is
+// fixed.
 func writeFrozen(t *testing.T, typ events.Type, e events.Event) {
 	t.Helper()
+	p := frozenPath(events.VersionOf(typ), typ)
+	if _, err := os.Stat(p); err == nil {
+		return // frozen: never rewritten
+	}
 	_, data, _, err := events.Encode(e, events.Meta{Time: v1Time, CausationID: v1Causation})
 	if err != nil {
 		t.Fatalf("Encode(%T): %v", e, err)
@@ -88,65 +110,79 @@ func writeFrozen(t *testing.T, typ events.Type, e events.Event) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join("testdata", "v1", string(typ)+".json"), append(out, '\n'), 0o644); err != nil {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(p, append(out, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", p)
 }
 
-// TestFrozenV1 decodes the version-1 encodings kept under testdata/v1: an
-// old log must stay readable by every later build.
+// TestFrozenV1 decodes the frozen encodings kept under testdata/v<N>, of
+// every version of every type: an old log must stay readable by every
+// later build. (Its name is the one docs and habits use; it covers every
+// version.)
 func TestFrozenV1(t *testing.T) {
-	want := v1Events()
+	want := frozen()
 	if *update {
-		for typ, e := range want {
-			writeFrozen(t, typ, e)
+		for _, typ := range allTypes() {
+			if e, ok := want[events.VersionOf(typ)][typ]; ok {
+				writeFrozen(t, typ, e)
+			}
 		}
 	}
 
-	// Every wire name has a frozen encoding, and nothing else is there.
-	files, err := filepath.Glob(filepath.Join("testdata", "v1", "*.json"))
+	// Every wire name has a frozen encoding of each of its versions, and
+	// nothing else is there.
+	files, err := filepath.Glob(filepath.Join("testdata", "v*", "*.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var gotNames, wantNames []string
 	for _, f := range files {
-		gotNames = append(gotNames, strings.TrimSuffix(filepath.Base(f), ".json"))
+		gotNames = append(gotNames, filepath.Base(filepath.Dir(f))+"/"+strings.TrimSuffix(filepath.Base(f), ".json"))
 	}
 	for _, typ := range allTypes() {
-		wantNames = append(wantNames, string(typ))
+		for v := 1; v <= events.VersionOf(typ); v++ {
+			wantNames = append(wantNames, fmt.Sprintf("v%d/%s", v, typ))
+		}
 	}
+	sort.Strings(gotNames)
 	sort.Strings(wantNames)
 	if diff := cmp.Diff(wantNames, gotNames); diff != "" {
-		t.Errorf("files in testdata/v1 (-want +got):\n%s", diff)
+		t.Errorf("files in testdata/v* (-want +got):\n%s", diff)
 	}
 
 	for _, typ := range allTypes() {
-		t.Run(string(typ), func(t *testing.T) {
-			e, ok := want[typ]
-			if !ok {
-				t.Fatalf("v1Events has no %q", typ)
-			}
-			data, err := os.ReadFile(filepath.Join("testdata", "v1", string(typ)+".json"))
-			if err != nil {
-				t.Fatalf("%v (run go test -run TestFrozenV1 -update once to write it)", err)
-			}
-			subj := events.Subject(e)
-			rec, err := events.Decode(events.Stored{Seq: 42, Subject: subj, Data: data, Time: v1Time})
-			if err != nil {
-				t.Fatalf("Decode: %v", err)
-			}
-			if diff := cmp.Diff(e, rec.Event); diff != "" {
-				t.Errorf("decoded event (-want +got):\n%s", diff)
-			}
-			gotEnv := rec.Envelope
-			gotEnv.Data = nil
-			wantEnv := events.Envelope{ID: "0194387a-" + string(typ), Type: typ, Version: 1, Time: v1Time, CausationID: v1Causation}
-			if diff := cmp.Diff(wantEnv, gotEnv); diff != "" {
-				t.Errorf("envelope (-want +got):\n%s", diff)
-			}
-			if rec.Seq != 42 || rec.Subject != subj {
-				t.Errorf("record seq, subject = %d, %q; want 42, %q", rec.Seq, rec.Subject, subj)
-			}
-		})
+		for v := 1; v <= events.VersionOf(typ); v++ {
+			t.Run(fmt.Sprintf("v%d/%s", v, typ), func(t *testing.T) {
+				e, ok := want[v][typ]
+				if !ok {
+					t.Fatalf("frozen()[%d] has no %q", v, typ)
+				}
+				data, err := os.ReadFile(frozenPath(v, typ))
+				if err != nil {
+					t.Fatalf("%v (run go test -run TestFrozenV1 -update once to write it)", err)
+				}
+				subj := events.Subject(e)
+				rec, err := events.Decode(events.Stored{Seq: 42, Subject: subj, Data: data, Time: v1Time})
+				if err != nil {
+					t.Fatalf("Decode: %v", err)
+				}
+				if diff := cmp.Diff(e, rec.Event); diff != "" {
+					t.Errorf("decoded event (-want +got):\n%s", diff)
+				}
+				gotEnv := rec.Envelope
+				gotEnv.Data = nil
+				wantEnv := events.Envelope{ID: "0194387a-" + string(typ), Type: typ, Version: v, Time: v1Time, CausationID: v1Causation}
+				if diff := cmp.Diff(wantEnv, gotEnv); diff != "" {
+					t.Errorf("envelope (-want +got):\n%s", diff)
+				}
+				if rec.Seq != 42 || rec.Subject != subj {
+					t.Errorf("record seq, subject = %d, %q; want 42, %q", rec.Seq, rec.Subject, subj)
+				}
+			})
+		}
 	}
 }

@@ -117,8 +117,8 @@ func SkipReason(r Record) string {
 	case Invalid:
 		return e.Reason
 	case Unknown:
-		if e.Version > SchemaVersion {
-			return fmt.Sprintf("schema version %d is newer than this build's %d", e.Version, SchemaVersion)
+		if v := VersionOf(e.Type); e.Version > v {
+			return fmt.Sprintf("schema version %d is newer than this build's %d", e.Version, v)
 		}
 		if e.Version < 1 {
 			return fmt.Sprintf("schema version %d is not a version", e.Version)

@@ -39,7 +39,7 @@ func TestDecodeRecord(t *testing.T) {
 		"payload of the wrong type":  {subject: "gpuq.task.t1.completed", data: env("completed", 1, `{"task_id":5}`), want: "undecodable: seq 7 completed"},
 		"unknown type":               {subject: "gpuq.task.t1.exploded", data: env("exploded", 1, `{}`), want: `unknown event type "exploded"`},
 		"newer version":              {subject: "gpuq.task.t1.submitted", data: env("submitted", 99, `{}`), want: "schema version 99 is newer"},
-		"version zero":               {subject: "gpuq.task.t1.submitted", data: env("submitted", 0, `{}`), want: "schema version 0 is not"},
+		"version negative":           {subject: "gpuq.task.t1.submitted", data: env("submitted", -1, `{}`), want: "schema version -1 is not"},
 		"too large":                  {subject: subj, data: append(append([]byte{}, data[:len(data)-1]...), []byte(`,"pad":"`+strings.Repeat("x", events.MaxRecordBytes)+`"}`)...), want: "record of"},
 		"payload names another task": {subject: subj, data: other, want: `payload names "t2", the subject "t1"`},
 		"type differs from subject":  {subject: subj, data: checkpoint, want: `envelope type "checkpointed" on a "completed" subject`},
