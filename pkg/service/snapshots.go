@@ -32,6 +32,11 @@ type Snapshots struct {
 	at     snapshot.Mark // the last record folded
 	busy   chan struct{} // holds a token while a snapshot is being stored
 	next   time.Time     // no snapshot before (see Take)
+	// unsaved: the last snapshot Take handed to its goroutine was not
+	// stored (its context ended, say): Final writes one even if seq
+	// covers what was folded. Written by that goroutine before it gives
+	// busy back, read by Final after it took busy.
+	unsaved bool
 }
 
 // SaveTimeout bounds the snapshot written when a service stops.
@@ -135,7 +140,7 @@ func (s *Snapshots) Take(ctx context.Context, st *domain.State, own func() [][]b
 	s.seq = at.Seq
 	go func() {
 		defer func() { <-s.busy }()
-		s.save(ctx, at, took, parts)
+		s.unsaved = !s.save(ctx, at, took, parts)
 	}()
 }
 
@@ -147,7 +152,7 @@ func (s *Snapshots) Final(st *domain.State, own func() [][]byte) {
 	}
 	s.busy <- struct{}{}
 	defer func() { <-s.busy }()
-	if st.Seq <= s.seq || s.at.Seq != st.Seq {
+	if st.Seq <= s.seq && !s.unsaved || s.at.Seq != st.Seq {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), SaveTimeout)
@@ -155,7 +160,7 @@ func (s *Snapshots) Final(st *domain.State, own func() [][]byte) {
 	start := time.Now()
 	parts := s.encode(st, own)
 	s.seq = st.Seq
-	s.save(ctx, s.at, time.Since(start), parts)
+	s.unsaved = !s.save(ctx, s.at, time.Since(start), parts)
 }
 
 func (s *Snapshots) encode(st *domain.State, own func() [][]byte) [][]byte {
@@ -166,13 +171,15 @@ func (s *Snapshots) encode(st *domain.State, own func() [][]byte) [][]byte {
 	return parts
 }
 
-func (s *Snapshots) save(ctx context.Context, at snapshot.Mark, encode time.Duration, parts [][]byte) {
+// save stores a snapshot and reports whether it was stored.
+func (s *Snapshots) save(ctx context.Context, at snapshot.Mark, encode time.Duration, parts [][]byte) bool {
 	start := time.Now()
 	n, err := s.store.Save(ctx, s.name, at, parts...)
 	if err != nil {
 		s.logger.Warn().Err(err).Uint64("seq", at.Seq).Msg(s.name + ": snapshot not stored")
-		return
+		return false
 	}
 	s.logger.Info().Uint64("seq", at.Seq).Int("bytes", n).Str("encode", encode.Round(time.Microsecond).String()).
 		Str("store", time.Since(start).Round(time.Microsecond).String()).Msg(s.name + ": snapshot stored")
+	return true
 }

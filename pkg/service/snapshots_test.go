@@ -111,3 +111,41 @@ func saveGarbage(t *testing.T, store *snapshot.Store, l events.Log) {
 		t.Fatal(err)
 	}
 }
+
+// TestFinalAfterUnsavedTake: a snapshot that Take could not store (its
+// context ended, as when a service stops right after catching up) is
+// written by Final, not taken as covered.
+func TestFinalAfterUnsavedTake(t *testing.T) {
+	ctx := context.Background()
+	srv := embeddedtest.Server(t)
+	nc := embeddedtest.Connect(t, srv, "test")
+	l, err := evjs.Open(ctx, nc, evjs.StreamConfig{MemoryStorage: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		appendEvent(t, l, dt.Task().ID(taskID(i)).GPUs(1).Submitted())
+	}
+	bucket := events.SnapshotBucketOf("svc")
+	snaps := service.OpenSnapshotsIn(ctx, l.JetStream(), bucket, 1, "svc", 5, zerolog.Nop())
+	st, _ := snaps.Restore(ctx, l, 0)
+	f := service.New("svc", l, zerolog.Nop(), st)
+	if err := f.CatchUp(ctx, &service.Hooks{Applied: func(_ *domain.State, r events.Record, _ string) { snaps.Saw(r) }}); err != nil {
+		t.Fatal(err)
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	f.Read(func(st *domain.State) { snaps.Take(ended, st, nil) })
+	f.Read(func(st *domain.State) { snaps.Final(st, nil) })
+	store, err := snapshot.OpenBucket(ctx, l.JetStream(), bucket, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, _, err := store.Load(ctx, "svc", l)
+	if err != nil {
+		t.Fatalf("no snapshot after Final: %v", err)
+	}
+	if at.Seq != 10 {
+		t.Errorf("snapshot at %d, want 10", at.Seq)
+	}
+}
