@@ -36,7 +36,19 @@ type Config struct {
 	// Metrics, when set, gets the advisor's metrics (pkg/metrics): its
 	// fold and the estimates' self-measurement.
 	Metrics prometheus.Registerer
+	// SnapshotEvery: applied events between two snapshots of the fold and
+	// the estimator (its calibration residuals, its estimates at
+	// submission, its recent arrivals, its predictor), in the advisor's
+	// own bucket (events.SnapshotBucketOf("advisor")); 0:
+	// snapshot.DefaultEvery, negative: none written or loaded.
+	SnapshotEvery int
 }
+
+// SnapshotName is the advisor's object in its snapshot bucket.
+const SnapshotName = "advisor"
+
+// SnapshotBucket is the advisor's snapshot bucket.
+var SnapshotBucket = events.SnapshotBucketOf(SnapshotName)
 
 // Advisor is one running advisor: the runtime's fold of the log (which
 // also guards the estimator and the advice last published) and its
@@ -50,7 +62,9 @@ type Advisor struct {
 }
 
 // Run blocks until ctx ends.
-func Run(ctx context.Context, cfg Config) error {
+func Run(ctx context.Context, cfg Config) error { return newAdvisor(cfg).run(ctx) }
+
+func newAdvisor(cfg Config) *Advisor {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -60,8 +74,23 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Policy == nil {
 		cfg.Policy = policy.New(policy.Options{})
 	}
-	a := &Advisor{cfg: cfg, est: estimate.NewEstimator(cfg.Policy), last: map[string]estimate.Advice{}}
-	a.fold = service.New("advisor", cfg.Log, cfg.Logger, nil)
+	return &Advisor{cfg: cfg, est: estimate.NewEstimator(cfg.Policy), last: map[string]estimate.Advice{}}
+}
+
+func (a *Advisor) run(ctx context.Context) error {
+	cfg := a.cfg
+	var snaps *service.Snapshots
+	if cfg.JS != nil {
+		snaps = service.OpenSnapshotsIn(ctx, cfg.JS, SnapshotBucket, cfg.Replicas, SnapshotName, cfg.SnapshotEvery, cfg.Logger)
+	}
+	a.fold = service.New("advisor", cfg.Log, cfg.Logger, a.restore(ctx, snaps))
+	own := func() [][]byte {
+		b, err := a.est.MarshalBinary()
+		if err != nil {
+			cfg.Logger.Warn().Err(err).Msg("advisor: estimator not snapshotted")
+		}
+		return [][]byte{b}
+	}
 	if cfg.Metrics != nil {
 		metrics.Fold(cfg.Metrics, "advisor", func() *service.Fold { return a.fold }, cfg.Log.LastSeq)
 		metrics.Advisor(cfg.Metrics, func() (s estimate.Stats, alerts int) {
@@ -78,15 +107,18 @@ func Run(ctx context.Context, cfg Config) error {
 			_ = sub.Drain()
 		}
 	}()
+	defer a.fold.Read(func(st *domain.State) { snaps.Final(st, own) })
 	return a.fold.Run(ctx, service.Hooks{
 		// The estimator replays its own history with the fold.
 		Applied: func(st *domain.State, r events.Record, skipped string) {
 			if skipped == "" {
 				a.est.Observe(st, r)
 			}
+			snaps.Saw(r)
 		},
 		// Answer estimate and stats requests once the log is folded.
-		CaughtUp: func(context.Context) error {
+		CaughtUp: func(ctx context.Context) error {
+			a.fold.Read(func(st *domain.State) { snaps.Take(ctx, st, own) }) // a long fold is worth a snapshot at once
 			if cfg.NC != nil {
 				// Unscoped and team-scoped (api.TeamPrefix): estimates
 				// and stats hold nothing secret, so both answer alike.
@@ -106,9 +138,30 @@ func Run(ctx context.Context, cfg Config) error {
 			return nil
 		},
 		// Publish what changed materially.
-		React: func(ctx context.Context) error { a.publish(ctx); return nil },
-		Tick:  cfg.Tick,
+		React: func(ctx context.Context) error {
+			a.publish(ctx)
+			a.fold.Read(func(st *domain.State) { snaps.Take(ctx, st, own) })
+			return nil
+		},
+		Tick: cfg.Tick,
 	})
+}
+
+// restore is the state to fold the log onto, with the estimator as the
+// snapshot left it: the snapshot's when both its parts are usable, else
+// an empty state and the estimator as it is (the whole log is folded).
+func (a *Advisor) restore(ctx context.Context, snaps *service.Snapshots) *domain.State {
+	st, parts := snaps.Restore(ctx, a.cfg.Log, 1)
+	if parts == nil {
+		return st
+	}
+	if err := a.est.UnmarshalBinary(parts[0]); err != nil {
+		// The state is good, the estimator's part is not: fold from the
+		// start so that the estimator learns again.
+		a.cfg.Logger.Warn().Err(err).Msg("advisor: snapshot's estimator ignored; folding the whole log")
+		return domain.NewState()
+	}
+	return st
 }
 
 func (a *Advisor) publish(ctx context.Context) {
