@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/gpuq/gpuq/pkg/audit"
@@ -83,7 +84,11 @@ preemption allowed by the policy it names; every preempted task requeued,
 resumed or cancelled; with --teams, no team left below its guarantee
 while preemptible borrowers held GPUs. It lists the records the fold
 skipped, the digest of the folded state, and from the live stream its
-deny_delete and deny_purge settings. Exit 1 when not ok.`,
+deny_delete and deny_purge settings. With a live cluster it also compares
+the leading scheduler's digest of its own state (kept in the lease bucket
+while it leads) with the replay's digest after the same sequence: a
+difference is a live-digest-mismatch violation; no scheduler live is
+reported, not a failure. Exit 1 when not ok.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			o, err := p.options()
@@ -100,12 +105,16 @@ deny_delete and deny_purge settings. Exit 1 when not ok.`,
 					return err
 				}
 				rep = audit.Verify(audit.Records(ls), audit.Options{Teams: o.Teams})
+				rep.Live = audit.LiveArchive
 			} else {
 				l, done, err := attach(&f)
 				if err != nil {
 					return err
 				}
 				defer done()
+				// The live digest first: the log read after it reaches
+				// its sequence.
+				live, liveNote := liveDigest(c.Context(), l.JetStream())
 				_, err = events.ReadAll(c.Context(), l, 1, "", func(r events.Record) error {
 					recs = append(recs, r)
 					return nil
@@ -113,7 +122,10 @@ deny_delete and deny_purge settings. Exit 1 when not ok.`,
 				if err != nil {
 					return err
 				}
-				rep = audit.Verify(recs, audit.Options{Teams: o.Teams})
+				rep = audit.Verify(recs, audit.Options{Teams: o.Teams, Live: live})
+				if live == nil {
+					rep.Live = liveNote
+				}
 				ctx, cancel := context.WithTimeout(c.Context(), 10*time.Second)
 				defer cancel()
 				s, err := l.JetStream().Stream(ctx, events.StreamName)
@@ -143,6 +155,33 @@ deny_delete and deny_purge settings. Exit 1 when not ok.`,
 	return c
 }
 
+// liveDigest reads the leading scheduler's digest from the lease bucket;
+// without one, what to report instead (no scheduler live, or why it could
+// not be read). Neither is a failure.
+func liveDigest(ctx context.Context, j jetstream.JetStream) (*audit.LiveDigest, string) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	kv, err := j.KeyValue(ctx, events.LeaderBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, audit.LiveNone
+	}
+	if err != nil {
+		return nil, "unavailable: " + err.Error()
+	}
+	e, err := kv.Get(ctx, audit.LiveDigestKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, audit.LiveNone
+	}
+	if err != nil {
+		return nil, "unavailable: " + err.Error()
+	}
+	var v audit.LiveDigest
+	if err := json.Unmarshal(e.Value(), &v); err != nil || v.Digest == "" {
+		return nil, fmt.Sprintf("unavailable: the live digest record does not decode (%v)", err)
+	}
+	return &v, ""
+}
+
 func printReport(r audit.Report) {
 	status := "ok"
 	if !r.OK {
@@ -152,6 +191,11 @@ func printReport(r audit.Report) {
 	fmt.Printf("digest: %s\n", r.Digest)
 	if r.DenyDelete != nil {
 		fmt.Printf("stream: deny_delete %v, deny_purge %v\n", *r.DenyDelete, *r.DenyPurge)
+	}
+	if r.LiveDigest != "" {
+		fmt.Printf("live scheduler %s: %s (its digest after seq %d: %s)\n", r.LiveInstance, r.Live, r.LiveDigestSeq, r.LiveDigest)
+	} else if r.Live != "" {
+		fmt.Printf("live scheduler: %s\n", r.Live)
 	}
 	for _, v := range r.Violations {
 		fmt.Printf("%8d  %-26s  %s  %s\n", v.Seq, v.Kind, v.TaskID, v.Detail)

@@ -68,6 +68,15 @@ type Report struct {
 	// (nil for an archive); OK requires both where they are known.
 	DenyDelete *bool `json:"deny_delete"`
 	DenyPurge  *bool `json:"deny_purge"`
+	// Live is the check of the live scheduler's digest (LiveMatch,
+	// LiveMismatch, LiveNone, LiveArchive, or why it could not be read);
+	// where one was read, its digest, sequence and instance, and the
+	// replay's digest after the same sequence.
+	Live                  string `json:"live"`
+	LiveDigest            string `json:"live_digest,omitempty"`
+	LiveDigestSeq         uint64 `json:"live_digest_seq,omitempty"`
+	LiveInstance          string `json:"live_instance,omitempty"`
+	ReplayDigestAtLiveSeq string `json:"replay_digest_at_live_seq,omitempty"`
 }
 
 // Options of Verify.
@@ -80,6 +89,9 @@ type Options struct {
 	// how long of log time a preempted task may wait for its requeue, and
 	// a team for its guarantee, before it is a violation.
 	RequeueGrace, GuaranteeGrace time.Duration
+	// Live, when set, is the live scheduler's digest (read before the
+	// log): Verify compares it with the replay's after its sequence.
+	Live *LiveDigest
 }
 
 // Verify folds every record and checks the invariants at each. The report
@@ -94,6 +106,10 @@ func Verify(recs []events.Record, o Options) Report {
 	}
 	v := &verifier{f: newFolder(), o: o, held: map[string]string{}, holds: map[string][]string{}, late: map[uint64]bool{}, preempted: map[string]mark{}, under: map[string]mark{}}
 	rep := Report{Violations: []Violation{}, Skipped: []Skip{}}
+	var atLive string // the replay's digest after o.Live.Seq
+	if o.Live != nil && o.Live.Seq == 0 {
+		atLive = Digest(v.f.st)
+	}
 	for _, r := range recs {
 		rep.Events++
 		rep.LastSeq = r.Seq
@@ -103,11 +119,17 @@ func Verify(recs []events.Record, o Options) Report {
 			rep.Skipped = append(rep.Skipped, Skip{Seq: r.Seq, Subject: r.Subject, Reason: why})
 		}
 		v.after(r, why)
+		if o.Live != nil && r.Seq == o.Live.Seq {
+			atLive = Digest(v.f.st)
+		}
 	}
 	v.end()
 	sort.SliceStable(v.out, func(i, j int) bool { return v.out[i].Seq < v.out[j].Seq })
 	rep.Violations = append(rep.Violations, v.out...)
 	rep.Digest = Digest(v.f.st)
+	if o.Live != nil {
+		rep.checkLive(o.Live, atLive)
+	}
 	rep.Finish()
 	return rep
 }

@@ -191,6 +191,8 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 		s.mu.Unlock()
 	}()
 	hbDone := make(chan struct{})
+	dg := &liveDigest{kv: lease.kv, instance: s.cfg.Instance, epoch: lease.epoch, ttl: lease.ttl}
+	defer dg.clear()
 	var waitFor uint64 // our last append; no pass until folded
 	err := fold.Run(ctx, service.Hooks{
 		Applied: func(st *domain.State, r events.Record, skipped string) {
@@ -234,6 +236,7 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 			var err error
 			fold.Read(func(st *domain.State) {
 				s.snaps.take(ctx, st, s.pred)
+				dg.update(st)
 				if st.Seq < waitFor {
 					return
 				}
@@ -241,6 +244,7 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 				last, err = s.pass(ctx, st, lease)
 				waitFor = max(waitFor, last)
 			})
+			dg.publish(ctx)
 			return err
 		},
 		Tick: s.cfg.Tick,
