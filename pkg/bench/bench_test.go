@@ -92,8 +92,28 @@ func TestRun(t *testing.T) {
 	if got := r.RestartAged1MS; got < aged*0.999 || got > aged*1.001 {
 		t.Errorf("restart_aged_1m_s = %v, want %v", got, aged)
 	}
-	if len(r.Goals) != 11 {
-		t.Errorf("%d goals, want 11", len(r.Goals))
+	// Each service's restart from its own snapshot at the same sequence:
+	// the tail folded, extrapolated like restart_1m_s, the raw replay of
+	// the same log beside it.
+	if len(r.ServiceRestarts) != len(Services) {
+		t.Fatalf("%d service restarts, want %d (%v)", len(r.ServiceRestarts), len(Services), Services)
+	}
+	rawPer := r.Detail.Log.RawReplay.Took.Seconds() / float64(r.Detail.Log.RawReplay.N)
+	for i, sr := range r.ServiceRestarts {
+		d := r.Detail.Log.Services[i]
+		if sr.Service != Services[i] || d.Seq != 4000 || sr.TailEvents != 1000 || !sr.Extrapolated || sr.Events != 5000 {
+			t.Errorf("restart of %s: %+v (%+v); want %s from the snapshot at 4000, a tail of 1000, extrapolated from 5000", sr.Service, sr, d, Services[i])
+		}
+		want := (d.Restart-d.TailFold).Seconds()*(1_000_000-9_999)/4000 + d.TailFold.Seconds()*9_999/1000
+		if got := sr.Restart1MS; !(got > 0) || got < want*0.999 || got > want*1.001 {
+			t.Errorf("restart_%s_1m_s = %v, want %v", sr.Service, got, want)
+		}
+		if got := sr.RawReplay1MS; got < rawPer*1e6*0.999 || got > rawPer*1e6*1.001 || sr.VsRawReplay != sr.Restart1MS/sr.RawReplay1MS {
+			t.Errorf("%s: raw replay %v (want %v), vs raw %v", sr.Service, got, rawPer*1e6, sr.VsRawReplay)
+		}
+	}
+	if len(r.Goals) != 11+len(Services) {
+		t.Errorf("%d goals, want %d", len(r.Goals), 11+len(Services))
 	}
 
 	// The JSON names the issue asks for.
@@ -107,7 +127,7 @@ func TestRun(t *testing.T) {
 	}
 	for _, k := range []string{"raw_publish_dedup_per_s", "submit_ingest_per_s", "raw_replay_per_s", "fold_per_s",
 		"lifecycle_tasks_per_s", "placements_per_s", "placement_p99_ms", "bytes_per_queued_task", "restart_1m_s",
-		"restart_aged_1m_s", "snapshots", "ingest_vs_raw", "fold_vs_raw", "goals", "machine"} {
+		"restart_aged_1m_s", "snapshots", "ingest_vs_raw", "fold_vs_raw", "goals", "machine", "service_restarts"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("JSON lacks %q", k)
 		}
@@ -116,7 +136,8 @@ func TestRun(t *testing.T) {
 	if err := r.WriteTable(&out); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"restart_1m_s", "restart_aged_1m_s", "EXTRAPOLATED", "goals"} {
+	for _, s := range []string{"restart_1m_s", "restart_aged_1m_s", "EXTRAPOLATED", "goals",
+		"restart_scheduler_1m_s", "restart_submitter_1m_s", "restart_advisor_1m_s", "restart_agent_1m_s"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("table lacks %q:\n%s", s, out.String())
 		}

@@ -215,6 +215,9 @@ type LogResult struct {
 	// stream's de-duplication window (see History, step 5): Restart,
 	// ServerStart and the snapshot's parts of that restart.
 	Aged AgedRestart `json:"aged"`
+	// Services: each service's restart from its own snapshot at the same
+	// sequence, the server up (History, step 4b), in Services order.
+	Services []ServiceRestart `json:"services"`
 }
 
 // AgedRestart is History's step 5.
@@ -249,6 +252,10 @@ const sampleEvents = 20_000
 //     stream's de-duplication window (24 h), and the server's recovery
 //     reloads each one to rebuild its table of message ids: the worst
 //     case, a log that grew by 1M events within a day.
+//     4b. With the server up, each service's restart (Services) from its
+//     own snapshot at the same sequence, as the service restarts
+//     (service.Snapshots, then service.Fold's catch-up with its fold
+//     hook): see services.go.
 //  5. The same restart of the same log once its events are older than the
 //     window, as in a log that took more than a day to grow: the server's
 //     recovery then reloads none of them. A day cannot pass in a
@@ -306,6 +313,9 @@ func History(ctx context.Context, dir string, nodes, total, rounds int) (LogResu
 		return res, fmt.Errorf("snapshot: %w", err)
 	}
 	res.Snapshot.TailEvents = tail
+	if err := takeServiceSnapshots(ctx, nd.log, uint64(total-tail)); err != nil {
+		return res, fmt.Errorf("service snapshots: %w", err)
+	}
 
 	// 4. Restart.
 	check := func(st *domain.State, n int) error {
@@ -331,6 +341,15 @@ func History(ctx context.Context, dir string, nodes, total, rounds int) (LogResu
 		return res, err
 	}
 	st = nil
+
+	// 4b. Each service's restart, the server up.
+	for _, svc := range Services {
+		sr, err := restartService(ctx, nd.log, svc, total, tail)
+		if err != nil {
+			return res, err
+		}
+		res.Services = append(res.Services, sr)
+	}
 
 	// 5. The aged restart.
 	if err := nd.age(ctx, agedWindow); err != nil {

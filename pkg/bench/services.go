@@ -1,0 +1,166 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/estimate"
+	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/events/jetstream"
+	"github.com/gpuq/gpuq/pkg/policy"
+	"github.com/gpuq/gpuq/pkg/service"
+)
+
+// Each service's restart, as the services restart: service.Snapshots in
+// the service's own bucket (Restore: load, check against the log,
+// decode, the service's own parts), then service.Fold's catch-up on the
+// tail with the service's own fold hook. The server stays up (in
+// production NATS is a process of its own); the scheduler's cold restart
+// with the server's start is restart_1m_s.
+
+// Services are the services whose restarts History measures, in order.
+var Services = []string{"scheduler", "submitter", "advisor", "agent"}
+
+// advisorWarm is how many events before its snapshot the advisor's
+// estimator is fed when History builds that snapshot: a forward
+// simulation per submission makes a full fold of a 1M-event log take
+// many minutes, and what the estimator keeps is bounded (2,000
+// residuals, the last 4,096 arrivals, an estimate per queued task, the
+// predictor's windows), all of it full after this many events of the
+// history (about 5,000 submissions, 3,000 starts, 2,000 queued). The
+// predictor alone is the scheduler's, learnt from the whole log.
+const advisorWarm = 20_000
+
+// ServiceRestart is one service's restart from its snapshot.
+type ServiceRestart struct {
+	Service     string        `json:"service"`
+	Seq        uint64        `json:"snapshot_seq"`
+	TailEvents int           `json:"tail_events"`
+	Restart    time.Duration `json:"restart_ns"` // Restore + the tail's fold
+	Restore    time.Duration `json:"restore_ns"` // load, check, decode (state and own parts)
+	TailFold   time.Duration `json:"tail_fold_ns"`
+	RestartCPU time.Duration `json:"restart_cpu_ns"`
+}
+
+// serviceFold is what a service folds beside the state, and how its
+// snapshot's own parts are written and read.
+type serviceFold struct {
+	name    string // the object in the bucket, and its bucket (events.SnapshotBucketOf)
+	parts   int
+	applied func(st *domain.State, r events.Record, skipped string)
+	own     func() [][]byte
+	load    func(parts [][]byte) error
+}
+
+// newServiceFold is a fresh fold of service svc: the scheduler's
+// predictor, the advisor's estimator, nothing more for the submitter and
+// the agent (their state is the fold).
+func newServiceFold(svc string) *serviceFold {
+	f := &serviceFold{name: svc}
+	switch svc {
+	case "scheduler":
+		pred := estimate.NewPredictor(0)
+		f.parts = 1
+		f.applied = func(st *domain.State, r events.Record, skipped string) {
+			if c, ok := r.Event.(events.Completed); ok && skipped == "" {
+				if t := st.Tasks[c.TaskID]; t != nil {
+					pred.Observe(t)
+				}
+			}
+		}
+		f.own = func() [][]byte { b, _ := pred.MarshalBinary(); return [][]byte{b} }
+		f.load = func(p [][]byte) error { return pred.UnmarshalBinary(p[0]) }
+	case "advisor":
+		est := estimate.NewEstimator(policy.New(policy.Options{}))
+		f.parts = 1
+		f.applied = func(st *domain.State, r events.Record, skipped string) {
+			if skipped == "" {
+				est.Observe(st, r)
+			}
+		}
+		f.own = func() [][]byte { b, _ := est.MarshalBinary(); return [][]byte{b} }
+		f.load = func(p [][]byte) error { return est.UnmarshalBinary(p[0]) }
+	}
+	return f
+}
+
+// takeServiceSnapshots folds l up to at once and stores each service's
+// snapshot there, as each service's Snapshots.Final does: the same state
+// for all, the scheduler's predictor learnt on the whole log, the
+// advisor's estimator on its last advisorWarm events.
+func takeServiceSnapshots(ctx context.Context, l *jetstream.Log, at uint64) error {
+	st := domain.NewState()
+	sched, adv := newServiceFold("scheduler"), newServiceFold("advisor")
+	var last events.Record
+	if _, err := events.ReadAll(ctx, l, 1, "", func(r events.Record) error {
+		if r.Seq > at {
+			return nil
+		}
+		why := st.Apply(r)
+		sched.applied(st, r, why)
+		if r.Seq+advisorWarm > at {
+			adv.applied(st, r, why)
+		}
+		last = r
+		return nil
+	}); err != nil {
+		return err
+	}
+	if st.Seq != at {
+		return fmt.Errorf("bench: folded up to %d for snapshots at %d", st.Seq, at)
+	}
+	for _, svc := range Services {
+		f := newServiceFold(svc)
+		switch svc {
+		case "scheduler":
+			f = sched
+		case "advisor":
+			f = adv
+		}
+		snaps := service.OpenSnapshotsIn(ctx, l.JetStream(), events.SnapshotBucketOf("bench_"+svc), 1, svc, 0, zerolog.Nop())
+		if snaps == nil {
+			return fmt.Errorf("bench: no snapshot bucket for %s", svc)
+		}
+		snaps.Saw(last)
+		snaps.Final(st, f.own)
+		runtime.GC()
+	}
+	return nil
+}
+
+// restartService restarts svc on l from its snapshot, as the service
+// does, and checks that it folded exactly the tail up to the log's end.
+func restartService(ctx context.Context, l *jetstream.Log, svc string, total, tail int) (ServiceRestart, error) {
+	res := ServiceRestart{Service: svc}
+	f := newServiceFold(svc)
+	runtime.GC()
+	start, cpu := time.Now(), cpuTime()
+	snaps := service.OpenSnapshotsIn(ctx, l.JetStream(), events.SnapshotBucketOf("bench_"+svc), 1, svc, 0, zerolog.Nop())
+	st, parts := snaps.Restore(ctx, l, f.parts)
+	if st.Seq == 0 {
+		return res, fmt.Errorf("bench: %s found no usable snapshot", svc)
+	}
+	if f.load != nil {
+		if err := f.load(parts); err != nil {
+			return res, fmt.Errorf("bench: %s's snapshot: %w", svc, err)
+		}
+	}
+	res.Restore, res.Seq = time.Since(start), st.Seq
+	tailStart := time.Now()
+	fold := service.New(svc, l, zerolog.Nop(), st)
+	if err := fold.CatchUp(ctx, &service.Hooks{Applied: f.applied}); err != nil {
+		return res, err
+	}
+	res.TailFold = time.Since(tailStart)
+	res.Restart, res.RestartCPU = time.Since(start), cpuTime()-cpu
+	res.TailEvents = int(fold.Counters.Applied.Load())
+	if fold.Seq() != uint64(total) || res.TailEvents != tail {
+		return res, fmt.Errorf("bench: %s restarted up to %d (want %d), folding %d events (want the tail's %d)", svc, fold.Seq(), total, res.TailEvents, tail)
+	}
+	return res, nil
+}
