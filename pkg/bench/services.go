@@ -38,7 +38,7 @@ const advisorWarm = 20_000
 
 // ServiceRestart is one service's restart from its snapshot.
 type ServiceRestart struct {
-	Service     string        `json:"service"`
+	Service    string        `json:"service"`
 	Seq        uint64        `json:"snapshot_seq"`
 	TailEvents int           `json:"tail_events"`
 	Restart    time.Duration `json:"restart_ns"` // Restore + the tail's fold
