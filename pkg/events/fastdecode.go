@@ -27,7 +27,9 @@ import (
 // encoding/json would match to a field, exactly or case-insensitively (the
 // names come from the struct tags, see wireNames); a number that
 // is not an integer where the field is one, or out of range; a value of
-// the wrong JSON type; a missing id, type, v, time or data; and a time that
+// the wrong JSON type; a missing id, type, time or data; a version of a
+// known type older than its current one (VersionOf: encoding/json and
+// the upcasts decode it; a missing v is version 1); and a time that
 // Time.UnmarshalJSON refuses. What it accepts covers everything Encode
 // writes. TestDecodeEqualsJSON and the property tests in
 // fastdecode_test.go hold it to that, and TestEveryFieldDecodes to every
