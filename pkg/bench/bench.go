@@ -161,7 +161,7 @@ func serviceRows(l LogResult) []ServiceRestartRow {
 			TailFoldS: sr.TailFold.Seconds(), TailEvents: sr.TailEvents, Events: l.Events, RawReplay1MS: raw}
 		row.Restart1MS = row.MeasuredS
 		if l.Events != RestartTarget && l.Events > 0 {
-			tail1M := restartTail(RestartTarget)
+			tail1M := serviceTail(sr.Service, RestartTarget)
 			before := float64(l.Events - sr.TailEvents)
 			row.Restart1MS = (sr.Restart-sr.TailFold).Seconds()*float64(RestartTarget-tail1M)/max(before, 1) +
 				sr.TailFold.Seconds()*float64(tail1M)/float64(max(sr.TailEvents, 1))

@@ -36,6 +36,21 @@ var Services = []string{"scheduler", "submitter", "advisor", "agent"}
 // predictor alone is the scheduler's, learnt from the whole log.
 const advisorWarm = 20_000
 
+// advisorEvery is services/advisor's DefaultSnapshotEvery (pkg/bench
+// cannot import services): the advisor snapshots ten times as often as
+// the others, so its tail after a crash is at most advisorEvery − 1.
+const advisorEvery = 1_000
+
+// serviceTail is how many events svc's restart folds after its snapshot:
+// the most it folds after a crash with its default snapshot interval, at
+// most a fifth of a short log.
+func serviceTail(svc string, total int) int {
+	if svc == "advisor" {
+		return min(advisorEvery-1, total/5)
+	}
+	return restartTail(total)
+}
+
 // ServiceRestart is one service's restart from its snapshot.
 type ServiceRestart struct {
 	Service    string        `json:"service"`
@@ -89,54 +104,64 @@ func newServiceFold(svc string) *serviceFold {
 	return f
 }
 
-// takeServiceSnapshots folds l up to at once and stores each service's
-// snapshot there, as each service's Snapshots.Final does: the same state
-// for all, the scheduler's predictor learnt on the whole log, the
-// advisor's estimator on its last advisorWarm events.
-func takeServiceSnapshots(ctx context.Context, l *jetstream.Log, at uint64) error {
+// takeServiceSnapshots folds l once and stores each service's snapshot
+// at total − serviceTail(svc, total), as each service's Snapshots.Final
+// does: the same state for all, the scheduler's predictor learnt on the
+// whole log, the advisor's estimator on its last advisorWarm events.
+func takeServiceSnapshots(ctx context.Context, l *jetstream.Log, total int) error {
 	st := domain.NewState()
-	sched, adv := newServiceFold("scheduler"), newServiceFold("advisor")
-	var last events.Record
-	if _, err := events.ReadAll(ctx, l, 1, "", func(r events.Record) error {
-		if r.Seq > at {
-			return nil
-		}
-		why := st.Apply(r)
-		sched.applied(st, r, why)
-		if r.Seq+advisorWarm > at {
-			adv.applied(st, r, why)
-		}
-		last = r
-		return nil
-	}); err != nil {
-		return err
-	}
-	if st.Seq != at {
-		return fmt.Errorf("bench: folded up to %d for snapshots at %d", st.Seq, at)
-	}
+	folds := map[string]*serviceFold{}
+	at := map[string]uint64{}
 	for _, svc := range Services {
-		f := newServiceFold(svc)
-		switch svc {
-		case "scheduler":
-			f = sched
-		case "advisor":
-			f = adv
-		}
+		folds[svc], at[svc] = newServiceFold(svc), uint64(total-serviceTail(svc, total))
+	}
+	last := uint64(0)
+	for _, a := range at {
+		last = max(last, a)
+	}
+	save := func(svc string, r events.Record) error {
 		snaps := service.OpenSnapshotsIn(ctx, l.JetStream(), events.SnapshotBucketOf("bench_"+svc), 1, svc, 0, zerolog.Nop())
 		if snaps == nil {
 			return fmt.Errorf("bench: no snapshot bucket for %s", svc)
 		}
-		snaps.Saw(last)
-		snaps.Final(st, f.own)
-		runtime.GC()
+		snaps.Saw(r)
+		snaps.Final(st, folds[svc].own)
+		return nil
+	}
+	seen := uint64(0)
+	if _, err := events.ReadAll(ctx, l, 1, "", func(r events.Record) error {
+		if r.Seq > last {
+			return nil
+		}
+		why := st.Apply(r)
+		for _, svc := range Services {
+			if f := folds[svc]; f.applied != nil && r.Seq <= at[svc] && (svc != "advisor" || r.Seq+advisorWarm > at[svc]) {
+				f.applied(st, r, why)
+			}
+		}
+		for _, svc := range Services {
+			if r.Seq == at[svc] {
+				if err := save(svc, r); err != nil {
+					return err
+				}
+			}
+		}
+		seen = r.Seq
+		return nil
+	}); err != nil {
+		return err
+	}
+	if seen != last {
+		return fmt.Errorf("bench: folded up to %d for snapshots up to %d", seen, last)
 	}
 	return nil
 }
 
 // restartService restarts svc on l from its snapshot, as the service
 // does, and checks that it folded exactly the tail up to the log's end.
-func restartService(ctx context.Context, l *jetstream.Log, svc string, total, tail int) (ServiceRestart, error) {
+func restartService(ctx context.Context, l *jetstream.Log, svc string, total int) (ServiceRestart, error) {
 	res := ServiceRestart{Service: svc}
+	tail := serviceTail(svc, total)
 	f := newServiceFold(svc)
 	runtime.GC()
 	start, cpu := time.Now(), cpuTime()

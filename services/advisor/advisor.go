@@ -40,9 +40,17 @@ type Config struct {
 	// the estimator (its calibration residuals, its estimates at
 	// submission, its recent arrivals, its predictor), in the advisor's
 	// own bucket (events.SnapshotBucketOf("advisor")); 0:
-	// snapshot.DefaultEvery, negative: none written or loaded.
+	// DefaultSnapshotEvery, negative: none written or loaded.
 	SnapshotEvery int
 }
+
+// DefaultSnapshotEvery is the advisor's snapshot interval: a tenth of
+// the other services' (snapshot.DefaultEvery), because its fold costs far
+// more per event — a forward simulation for each submission — so the tail
+// a restart after a crash folds must be shorter for the same restart
+// time (docs/performance.md, restart_advisor_1m_s). A snapshot's encoding
+// is throttled as every service's (service.Snapshots.Take).
+const DefaultSnapshotEvery = 1_000
 
 // SnapshotName is the advisor's object in its snapshot bucket.
 const SnapshotName = "advisor"
@@ -73,6 +81,9 @@ func newAdvisor(cfg Config) *Advisor {
 	}
 	if cfg.Policy == nil {
 		cfg.Policy = policy.New(policy.Options{})
+	}
+	if cfg.SnapshotEvery == 0 {
+		cfg.SnapshotEvery = DefaultSnapshotEvery
 	}
 	return &Advisor{cfg: cfg, est: estimate.NewEstimator(cfg.Policy), last: map[string]estimate.Advice{}}
 }
