@@ -20,7 +20,7 @@ TMP=$(mktemp -d)
 DEV_PID=
 cleanup() { [ -n "$DEV_PID" ] && kill "$DEV_PID" 2>/dev/null && wait "$DEV_PID" 2>/dev/null; rm -rf "$TMP"; }
 trap cleanup EXIT
-fail() { echo "ci-audit: FAIL: $*"; [ -f "$TMP/dev.log" ] && tail -20 "$TMP/dev.log"; exit 1; }
+fail() { { echo "ci-audit: FAIL: $*"; [ -f "$TMP/dev.log" ] && tail -20 "$TMP/dev.log"; echo "ci-audit: FAIL: $*"; } >&2; exit 1; }
 freeport() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 NATS_PORT=$(freeport); HTTP_PORT=$(freeport)
 NATS_URL=nats://127.0.0.1:$NATS_PORT
@@ -47,8 +47,8 @@ wait_state() {
 # there (a scheduler that just started publishes it within a second or
 # two); prints the report. Not ok, or a mismatch, fails at once.
 verify() {
-  local v live
-  for _ in $(seq 1 60); do
+  local v live="" deadline=$((SECONDS + 60))
+  while [ $SECONDS -lt $deadline ]; do
     v=$(gq audit verify --json) || fail "audit verify exit code $?: $v"
     jget "$v" 'd["ok"] is True and d["violations"] == [] and d["deny_delete"] and d["deny_purge"]' | grep -qx True || fail "audit verify: $v"
     live=$(jget "$v" 'd["live"]')
@@ -58,7 +58,7 @@ verify() {
     esac
     sleep 0.5
   done
-  fail "no live scheduler digest within 30 s (last: $live)"
+  fail "no live scheduler digest within 60 s (last: $live)"
 }
 
 start_dev
