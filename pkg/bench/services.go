@@ -32,8 +32,9 @@ var Services = []string{"scheduler", "submitter", "advisor", "agent"}
 // many minutes, and what the estimator keeps is bounded (2,000
 // residuals, the last 4,096 arrivals, an estimate per queued task, the
 // predictor's windows), all of it full after this many events of the
-// history (about 5,000 submissions, 3,000 starts, 2,000 queued). The
-// predictor alone is the scheduler's, learnt from the whole log.
+// history (about 5,000 submissions, 3,000 starts, 2,000 queued); at most
+// a tenth of a short log (warmOf). The predictor alone is the
+// scheduler's, learnt from the whole log.
 const advisorWarm = 20_000
 
 // advisorEvery is services/advisor's DefaultSnapshotEvery (pkg/bench
@@ -44,12 +45,18 @@ const advisorEvery = 1_000
 // serviceTail is how many events svc's restart folds after its snapshot:
 // the most it folds after a crash with its default snapshot interval, at
 // most a fifth of a short log.
+// (The advisor's, at most a fiftieth: its tail costs a forward
+// simulation per submission, and a short log's is extrapolated anyway.)
 func serviceTail(svc string, total int) int {
 	if svc == "advisor" {
-		return min(advisorEvery-1, total/5)
+		return min(advisorEvery-1, total/50)
 	}
 	return restartTail(total)
 }
+
+// warmOf is how many events before its snapshot the advisor's estimator
+// is fed: advisorWarm, at most a tenth of a short log.
+func warmOf(total int) uint64 { return uint64(min(advisorWarm, total/10)) }
 
 // ServiceRestart is one service's restart from its snapshot.
 type ServiceRestart struct {
@@ -135,7 +142,7 @@ func takeServiceSnapshots(ctx context.Context, l *jetstream.Log, total int) erro
 		}
 		why := st.Apply(r)
 		for _, svc := range Services {
-			if f := folds[svc]; f.applied != nil && r.Seq <= at[svc] && (svc != "advisor" || r.Seq+advisorWarm > at[svc]) {
+			if f := folds[svc]; f.applied != nil && r.Seq <= at[svc] && (svc != "advisor" || r.Seq+warmOf(total) > at[svc]) {
 				f.applied(st, r, why)
 			}
 		}
