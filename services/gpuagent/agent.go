@@ -407,7 +407,7 @@ func (a *Agent) adopt() {
 		}
 		a.procs[pr.key] = pr
 		a.watch(pr)
-		a.cfg.Logger.Info().Str("task", s.TaskID).Uint64("dispatch", s.Dispatch).Int("pid", p.PID()).Bool("live", !p.Exited()).
+		a.cfg.Logger.Info().Str("task_id", s.TaskID).Uint64("dispatch", s.Dispatch).Int("pid", p.PID()).Bool("live", !p.Exited()).
 			Msg("gpuagent: adopted a run of an earlier agent")
 	}
 	a.countLive()
@@ -554,7 +554,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 		if !placed {
 			pr.orphan, pr.signalled, pr.termAt = true, true, a.cfg.Now()
 			pr.p.MarkStopped(false)
-			a.cfg.Logger.Warn().Str("task", pr.task).Uint64("dispatch", pr.dispatch).Msg("gpuagent: the log no longer places this run here; stopping its process")
+			a.cfg.Logger.Warn().Str("task_id", pr.task).Uint64("dispatch", pr.dispatch).Msg("gpuagent: the log no longer places this run here; stopping its process")
 		}
 	}
 	if a.fenced {
@@ -585,7 +585,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 				fmt.Sprintf("exit:%s:%d", t.ID, t.DispatchSeq))
 		case t.State == domain.Preempting && pr != nil && pr.live() && !pr.signalled:
 			a.signalPreempt(pr, t, time.Duration(t.GraceS*float64(time.Second)))
-			a.cfg.Logger.Info().Str("task", t.ID).Str("signal", t.PreemptSignal).Float64("grace_s", t.GraceS).Msg("gpuagent: preempting")
+			a.cfg.Logger.Info().Str("task_id", t.ID).Str("signal", t.PreemptSignal).Float64("grace_s", t.GraceS).Msg("gpuagent: preempting")
 		case t.State == domain.Cancelled && pr != nil && pr.live() && !pr.signalled:
 			pr.signalled, pr.cancelled = true, true
 			pr.termAt = a.cfg.Now() // SIGTERM at once
@@ -735,7 +735,7 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 	busy := a.busy()
 	for _, g := range pl.GPUs {
 		if other := busy[g]; other != "" && other != key {
-			a.cfg.Logger.Warn().Str("task", t.ID).Str("gpu", g).Str("held_by", other).Msg("gpuagent: a GPU of the placement is still held by a live process; waiting")
+			a.cfg.Logger.Warn().Str("task_id", t.ID).Str("gpu", g).Str("held_by", other).Msg("gpuagent: a GPU of the placement is still held by a live process; waiting")
 			return
 		}
 	}
@@ -751,7 +751,7 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 		return
 	}
 	if err != nil {
-		a.cfg.Logger.Warn().Err(err).Str("task", t.ID).Msg("gpuagent: could not read the task's submission; retrying")
+		a.cfg.Logger.Warn().Err(err).Str("task_id", t.ID).Msg("gpuagent: could not read the task's submission; retrying")
 		return // the next pass tries again
 	}
 	// 2. Claim the start in the log, guarded: a cancel that came first wins.
@@ -761,7 +761,7 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 		return // the task changed; the next pass sees why
 	}
 	if err != nil {
-		a.cfg.Logger.Error().Err(err).Str("task", t.ID).Msg("gpuagent: could not record start")
+		a.cfg.Logger.Error().Err(err).Str("task_id", t.ID).Msg("gpuagent: could not record start")
 		return
 	}
 	// 3. Start the process under its supervisor.
@@ -807,7 +807,7 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 		_ = os.RemoveAll(runDir)
 		return
 	}
-	a.cfg.Logger.Info().Str("task", t.ID).Str("run", runDir).Str("gpus", strings.Join(pl.GPUs, ",")).Msg("gpuagent: started")
+	a.cfg.Logger.Info().Str("task_id", t.ID).Str("run", runDir).Str("gpus", strings.Join(pl.GPUs, ",")).Msg("gpuagent: started")
 	pr := &proc{key: key, p: p, task: t.ID, dispatch: t.DispatchSeq, gpus: pl.GPUs}
 	a.procs[key] = pr
 	a.watch(pr)
@@ -860,7 +860,7 @@ func (a *Agent) exited(x exit) {
 	if f, ok := ev.(events.Failed); ok {
 		l = a.cfg.Logger.Warn().Str("error", f.Error)
 	}
-	l.Str("task", pr.task).Str("event", string(ev.EventType())).Int("exit_code", res.ExitCode).Bool("adopted", pr.adopted).Msg("gpuagent: task ended")
+	l.Str("task_id", pr.task).Str("event", string(ev.EventType())).Int("exit_code", res.ExitCode).Bool("adopted", pr.adopted).Msg("gpuagent: task ended")
 }
 
 // gpuDied reports whether a GPU the run held is unhealthy now: a job that
@@ -894,7 +894,7 @@ func (a *Agent) flush(ctx context.Context) {
 		}
 		if _, err := events.Append(ctx, a.cfg.Log, r.ev, events.Meta{Time: a.cfg.Now()}, r.msgID, nil); err != nil {
 			if ctx.Err() == nil {
-				a.cfg.Logger.Warn().Err(err).Str("task", r.task).Str("event", string(r.ev.EventType())).Msg("gpuagent: report failed; will retry")
+				a.cfg.Logger.Warn().Err(err).Str("task_id", r.task).Str("event", string(r.ev.EventType())).Msg("gpuagent: report failed; will retry")
 			}
 			continue
 		}
@@ -938,7 +938,7 @@ func (a *Agent) spooled(ctx context.Context) {
 			continue
 		}
 		_ = os.Remove(path)
-		a.cfg.Logger.Info().Str("task", task).Str("ref", ref).Msg("gpuagent: reported a checkpoint kept while NATS was unreachable")
+		a.cfg.Logger.Info().Str("task_id", task).Str("ref", ref).Msg("gpuagent: reported a checkpoint kept while NATS was unreachable")
 		// A report not yet in the log carries it too.
 		for key, r := range a.pending {
 			if p, ok := r.ev.(events.Preempted); ok && r.task == task {
@@ -975,7 +975,7 @@ func (a *Agent) lost(t *domain.Task) float64 {
 
 func (a *Agent) append(ctx context.Context, e events.Event, msgID string) {
 	if _, err := events.Append(ctx, a.cfg.Log, e, events.Meta{Time: a.cfg.Now()}, msgID, nil); err != nil && ctx.Err() == nil {
-		a.cfg.Logger.Error().Err(err).Str("event", string(e.EventType())).Str("task", e.Key()).Msg("gpuagent: append failed")
+		a.cfg.Logger.Error().Err(err).Str("event", string(e.EventType())).Str("task_id", e.Key()).Msg("gpuagent: append failed")
 	}
 }
 

@@ -88,8 +88,7 @@ func main() {
 		*p = abs
 	}
 
-	lvl, _ := zerolog.ParseLevel(c.LogLevel)
-	logger := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("svc", "gpuagent").Str("node", a.node).Logger()
+	logger := svcmain.Logger("gpuagent", c.LogLevel).With().Str("node", a.node).Logger()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, c, a, logger); err != nil && ctx.Err() == nil {
