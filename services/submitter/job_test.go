@@ -51,7 +51,9 @@ func TestJobAPI(t *testing.T) {
 		"a subject that does not parse": {wantStatus: 404, body: ckpt,
 			subject: func(x ids, _ uint64) string { return api.JobPrefix + x.node + "." + x.task + ".x." + api.OpCheckpoint }},
 		"checkpoint once the task completed": {subject: own(api.OpCheckpoint), body: ckpt, wantStatus: 409, wantMsg: "is completed",
-			setup: func(h *harness, id, _ string) { h.appendEvent(events.Completed{TaskID: id, Node: "node-" + id[len(id)-6:]}) }},
+			setup: func(h *harness, id, _ string) {
+				h.appendEvent(events.Completed{TaskID: id, Node: "node-" + id[len(id)-6:]})
+			}},
 		"history once the task failed": {subject: own(api.OpHistory), body: func(ids) any { return api.IDRequest{} }, wantStatus: 409, wantMsg: "good only while its run lasts",
 			setup: func(h *harness, id, _ string) {
 				h.appendEvent(events.Failed{TaskID: id, Node: "node-" + id[len(id)-6:], ExitCode: 1})
