@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -218,6 +219,24 @@ cp "$GPUQ_NATS_CREDS" "$GPUQ_CHECKPOINT_DIR/kept.creds"`
 		ents, _ := os.ReadDir(filepath.Join(dir, "node-1", "tasks", rep.TaskID, "runs"))
 		if len(ents) > 0 {
 			t.Errorf("the run directory (and its credential) outlived the run: %v", ents)
+		}
+	}
+
+	// examples/train.py reports its checkpoints with the same credential
+	// (its `gpuq checkpoint` finds GPUQ_NATS_CREDS in the environment).
+	if _, err := exec.LookPath("python3"); err == nil {
+		train, _ := filepath.Abs("../../examples/train.py")
+		py := req
+		py.Name, py.Command = "train-py", "GPUQ_AS_CLI=1 GPUQ_BIN="+shellQuote(testBinary(t))+" python3 "+shellQuote(train)+" --steps 3 --step-seconds 0 --checkpoint-every 1"
+		var pyRep api.SubmitReply
+		if err := vision.Call(api.OpSubmit, py, &pyRep); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(vision, pyRep.TaskID, "completed")
+		var pv api.TaskView
+		_ = vision.Call(api.OpShow, api.IDRequest{TaskID: pyRep.TaskID}, &pv)
+		if want := filepath.Join(dir, "ckpt", pyRep.TaskID, "step-3.json"); pv.Checkpoint != want {
+			t.Errorf("train.py's checkpoint %q, want %q", pv.Checkpoint, want)
 		}
 	}
 
