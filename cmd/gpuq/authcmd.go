@@ -59,8 +59,47 @@ Roles and their permissions: docs/operations.md, "Security".`,
 	}
 	initCmd.Flags().StringVar(&teams, "teams", "", "teams, comma-separated: a ci-<team> credential and an HTTP token each")
 	initCmd.Flags().StringVar(&nodes, "nodes", "node-1", "agent nodes, comma-separated: an agent-<node> credential and job signing key each (gpuq dev names its nodes node-1 … node-N)")
-	c.AddCommand(initCmd)
+	c.AddCommand(initCmd, newAuthRotate())
 	return c
+}
+
+func newAuthRotate() *cobra.Command {
+	return &cobra.Command{
+		Use:   "rotate DIR NAME...",
+		Short: "New credentials for roles (or jobs-<node> signing keys) of an auth directory; the old ones are revoked",
+		Long: `Makes new credentials under DIR (written by gpuq auth init) for each NAME,
+keeping the operator and the accounts (keys/), so the server's JetStream data
+stays where it is:
+  <role>        submitter, scheduler, advisor, auditor, admin, agent-<node>,
+                ci-<team>: a new creds/<role>.creds; the old user is revoked.
+                A role that does not exist yet is added (ci-<team> with its
+                HTTP token, agent-<node> with its job signing key).
+  jobs-<node>   a new creds/agent-<node>.jobs.nk; the old key is removed from
+                the account, and every job credential it minted stops working.
+nats-auth.conf is rewritten: reload the NATS server (nats-server --signal
+reload, or SIGHUP; gpuq dev: restart it) and the revoked users are
+disconnected; then restart each rotated service with its new file.
+docs/operations.md, "Rotating credentials and tokens".`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(c *cobra.Command, args []string) error {
+			rot, err := auth.Rotate(args[0], args[1:])
+			if err != nil {
+				return &exitError{exitInvalid, err}
+			}
+			out := c.OutOrStdout()
+			for _, f := range rot.Files {
+				fmt.Fprintf(out, "wrote %s\n", f)
+			}
+			for _, k := range rot.Revoked {
+				fmt.Fprintf(out, "revoked user %s\n", k)
+			}
+			for _, k := range rot.Removed {
+				fmt.Fprintf(out, "removed job signing key %s\n", k)
+			}
+			fmt.Fprintf(out, "next: reload the NATS server (nats-server --signal reload), then restart the rotated services with their new files\n")
+			return nil
+		},
+	}
 }
 
 // splitNames reads a comma-separated list of team or node names.

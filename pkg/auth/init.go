@@ -115,10 +115,7 @@ func Init(dir string, teams, nodes []string) ([]Role, error) {
 		skPub, _ := sk.PublicKey()
 		ac.SigningKeys.AddScopedSigner(jobScope(skPub, n))
 		seed, _ := sk.Seed()
-		text := fmt.Sprintf("# gpuq job signing key of agent-%s: keep secret (mode 0600)\n"+
-			"# The agent signs its jobs' credentials with it (gpuq-agent --job-signer THIS_FILE).\n"+
-			"# node: %s\n# account: %s\n# key: %s\n%s\n", n, n, accPub, skPub, seed)
-		if err := writeFile(JobSignerPath(dir, n), text); err != nil {
+		if err := writeFile(JobSignerPath(dir, n), jobSignerText(n, accPub, skPub, seed)); err != nil {
 			return nil, err
 		}
 	}
@@ -171,6 +168,13 @@ func Init(dir string, teams, nodes []string) ([]Role, error) {
 		}
 	}
 	return roles, nil
+}
+
+// jobSignerText is the file of node's job signing key.
+func jobSignerText(node, accPub, skPub string, seed []byte) string {
+	return fmt.Sprintf("# gpuq job signing key of agent-%s: keep secret (mode 0600)\n"+
+		"# The agent signs its jobs' credentials with it (gpuq-agent --job-signer THIS_FILE).\n"+
+		"# node: %s\n# account: %s\n# key: %s\n%s\n", node, node, accPub, skPub, seed)
 }
 
 // jobScope is the scoped signing key of node's agent: a user it signs has
