@@ -850,6 +850,9 @@ func (a *Agent) jobCreds(t *domain.Task, runDir string) string {
 	if est := time.Duration(2 * t.Hours * float64(time.Hour)); est > ttl {
 		ttl = est
 	}
+	// The run directory alone is the job's (0700); the task's stays as the
+	// runner makes it.
+	_ = os.MkdirAll(filepath.Dir(runDir), 0o755)
 	path := filepath.Join(runDir, auth.JobCredsFile)
 	if err := a.cfg.JobSigner.MintJob(path, t.ID, t.DispatchSeq, a.cfg.Now().Add(ttl)); err != nil {
 		a.cfg.Logger.Warn().Err(err).Str("task", t.ID).Msg("gpuagent: could not mint the job's credential; it runs without one")
