@@ -214,3 +214,72 @@ func TestJobCredentialNotBeyondItsScope(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadCredsFormats: what LoadCreds takes — a role's .creds of Init, a
+// job's of MintJob, a bare .nk user seed (a server with nkey users) — and
+// what it refuses.
+func TestLoadCredsFormats(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a")
+	if _, err := auth.Init(dir, []string{"vision"}, []string{"node-1"}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := auth.LoadJobSigner(auth.JobSignerPath(dir, "node-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const task = "01a22962-7813-7583-8cf9-b646a9f5e718"
+	jobPath := filepath.Join(t.TempDir(), auth.JobCredsFile)
+	if err := s.MintJob(jobPath, task, 9, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, text string) string {
+		p := filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	pub, _ := kp.PublicKey()
+	role, _ := os.ReadFile(auth.CredsPath(dir, "ci-vision"))
+	other, _ := os.ReadFile(auth.CredsPath(dir, "admin"))
+	// The JWT of one file with the seed of another.
+	mixed := string(role[:strings.Index(string(role), "-----BEGIN USER NKEY SEED")]) + string(other[strings.Index(string(other), "-----BEGIN USER NKEY SEED"):])
+	cases := map[string]struct {
+		path    string
+		want    auth.Creds // Path and User left out unless set
+		wantErr string
+	}{
+		"a role's .creds":   {path: auth.CredsPath(dir, "ci-vision"), want: auth.Creds{Role: "ci-vision", Team: "vision", Inbox: "_INBOX_ci-vision", JWT: true}},
+		"a job's .creds":    {path: jobPath, want: auth.Creds{Role: "job", Inbox: auth.JobInbox(task), JWT: true, Node: "node-1", Task: task, Run: 9}},
+		"a bare .nk seed":   {path: write("u.nk", string(seed)+"\n"), want: auth.Creds{User: pub}},
+		"a job signing key": {path: auth.JobSignerPath(dir, "node-1"), wantErr: "not an nkey user seed"},
+		"another's seed":    {path: write("mixed.creds", mixed), wantErr: "not the JWT's user"},
+		"garbage":           {path: write("g", "hello\n"), wantErr: "no nkey seed"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := auth.LoadCreds(c.path)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("err %v, want %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.want.User == "" {
+				c.want.User = got.User
+			}
+			c.want.Path = c.path
+			if *got != c.want {
+				t.Fatalf("got %+v\nwant %+v", *got, c.want)
+			}
+			if _, err := got.Options(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
