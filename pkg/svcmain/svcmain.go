@@ -128,7 +128,7 @@ func (f *Flags) Common() *Common {
 	f.Int(&c.Replicas, "stream-replicas", "GPUQ_STREAM_REPLICAS", 1, "replicas of every stream, bucket and object store (3 on a 3-node NATS cluster)")
 	f.Duration(&c.DedupeWindow, "dedupe-window", "GPUQ_DEDUPE_WINDOW", events.DefaultDedupeWindow, "how long an idempotency key de-duplicates in the stream")
 	f.String(&c.LogLevel, "log-level", "GPUQ_LOG_LEVEL", "info", "log level: "+strings.Join(LogLevels, ", "))
-	f.String(&c.Creds, "creds", "GPUQ_NATS_CREDS", "", "NATS credentials of this service's role (creds/<role>.nk of gpuq auth init)")
+	f.String(&c.Creds, "creds", "GPUQ_NATS_CREDS", "", "NATS credentials of this service's role (creds/<role>.creds of gpuq auth init)")
 	f.String(&c.TLS.CA, "nats-ca", "GPUQ_NATS_CA", "", "PEM CA to verify the NATS server with")
 	f.String(&c.TLS.Cert, "nats-cert", "GPUQ_NATS_CERT", "", "PEM client certificate for NATS (mutual TLS; with --nats-key)")
 	f.String(&c.TLS.Key, "nats-key", "GPUQ_NATS_KEY", "", "PEM key of --nats-cert")
