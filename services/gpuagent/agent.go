@@ -855,7 +855,7 @@ func (a *Agent) jobCreds(t *domain.Task, runDir string) string {
 	_ = os.MkdirAll(filepath.Dir(runDir), 0o755)
 	path := filepath.Join(runDir, auth.JobCredsFile)
 	if err := a.cfg.JobSigner.MintJob(path, t.ID, t.DispatchSeq, a.cfg.Now().Add(ttl)); err != nil {
-		a.cfg.Logger.Warn().Err(err).Str("task", t.ID).Msg("gpuagent: could not mint the job's credential; it runs without one")
+		a.cfg.Logger.Warn().Err(err).Str("task_id", t.ID).Msg("gpuagent: could not mint the job's credential; it runs without one")
 		return ""
 	}
 	return path
