@@ -5,6 +5,10 @@ The preemption protocol for job authors:
   1. gpuq starts the job with CUDA_VISIBLE_DEVICES (its GPUs), GPUQ_TASK_ID,
      GPUQ_CHECKPOINT_DIR (where to save) and GPUQ_NATS_URL; when the task
      resumes after a preemption, also GPUQ_RESUME_FROM (the checkpoint).
+     On a cluster with credentials (gpuq auth init), GPUQ_NATS_CREDS is the
+     run's own credential, a file only this job's user can read, good for
+     this run's checkpoint and history and nothing else, and only while
+     the run lasts; `gpuq checkpoint` picks it up from the environment.
   2. On preemption the job gets a signal (SIGUSR1 unless the task was
      submitted with --preempt-signal). It has the grace period (--grace,
      default 120 s) to save a checkpoint, report it with
@@ -44,7 +48,8 @@ def save(step, ckpt_dir):
 
 
 def report(path):
-    """Tell gpuq where the checkpoint is (the task id comes from GPUQ_TASK_ID)."""
+    """Tell gpuq where the checkpoint is (the task id comes from GPUQ_TASK_ID,
+    the credential, when there is one, from GPUQ_NATS_CREDS)."""
     gpuq = os.environ.get("GPUQ_BIN") or shutil.which("gpuq") or "gpuq"
     try:
         subprocess.run([gpuq, "checkpoint", "--ref", path], check=True, timeout=30)

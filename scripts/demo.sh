@@ -15,7 +15,7 @@ stop() { trap - EXIT INT TERM; kill -INT $DEV 2>/dev/null; wait $DEV 2>/dev/null
 trap stop INT TERM
 trap 'kill $DEV 2>/dev/null || true' EXIT
 for _ in $(seq 1 150); do curl -fsS "http://$HTTP/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
-sub() { GPUQ_NATS_CREDS=${AUTH:+$AUTH/creds/ci-$1.nk} bin/gpuq submit --team "$1" --priority "$2" --gpus "$3" --hours "$4" --name "$5" --hypothesis "$6" --command "$7"; }
+sub() { GPUQ_NATS_CREDS=${AUTH:+$AUTH/creds/ci-$1.creds} bin/gpuq submit --team "$1" --priority "$2" --gpus "$3" --hours "$4" --name "$5" --hypothesis "$6" --command "$7"; }
 echo
 echo "== submitting a small demo"
 a=$(sub vision critical 8 0.01 baseline-resnet "the baseline reproduces 76% top-1" 'echo "GPUs: $CUDA_VISIBLE_DEVICES"; sleep 20')
@@ -26,7 +26,7 @@ cat <<MSG
 
 Submitted: $a $b $c $d  (16 mock GPUs on 2 nodes)
 Watch them:
-  export GPUQ_NATS_URL=$GPUQ_NATS_URL${AUTH:+ GPUQ_NATS_CREDS=$AUTH/creds/admin.nk}
+  export GPUQ_NATS_URL=$GPUQ_NATS_URL${AUTH:+ GPUQ_NATS_CREDS=$AUTH/creds/admin.creds}
   bin/gpuq queue                 # what is waiting and running
   bin/gpuq watch $c      # one task's events as they happen
   bin/gpuq estimate $c   # when it starts, why it waits, what to do meanwhile

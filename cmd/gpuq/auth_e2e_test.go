@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -111,8 +114,12 @@ func TestAuthAllowedPaths(t *testing.T) {
 		ready()
 		return gpuagent.ServeLogs(ctx, gpuagent.LogsConfig{NC: agentNC, Node: "node-1", DataDir: filepath.Join(dir, "node-1"), Logger: quiet})
 	})
+	signer, err := auth.LoadJobSigner(auth.JobSignerPath(authDir, "node-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	start("agent", ctx, func(ready func()) error {
-		return gpuagent.Run(ctx, gpuagent.Config{Log: agentLog, JS: agentLog.JetStream(), Node: "node-1", NATSURL: "nats://127.0.0.1:1",
+		return gpuagent.Run(ctx, gpuagent.Config{Log: agentLog, JS: agentLog.JetStream(), Node: "node-1", NATSURL: srv.URL(), JobSigner: signer,
 			DataDir: filepath.Join(dir, "node-1"), CheckpointRoot: filepath.Join(dir, "ckpt"), Heartbeat: 200 * time.Millisecond,
 			Inventory: inventory.Options{Mock: true, MockGPUs: 2}, StopOnExit: true, Logger: quiet, Ready: ready})
 	})
@@ -157,35 +164,86 @@ func TestAuthAllowedPaths(t *testing.T) {
 	}
 	waitFor(vision, rep.TaskID, "completed")
 
-	// A job has no NATS credentials of its own, and not the agent's: its
-	// `gpuq checkpoint` cannot connect, keeps the ref in the spool, and the
-	// agent of its node reports it for it.
+	// A job gets a credential of its own (not the agent's, which is in the
+	// agent's environment), mode 0600, and reports its checkpoint and reads
+	// its history with it through its run's job API — a real `gpuq
+	// checkpoint` in a real task; the queue and another task are refused;
+	// it keeps a copy, as a leaked credential would be kept.
 	t.Setenv("GPUQ_NATS_CREDS", auth.CredsPath(authDir, "agent-node-1")) // the agent's own environment
-	req.Name, req.Command = "job-checkpoint", `test -z "$GPUQ_NATS_CREDS" && sleep 3`
+	cli := "GPUQ_AS_CLI=1 " + shellQuote(testBinary(t))
+	req.Name, req.Command = "job-checkpoint", `set -e
+grep -q '^# role: job$' "$GPUQ_NATS_CREDS"
+test "$(stat -c %a "$GPUQ_NATS_CREDS")" = 600
+`+cli+` checkpoint --ref step-7
+`+cli+` history "$GPUQ_TASK_ID" --json > "$GPUQ_CHECKPOINT_DIR/history.json"
+if `+cli+` queue; then exit 9; fi
+if `+cli+` checkpoint --ref x --task 01a22962-7813-7583-8cf9-b646a9f5e718; then exit 10; fi
+cp "$GPUQ_NATS_CREDS" "$GPUQ_CHECKPOINT_DIR/kept.creds"`
 	if err := vision.Call(api.OpSubmit, req, &rep); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(vision, rep.TaskID, "running")
-	t.Setenv("GPUQ_NATS_CREDS", "")
-	t.Setenv("GPUQ_TASK_ID", rep.TaskID)
-	t.Setenv("GPUQ_CHECKPOINT_DIR", filepath.Join(dir, "ckpt", rep.TaskID))
+	waitFor(vision, rep.TaskID, "completed")
+	_ = vision.Call(api.OpShow, api.IDRequest{TaskID: rep.TaskID}, &v)
+	if v.Checkpoint != "step-7" {
+		t.Fatalf("the job's checkpoint did not land: %+v", v)
+	}
+	ckptDir := filepath.Join(dir, "ckpt", rep.TaskID)
+	var hist []api.HistoryEntry
+	if b, err := os.ReadFile(filepath.Join(ckptDir, "history.json")); err != nil || json.Unmarshal(b, &hist) != nil ||
+		!slices.ContainsFunc(hist, func(e api.HistoryEntry) bool { return e.Type == string(events.TypeCheckpointed) }) {
+		t.Fatalf("the job's history of its own task: %v, %d entries", err, len(hist))
+	}
 	var stdout, stderr strings.Builder
-	if code := run([]string{"checkpoint", "--ref", "step-7", "--nats", srv.URL()}, &stdout, &stderr); code != 0 {
-		t.Fatalf("gpuq checkpoint in a job: exit %d: %s", code, stderr.String())
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for v.Checkpoint != "step-7" {
-		if time.Now().After(deadline) {
-			t.Fatalf("the spooled checkpoint was not reported: %+v", v)
+	kept := filepath.Join(ckptDir, "kept.creds")
+	t.Setenv("GPUQ_NATS_CREDS", "")
+	t.Setenv("GPUQ_TASK_ID", "")
+	// Once the run ended, the submitter refuses what the (unexpired)
+	// credential asks; it never could read the log.
+	for name, c := range map[string]struct {
+		args []string
+		want string
+	}{
+		"checkpoint after the end": {[]string{"checkpoint", "--ref", "late", "--nats", srv.URL(), "--creds", kept}, "is completed"},
+		"history after the end":    {[]string{"history", rep.TaskID, "--nats", srv.URL(), "--creds", kept}, "only while its run lasts"},
+	} {
+		stderr.Reset()
+		if code := run(c.args, &stdout, &stderr); code != exitInvalid || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%s: exit %d: %s", name, code, stderr.String())
 		}
-		time.Sleep(50 * time.Millisecond)
-		_ = vision.Call(api.OpShow, api.IDRequest{TaskID: rep.TaskID}, &v)
 	}
-	waitFor(vision, rep.TaskID, "completed") // the job saw no credentials (test -z)
+	stderr.Reset()
+	if code := run([]string{"audit", "export", "--nats", srv.URL(), "--creds", kept}, &stdout, &stderr); code == 0 {
+		t.Errorf("a job's credential read the log")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node-1", "tasks", rep.TaskID, "runs")); err == nil {
+		ents, _ := os.ReadDir(filepath.Join(dir, "node-1", "tasks", rep.TaskID, "runs"))
+		if len(ents) > 0 {
+			t.Errorf("the run directory (and its credential) outlived the run: %v", ents)
+		}
+	}
+
+	// examples/train.py reports its checkpoints with the same credential
+	// (its `gpuq checkpoint` finds GPUQ_NATS_CREDS in the environment).
+	if _, err := exec.LookPath("python3"); err == nil {
+		train, _ := filepath.Abs("../../examples/train.py")
+		py := req
+		py.Name, py.Command = "train-py", "GPUQ_AS_CLI=1 GPUQ_BIN="+shellQuote(testBinary(t))+" python3 "+shellQuote(train)+" --steps 3 --step-seconds 0 --checkpoint-every 1"
+		var pyRep api.SubmitReply
+		if err := vision.Call(api.OpSubmit, py, &pyRep); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(vision, pyRep.TaskID, "completed")
+		var pv api.TaskView
+		_ = vision.Call(api.OpShow, api.IDRequest{TaskID: pyRep.TaskID}, &pv)
+		if want := filepath.Join(dir, "ckpt", pyRep.TaskID, "step-3.json"); pv.Checkpoint != want {
+			t.Errorf("train.py's checkpoint %q, want %q", pv.Checkpoint, want)
+		}
+	}
 
 	// A team's watch follows its task through the API (it may not read the
 	// log) and ends with the task.
 	stdout.Reset()
+	stderr.Reset()
 	visionCreds := auth.CredsPath(authDir, "ci-vision")
 	if code := run([]string{"watch", rep.TaskID, "--json", "--nats", srv.URL(), "--creds", visionCreds}, &stdout, &stderr); code != 0 {
 		t.Fatalf("watch as ci-vision: exit %d: %s", code, stderr.String())
@@ -216,7 +274,10 @@ func TestAuthAllowedPaths(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	violations = slices.DeleteFunc(violations, func(v string) bool { return strings.Contains(v, `"gpuq.api.v1.cancel"`) }) // the auditor's, meant
+	violations = slices.DeleteFunc(violations, func(v string) bool {
+		return strings.Contains(v, `"gpuq.api.v1.cancel"`) || // the auditor's, meant
+			strings.Contains(v, `"gpuq.api.v1.job.node-1.`) && strings.HasSuffix(strings.TrimSpace(v), `.queue"`) // the job's, meant
+	})
 	if len(violations) > 0 {
 		t.Fatalf("the server refused %d actions of the services' own roles:\n%s", len(violations), strings.Join(violations, "\n"))
 	}

@@ -22,7 +22,8 @@ type clientFlags struct {
 	json  bool
 	creds string
 	tls   auth.TLSFiles
-	team  string // from a ci-<team> credentials file: the API is scoped to it
+	team  string   // from a ci-<team> credentials file: the API is scoped to it
+	job   *api.Job // from a job's own credentials: the job API of its run
 	// refused gets the server's permission errors (api.Client.Refused).
 	refused chan error
 }
@@ -34,7 +35,7 @@ func (f *clientFlags) add(c *cobra.Command) {
 	}
 	c.Flags().StringVar(&f.url, "nats", def, "NATS server URL (env GPUQ_NATS_URL)")
 	c.Flags().BoolVar(&f.json, "json", false, "print JSON")
-	c.Flags().StringVar(&f.creds, "creds", os.Getenv("GPUQ_NATS_CREDS"), "NATS credentials file (env GPUQ_NATS_CREDS), e.g. creds/ci-<team>.nk of gpuq auth init")
+	c.Flags().StringVar(&f.creds, "creds", os.Getenv("GPUQ_NATS_CREDS"), "NATS credentials file (env GPUQ_NATS_CREDS), e.g. creds/ci-<team>.creds of gpuq auth init; in a job, its own")
 	c.Flags().StringVar(&f.tls.CA, "nats-ca", os.Getenv("GPUQ_NATS_CA"), "PEM CA to verify the NATS server with (env GPUQ_NATS_CA)")
 	c.Flags().StringVar(&f.tls.Cert, "nats-cert", os.Getenv("GPUQ_NATS_CERT"), "PEM client certificate for NATS (env GPUQ_NATS_CERT)")
 	c.Flags().StringVar(&f.tls.Key, "nats-key", os.Getenv("GPUQ_NATS_KEY"), "PEM key of --nats-cert (env GPUQ_NATS_KEY)")
@@ -51,7 +52,7 @@ func (f *clientFlags) connect() (*nats.Conn, error) {
 	}
 	if f.creds != "" {
 		c, _ := auth.LoadCreds(f.creds)
-		f.team = c.Team
+		f.team, f.job = c.Team, c.Job()
 	}
 	f.refused = make(chan error, 8)
 	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
@@ -71,14 +72,15 @@ func (f *clientFlags) connect() (*nats.Conn, error) {
 	return nc, nil
 }
 
-// scoped reports whether the credentials are a team's (ci-<team>): they
-// reach the request API for that team only, never the log itself.
+// scoped reports whether the credentials are a team's (ci-<team>) or a
+// job's: they reach the request API for that team, or the job API of that
+// run, never the log itself.
 func (f *clientFlags) scoped() bool {
 	if f.creds == "" {
 		return false
 	}
 	c, err := auth.LoadCreds(f.creds)
-	return err == nil && c.Team != ""
+	return err == nil && (c.Team != "" || c.Job() != nil)
 }
 
 func (f *clientFlags) client() (*api.Client, func(), error) {
@@ -86,7 +88,7 @@ func (f *clientFlags) client() (*api.Client, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return &api.Client{NC: nc, Timeout: 15 * time.Second, Team: f.team, Refused: f.refused}, nc.Close, nil
+	return &api.Client{NC: nc, Timeout: 15 * time.Second, Team: f.team, Job: f.job, Refused: f.refused}, nc.Close, nil
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -289,8 +289,14 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 		for _, x := range xids[node] {
 			go injectXid(ctx, inv, x, logger)
 		}
+		var signer *auth.JobSigner // each run's own credential (--auth)
+		if f.auth != "" {
+			if signer, err = auth.LoadJobSigner(auth.JobSignerPath(f.auth, node)); err != nil {
+				return invalid("auth", err.Error())
+			}
+		}
 		spawn("gpuagent "+node, func() error {
-			return gpuagent.Run(ctx, gpuagent.Config{Log: agentLog, JS: agentLog.JetStream(), Node: node, NATSURL: url,
+			return gpuagent.Run(ctx, gpuagent.Config{Log: agentLog, JS: agentLog.JetStream(), Node: node, NATSURL: url, JobSigner: signer,
 				DataDir: agentData, CheckpointRoot: filepath.Join(data, "checkpoints"),
 				Inventory: invOpts, Inv: inv,
 				Heartbeat: f.heartbeat, NodeTimeout: f.nodeTO, StopOnExit: true,
@@ -306,7 +312,7 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 			}
 			ev := logger.Info().Str("http", scheme+f.http).Str("nats", url)
 			if f.auth != "" {
-				ev = ev.Str("creds", filepath.Join(f.auth, auth.CredsDir, "ci-<team>.nk or admin.nk"))
+				ev = ev.Str("creds", filepath.Join(f.auth, auth.CredsDir, "ci-<team>.creds or admin.creds"))
 			}
 			ev.Msg("gpuq dev: ready — try `gpuq submit ...` or `gpuq queue`")
 		case <-ctx.Done():
@@ -352,6 +358,14 @@ func checkDevAuth(f devFlags) error {
 	}
 	for _, r := range roles {
 		if _, err := auth.LoadCreds(auth.CredsPath(f.auth, r)); err != nil {
+			if _, old := os.Stat(filepath.Join(f.auth, auth.CredsDir, r+".nk")); old == nil {
+				return invalid("auth", fmt.Sprintf("%s holds nkey users (creds/*.nk) of an older gpuq auth init; gpuq now uses NATS JWTs (creds/*.creds): write a new directory with `gpuq auth init`", f.auth))
+			}
+			return invalid("auth", fmt.Sprintf("%v (gpuq dev --nodes %d needs `gpuq auth init --nodes node-1,…,node-%d`)", err, f.nodes, f.nodes))
+		}
+	}
+	for i := 1; i <= f.nodes; i++ {
+		if _, err := auth.LoadJobSigner(auth.JobSignerPath(f.auth, fmt.Sprintf("node-%d", i))); err != nil {
 			return invalid("auth", fmt.Sprintf("%v (gpuq dev --nodes %d needs `gpuq auth init --nodes node-1,…,node-%d`)", err, f.nodes, f.nodes))
 		}
 	}

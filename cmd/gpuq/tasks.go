@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuq/gpuq/pkg/api"
+	"github.com/gpuq/gpuq/pkg/auth"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/events/jetstream"
@@ -152,6 +153,10 @@ func attach(f *clientFlags) (*jetstream.Log, func(), error) {
 	if f.team != "" {
 		nc.Close()
 		return nil, nil, fmt.Errorf("the credentials %s act for team %s through the request API and may not read the log itself: use an auditor or admin credential", f.creds, f.team)
+	}
+	if f.job != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("the credentials %s are task %s's job's: they reach only its checkpoint and history, not the log", f.creds, f.job.Task)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -453,7 +458,11 @@ func newCheckpoint() *cobra.Command {
 		Short: "Report a saved checkpoint (from inside a job: task from GPUQ_TASK_ID)",
 		Long: "Report a saved checkpoint (from inside a job: task from GPUQ_TASK_ID).\n\n" +
 			"The submitter records it only while the task is running or preempting;\n" +
-			"any other state is refused (exit 2), an unknown task is exit 3.",
+			"any other state is refused (exit 2), an unknown task is exit 3.\n\n" +
+			"Inside a job on a server with credentials (gpuq auth init), GPUQ_NATS_CREDS\n" +
+			"is the run's own credential: the request goes to the job API of that run\n" +
+			"(gpuq.api.v1.job.<node>.<task>.<run>.checkpoint), the only one it may use.\n" +
+			"When NATS cannot be reached the ref is kept for the node's agent to report.",
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return invalid("ref", fmt.Sprintf("give it with --ref; checkpoint takes no arguments (got %q)", args))
@@ -463,6 +472,15 @@ func newCheckpoint() *cobra.Command {
 		RunE: func(c *cobra.Command, _ []string) error {
 			if task == "" {
 				task = os.Getenv("GPUQ_TASK_ID")
+			}
+			if c, err := auth.LoadCreds(f.creds); f.creds != "" && err == nil && c.Job() != nil {
+				// A job's own credential (GPUQ_NATS_CREDS): its run's job API.
+				if task == "" {
+					task = c.Task
+				}
+				if task != c.Task {
+					return invalid("task", fmt.Sprintf("the credentials %s are task %s's job's, not task %s's", f.creds, c.Task, task))
+				}
 			}
 			if task == "" {
 				return invalid("task", "give --task or run inside a job (GPUQ_TASK_ID)")

@@ -37,7 +37,29 @@ const (
 	// refuses other teams' tasks with 403), and the NATS server lets only
 	// that team's users (auth role ci-<team>) and the admin publish there.
 	TeamPrefix = SubjectPrefix + "team."
+	// JobPrefix is the job API: a request on
+	// gpuq.api.v1.job.<node>.<task>.<run>.<op> (JobSubject) acts for one run
+	// of one task, the one dispatched at sequence <run> and started on
+	// <node>; the submitter answers it only while that run is the task's
+	// and it is running or being preempted. A job's own credential (minted
+	// by its agent, pkg/auth) may publish there and nowhere else.
+	JobPrefix = SubjectPrefix + "job."
 )
+
+// JobOps are the operations of the job API.
+var JobOps = []string{OpCheckpoint, OpHistory}
+
+// JobSubject is the job API subject of op for one run of a task.
+func JobSubject(node, task string, run uint64, op string) string {
+	return fmt.Sprintf("%s%s.%s.%d.%s", JobPrefix, node, task, run, op)
+}
+
+// Job names the run a job credential acts for (Client.Job).
+type Job struct {
+	Node string
+	Task string
+	Run  uint64
+}
 
 // Subject is the subject of op, scoped to team when team is not "".
 func Subject(team, op string) string {

@@ -44,6 +44,9 @@ type Client struct {
 	// Team, when set, sends every request on the team's scoped subjects
 	// (Subject): what a ci-<team> user may publish.
 	Team string
+	// Job, when set, sends every request on that run's job API subjects
+	// (JobSubject): what a job's own credential may publish.
+	Job *Job
 	// Refused, when set, receives the connection's permission errors (from
 	// its nats.ErrorHandler): a request on a subject the user may not
 	// publish to then fails at once, as an Error on the field "creds",
@@ -96,7 +99,11 @@ func (c *Client) Call(op string, req, out any) error {
 	if to == 0 {
 		to = 10 * time.Second
 	}
-	m, err := c.request(Subject(c.Team, op), op, body, to)
+	subj := Subject(c.Team, op)
+	if c.Job != nil {
+		subj = JobSubject(c.Job.Node, c.Job.Task, c.Job.Run, op)
+	}
+	m, err := c.request(subj, op, body, to)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("no gpuq submitter is answering on %s (is `gpuq dev` or the submitter running?)", c.NC.ConnectedUrl())

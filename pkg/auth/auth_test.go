@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
@@ -133,11 +134,9 @@ func lastSeq(t *testing.T, l *jetstream.Log) uint64 {
 	return s
 }
 
-// TestNoCredentialsRefused: a client without credentials — a job among
-// them: the agent clears GPUQ_NATS_CREDS in its environment — cannot
-// connect, so it can publish nothing (no dispatched, no other task's
-// checkpointed); a job reports its checkpoints through its agent
-// (cmd/gpuq TestAuthAllowedPaths).
+// TestNoCredentialsRefused: a client without credentials cannot connect,
+// so it can publish nothing; nor can one with another directory's keys (a
+// job has a credential of its own, TestJobCredential).
 func TestNoCredentialsRefused(t *testing.T) {
 	a := newAuthServer(t)
 	_, err := nats.Connect(a.srv.URL(), nats.NoReconnect())
@@ -356,12 +355,13 @@ func TestInitFiles(t *testing.T) {
 }
 
 // TestServerConfigIncluded: the production setup of docs/operations.md —
-// a nats-server configuration that includes nats-auth.conf — parses, with
-// one nkey user per role.
+// a nats-server configuration that includes nats-auth.conf — parses into
+// operator mode: one trusted operator, the system account, and a memory
+// resolver that knows the gpuq account, whose scoped signing keys are the
+// agents' (one per node).
 func TestServerConfigIncluded(t *testing.T) {
 	dir := t.TempDir()
-	roles, err := auth.Init(dir, []string{"vision"}, []string{"gpu-a1", "gpu-a2"})
-	if err != nil {
+	if _, err := auth.Init(dir, []string{"vision"}, []string{"gpu-a1", "gpu-a2"}); err != nil {
 		t.Fatal(err)
 	}
 	main := filepath.Join(dir, "nats.conf")
@@ -373,12 +373,29 @@ func TestServerConfigIncluded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(opts.Nkeys) != len(roles) || len(opts.Users) != 0 {
-		t.Fatalf("%d nkey users (and %d others), want %d", len(opts.Nkeys), len(opts.Users), len(roles))
+	if len(opts.TrustedOperators) != 1 || opts.SystemAccount == "" || len(opts.Nkeys) != 0 || len(opts.Users) != 0 {
+		t.Fatalf("%d operators, system account %q, %d nkey users, %d users: want operator mode only",
+			len(opts.TrustedOperators), opts.SystemAccount, len(opts.Nkeys), len(opts.Users))
 	}
-	for _, u := range opts.Nkeys {
-		if u.Permissions == nil || u.Permissions.Publish == nil || len(u.Permissions.Publish.Allow) == 0 {
-			t.Fatalf("user %s has no publish permissions", u.Nkey)
-		}
+	signer, err := auth.LoadJobSigner(auth.JobSignerPath(dir, "gpu-a2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.DontListen, opts.NoSigs, opts.NoLog = true, true, true
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	accJWT, err := opts.AccountResolver.Fetch(signer.Account)
+	if err != nil {
+		t.Fatalf("the resolver does not know the gpuq account: %v", err)
+	}
+	ac, err := jwt.DecodeAccountClaims(accJWT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ac.Name != auth.AccountName || len(ac.SigningKeys) != 2 || !ac.Limits.JetStreamLimits.IsUnlimited() {
+		t.Fatalf("account %q with %d signing keys, JetStream %+v", ac.Name, len(ac.SigningKeys), ac.Limits.JetStreamLimits)
 	}
 }

@@ -8,24 +8,40 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/gpuq/gpuq/pkg/api"
 )
 
-// Creds is a credentials file written by Init: an nkey seed with the
-// role, inbox prefix and team in comment lines.
+// Creds is a credentials file: a .creds file (user JWT and seed) written
+// by Init or MintJob, or a plain .nk user seed, with what gpuq needs
+// besides in comment lines ("# role: ...").
 type Creds struct {
 	Path  string
-	Role  string
-	Inbox string // "" when the file names none (a plain .nk seed)
+	Role  string // "job" for a job's own credential
+	Inbox string // "" when the file names none
 	Team  string // ci-<team>: the team the request API is scoped to
 	User  string // the public key
+	JWT   bool   // a user JWT (.creds), not a bare seed
+	// Node, Task and Run: the run a job credential acts for.
+	Node, Task string
+	Run        uint64
 }
 
-// LoadCreds reads and checks a credentials file. A file with a user JWT
-// (a .creds file of an operator/account setup) is accepted as is.
+// Job is the run a job credential acts for; nil for any other.
+func (c *Creds) Job() *api.Job {
+	if c == nil || c.Role != JobRoleName || c.Task == "" {
+		return nil
+	}
+	return &api.Job{Node: c.Node, Task: c.Task, Run: c.Run}
+}
+
+// LoadCreds reads and checks a credentials file.
 func LoadCreds(path string) (*Creds, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -34,16 +50,50 @@ func LoadCreds(path string) (*Creds, error) {
 	defer wipe(data)
 	c := &Creds{Path: path}
 	if bytes.Contains(data, []byte("BEGIN NATS USER JWT")) {
-		return c, nil
+		tok, err := jwt.ParseDecoratedJWT(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		uc, err := jwt.DecodeUserClaims(tok)
+		if err != nil {
+			return nil, fmt.Errorf("%s: not a user JWT: %w", path, err)
+		}
+		kp, err := jwt.ParseDecoratedUserNKey(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		pub, _ := kp.PublicKey()
+		kp.Wipe()
+		if pub != uc.Subject {
+			return nil, fmt.Errorf("%s: the seed is not the JWT's user", path)
+		}
+		c.User, c.JWT = pub, true
+	} else {
+		kp, err := nkeys.ParseDecoratedNKey(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		defer kp.Wipe()
+		if c.User, err = kp.PublicKey(); err != nil || !nkeys.IsValidPublicUserKey(c.User) {
+			return nil, fmt.Errorf("%s: not an nkey user seed (it must start with SU)", path)
+		}
 	}
-	kp, err := nkeys.ParseDecoratedNKey(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	meta := comments(data)
+	c.Role, c.Inbox, c.Team, c.Node, c.Task = meta["role"], meta["inbox"], meta["team"], meta["node"], meta["task"]
+	if r := meta["run"]; r != "" {
+		if c.Run, err = strconv.ParseUint(r, 10, 64); err != nil {
+			return nil, fmt.Errorf("%s: run %q is not a sequence", path, r)
+		}
 	}
-	defer kp.Wipe()
-	if c.User, err = kp.PublicKey(); err != nil || !nkeys.IsValidPublicUserKey(c.User) {
-		return nil, fmt.Errorf("%s: not an nkey user seed (it must start with SU)", path)
+	if c.Inbox != "" && (strings.ContainsAny(c.Inbox, " \t*>") || strings.HasSuffix(c.Inbox, ".")) {
+		return nil, fmt.Errorf("%s: inbox %q is not a subject prefix", path, c.Inbox)
 	}
+	return c, nil
+}
+
+// comments reads the "# key: value" lines of a credentials file.
+func comments(data []byte) map[string]string {
+	out := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		line, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "#")
@@ -54,20 +104,11 @@ func LoadCreds(path string) (*Creds, error) {
 		if !ok {
 			continue
 		}
-		v = strings.TrimSpace(v)
-		switch strings.TrimSpace(k) {
-		case "role":
-			c.Role = v
-		case "inbox":
-			c.Inbox = v
-		case "team":
-			c.Team = v
+		if k = strings.TrimSpace(k); out[k] == "" {
+			out[k] = strings.TrimSpace(v)
 		}
 	}
-	if c.Inbox != "" && (strings.ContainsAny(c.Inbox, " \t*>") || strings.HasSuffix(c.Inbox, ".")) {
-		return nil, fmt.Errorf("%s: inbox %q is not a subject prefix", path, c.Inbox)
-	}
-	return c, nil
+	return out
 }
 
 func wipe(b []byte) {
@@ -76,20 +117,22 @@ func wipe(b []byte) {
 	}
 }
 
-// Options are the connection options of these credentials: the nkey (or
-// the JWT and seed) and the role's inbox prefix.
+// Options are the connection options of these credentials: the user JWT
+// and seed (or the bare nkey), and the inbox prefix.
 func (c *Creds) Options() ([]nats.Option, error) {
 	if c == nil {
 		return nil, nil
 	}
-	if c.User == "" {
-		return []nats.Option{nats.UserCredentials(c.Path)}, nil
+	var opts []nats.Option
+	if c.JWT {
+		opts = append(opts, nats.UserCredentials(c.Path))
+	} else {
+		o, err := nats.NkeyOptionFromSeed(c.Path)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c.Path, err)
+		}
+		opts = append(opts, o)
 	}
-	o, err := nats.NkeyOptionFromSeed(c.Path)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", c.Path, err)
-	}
-	opts := []nats.Option{o}
 	if c.Inbox != "" {
 		opts = append(opts, nats.CustomInboxPrefix(c.Inbox))
 	}

@@ -8,28 +8,56 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
+	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 )
 
 // Files under an auth directory.
 const (
-	ConfigFile = "nats-auth.conf" // the server's authorization block
-	CredsDir   = "creds"          // <role>.nk: one nkey seed per role
+	ConfigFile = "nats-auth.conf" // the server's operator, accounts and resolver
+	CredsDir   = "creds"          // <role>.creds: one user JWT and seed per role; agent-<node>.jobs.nk
+	KeysDir    = "keys"           // operator.nk, account.nk, system.nk: what signs the rest
 	TokensDir  = "tokens"         // <team>, admin: HTTP bearer tokens
 	AdminToken = "admin"
+	// AccountName is the NATS account every gpuq role and job is a user of.
+	AccountName = "GPUQ"
 )
 
 // CredsPath is the credentials file of role under dir.
-func CredsPath(dir, role string) string { return filepath.Join(dir, CredsDir, role+".nk") }
+func CredsPath(dir, role string) string { return filepath.Join(dir, CredsDir, role+".creds") }
 
-// Init writes under dir, every file with mode 0600 (directories 0700):
-// ConfigFile, a nats-server configuration with one nkey user per role and
-// its permissions; creds/<role>.nk, each role's seed; tokens/<team> and
-// tokens/admin, the HTTP bearer tokens. It refuses a directory that
-// already holds credentials: rotating is a new directory (or removing the
-// old files first), so that nothing is overwritten by accident.
+// JobSignerPath is the job signing key of node's agent under dir.
+func JobSignerPath(dir, node string) string {
+	return filepath.Join(dir, CredsDir, "agent-"+node+".jobs.nk")
+}
+
+// Response permission of a role that answers requests: one reply per
+// request, within nats-server's default of two minutes.
+var responses = &jwt.ResponsePermission{MaxMsgs: 1, Expires: 2 * time.Minute}
+
+// Init writes under dir, every file with mode 0600 (directories 0700),
+// with NATS's decentralised (JWT) authentication:
+//
+//   - ConfigFile: the operator JWT, the system account, and a memory
+//     resolver preloaded with the two account JWTs (the system account's
+//     and AccountName's); include it in a nats-server configuration;
+//   - creds/<role>.creds: each role's user JWT (its permissions, signed by
+//     the account) and seed, as the nats CLI reads them (--creds), with the
+//     role, its inbox prefix and its team in comment lines;
+//   - creds/agent-<node>.jobs.nk: the scoped signing key of node's agent,
+//     with which it mints its jobs' credentials (JobRole, MintJob);
+//   - keys/operator.nk, keys/account.nk, keys/system.nk: the seeds that
+//     signed the JWTs, for re-signing (rotation, revocation); keep them
+//     offline;
+//   - tokens/<team> and tokens/admin, the HTTP bearer tokens.
+//
+// It refuses a directory that already holds credentials: rotating is a
+// new directory (or removing the old files first), so that nothing is
+// overwritten by accident.
 func Init(dir string, teams, nodes []string) ([]Role, error) {
 	for _, t := range teams {
 		if err := CheckName("team", t); err != nil {
@@ -44,38 +72,91 @@ func Init(dir string, teams, nodes []string) ([]Role, error) {
 			return nil, err
 		}
 	}
-	if _, err := os.Stat(filepath.Join(dir, CredsDir)); err == nil {
-		return nil, fmt.Errorf("%s already exists: move it away (or remove it) to make new credentials", filepath.Join(dir, CredsDir))
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
+	for _, d := range []string{CredsDir, KeysDir} {
+		if _, err := os.Stat(filepath.Join(dir, d)); err == nil {
+			return nil, fmt.Errorf("%s already exists: move it away (or remove it) to make new credentials", filepath.Join(dir, d))
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
 	}
-	for _, d := range []string{dir, filepath.Join(dir, CredsDir), filepath.Join(dir, TokensDir)} {
+	for _, d := range []string{dir, filepath.Join(dir, CredsDir), filepath.Join(dir, KeysDir), filepath.Join(dir, TokensDir)} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
 	}
-	roles := Roles(teams, nodes)
-	pubs := map[string]string{}
-	for _, r := range roles {
-		kp, err := nkeys.CreateUser()
+	op, err := nkeys.CreateOperator()
+	if err != nil {
+		return nil, err
+	}
+	sys, err := nkeys.CreateAccount()
+	if err != nil {
+		return nil, err
+	}
+	acc, err := nkeys.CreateAccount()
+	if err != nil {
+		return nil, err
+	}
+	opPub, _ := op.PublicKey()
+	sysPub, _ := sys.PublicKey()
+	accPub, _ := acc.PublicKey()
+
+	// The gpuq account: JetStream without limits of its own, and a scoped
+	// signing key per agent for its jobs.
+	ac := jwt.NewAccountClaims(accPub)
+	ac.Name = AccountName
+	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: jwt.NoLimit, DiskStorage: jwt.NoLimit,
+		Streams: jwt.NoLimit, Consumer: jwt.NoLimit, MaxAckPending: jwt.NoLimit,
+		MemoryMaxStreamBytes: jwt.NoLimit, DiskMaxStreamBytes: jwt.NoLimit}
+	for _, n := range nodes {
+		sk, err := nkeys.CreateAccount()
 		if err != nil {
 			return nil, err
 		}
-		seed, err := kp.Seed()
-		if err != nil {
-			return nil, err
-		}
-		pub, err := kp.PublicKey()
-		if err != nil {
-			return nil, err
-		}
-		pubs[r.Name] = pub
-		if err := writeFile(CredsPath(dir, r.Name), credsText(r, pub, seed)); err != nil {
+		skPub, _ := sk.PublicKey()
+		ac.SigningKeys.AddScopedSigner(jobScope(skPub, n))
+		seed, _ := sk.Seed()
+		if err := writeFile(JobSignerPath(dir, n), jobSignerText(n, accPub, skPub, seed)); err != nil {
 			return nil, err
 		}
 	}
-	if err := writeFile(filepath.Join(dir, ConfigFile), ServerConfig(roles, pubs)); err != nil {
+	accJWT, err := ac.Encode(op)
+	if err != nil {
 		return nil, err
+	}
+	sc := jwt.NewAccountClaims(sysPub)
+	sc.Name = "SYS"
+	sysJWT, err := sc.Encode(op)
+	if err != nil {
+		return nil, err
+	}
+	oc := jwt.NewOperatorClaims(opPub)
+	oc.Name = "gpuq"
+	oc.SystemAccount = sysPub
+	opJWT, err := oc.Encode(op)
+	if err != nil {
+		return nil, err
+	}
+
+	roles := Roles(teams, nodes)
+	for _, r := range roles {
+		text, err := roleCreds(r, acc)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", r.Name, err)
+		}
+		if err := writeFile(CredsPath(dir, r.Name), text); err != nil {
+			return nil, err
+		}
+	}
+	if err := writeFile(filepath.Join(dir, ConfigFile), ServerConfig(opJWT, sysPub, map[string]string{sysPub: sysJWT, accPub: accJWT})); err != nil {
+		return nil, err
+	}
+	for name, kp := range map[string]nkeys.KeyPair{"operator": op, "account": acc, "system": sys} {
+		seed, _ := kp.Seed()
+		pub, _ := kp.PublicKey()
+		text := fmt.Sprintf("# gpuq %s identity key: signs the JWTs of nats-auth.conf and creds/; keep it offline (mode 0600)\n# key: %s\n%s\n", name, pub, seed)
+		if err := writeFile(filepath.Join(dir, KeysDir, name+".nk"), text); err != nil {
+			return nil, err
+		}
 	}
 	for _, name := range append(append([]string{}, teams...), AdminToken) {
 		tok, err := NewToken()
@@ -87,6 +168,78 @@ func Init(dir string, teams, nodes []string) ([]Role, error) {
 		}
 	}
 	return roles, nil
+}
+
+// jobSignerText is the file of node's job signing key.
+func jobSignerText(node, accPub, skPub string, seed []byte) string {
+	return fmt.Sprintf("# gpuq job signing key of agent-%s: keep secret (mode 0600)\n"+
+		"# The agent signs its jobs' credentials with it (gpuq-agent --job-signer THIS_FILE).\n"+
+		"# node: %s\n# account: %s\n# key: %s\n%s\n", node, node, accPub, skPub, seed)
+}
+
+// jobScope is the scoped signing key of node's agent: a user it signs has
+// JobRole(node)'s permissions and no others, whatever its JWT says.
+func jobScope(key, node string) *jwt.UserScope {
+	s := jwt.NewUserScope()
+	s.Key, s.Role = key, "jobs-"+node
+	s.Description = "gpuq jobs started on " + node
+	r := JobRole(node)
+	s.Template.Pub.Allow.Add(r.PubAllow...)
+	s.Template.Sub.Allow.Add(r.SubAllow...)
+	return s
+}
+
+// roleCreds is r's credentials file: a new user key, its JWT with r's
+// permissions signed by the account key, and what gpuq reads besides in
+// comment lines.
+func roleCreds(r Role, acc nkeys.KeyPair) (string, error) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return "", err
+	}
+	defer kp.Wipe()
+	pub, _ := kp.PublicKey()
+	seed, _ := kp.Seed()
+	uc := jwt.NewUserClaims(pub)
+	uc.Name = r.Name
+	uc.Pub.Allow.Add(r.PubAllow...)
+	uc.Pub.Deny.Add(r.PubDeny...)
+	uc.Sub.Allow.Add(r.SubAllow...)
+	if r.Responses {
+		uc.Resp = responses
+	}
+	tok, err := uc.Encode(acc)
+	if err != nil {
+		return "", err
+	}
+	return credsText(map[string]string{"role": r.Name, "inbox": Inbox(r.Name), "team": r.Team, "user": pub}, tok, seed)
+}
+
+// credsText is a .creds file (jwt.FormatUserConfig, what the nats CLI
+// reads with --creds) after comment lines "# key: value" (LoadCreds).
+func credsText(meta map[string]string, tok string, seed []byte) (string, error) {
+	body, err := jwt.FormatUserConfig(tok, seed)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString("# gpuq credentials: keep secret (mode 0600)\n")
+	keys := make([]string, 0, len(meta))
+	for k, v := range meta {
+		if v != "" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "# %s: %s\n", k, meta[k])
+	}
+	if in := meta["inbox"]; in != "" {
+		fmt.Fprintf(&b, "# nats CLI: nats --creds THIS_FILE --inbox-prefix %s ...\n", in)
+	}
+	b.WriteString("\n")
+	b.Write(body)
+	return b.String(), nil
 }
 
 // NewToken is 32 random bytes, hex.
@@ -110,50 +263,29 @@ func writeFile(path, text string) error {
 	return f.Close()
 }
 
-// credsText is a seed file the nats CLI reads with --nkey (comment lines
-// are ignored by nkeys.ParseDecoratedNKey), with what gpuq needs besides
-// the seed in comments.
-func credsText(r Role, pub string, seed []byte) string {
+// ServerConfig is the part of a nats-server configuration that sets up
+// operator mode: the operator JWT, the system account, and a memory
+// resolver preloaded with the account JWTs (public key → JWT). Clients
+// without a user JWT of one of these accounts, signed by the account or
+// one of its signing keys, are refused.
+func ServerConfig(operatorJWT, systemAccount string, accounts map[string]string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# gpuq credentials: keep secret (mode 0600)\n")
-	fmt.Fprintf(&b, "# role: %s\n", r.Name)
-	fmt.Fprintf(&b, "# inbox: %s\n", Inbox(r.Name))
-	if r.Team != "" {
-		fmt.Fprintf(&b, "# team: %s\n", r.Team)
+	b.WriteString("# gpuq's NATS operator and accounts (generated by `gpuq auth init`). It holds\n")
+	b.WriteString("# JWTs and public keys only. Include it in a nats-server configuration:\n")
+	b.WriteString("#   include ./" + ConfigFile + "\n")
+	b.WriteString("# The roles are users of account " + AccountName + "; their permissions are in their\n")
+	b.WriteString("# JWTs (creds/<role>.creds), a job's in the scoped signing key of its agent.\n")
+	fmt.Fprintf(&b, "operator: %q\n", operatorJWT)
+	fmt.Fprintf(&b, "system_account: %q\n", systemAccount)
+	b.WriteString("resolver: MEMORY\nresolver_preload: {\n")
+	keys := make([]string, 0, len(accounts))
+	for k := range accounts {
+		keys = append(keys, k)
 	}
-	fmt.Fprintf(&b, "# user: %s\n", pub)
-	fmt.Fprintf(&b, "# nats CLI: nats --nkey THIS_FILE --inbox-prefix %s ...\n", Inbox(r.Name))
-	fmt.Fprintf(&b, "%s\n", seed)
-	return b.String()
-}
-
-// ServerConfig is the authorization block of a nats-server configuration:
-// one nkey user per role with its permissions. Clients without one of
-// these keys are refused.
-func ServerConfig(roles []Role, pubs map[string]string) string {
-	q := func(ss []string) string {
-		// Quoted: "$JS..." is a literal, not a variable. Subjects hold no
-		// quotes or backslashes (Roles builds them from checked names).
-		return `["` + strings.Join(ss, `", "`) + `"]`
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "  %q: %q\n", k, accounts[k])
 	}
-	var b strings.Builder
-	b.WriteString("# gpuq roles as NATS nkey users (generated by `gpuq auth init`).\n")
-	b.WriteString("# Include it in a nats-server configuration: include ./" + ConfigFile + "\n")
-	b.WriteString("authorization {\n  users = [\n")
-	for _, r := range roles {
-		fmt.Fprintf(&b, "    # %s: %s\n", r.Name, r.Doc)
-		fmt.Fprintf(&b, "    { nkey: %q, permissions: {\n", pubs[r.Name])
-		fmt.Fprintf(&b, "        publish: { allow: %s", q(r.PubAllow))
-		if len(r.PubDeny) > 0 {
-			fmt.Fprintf(&b, ", deny: %s", q(r.PubDeny))
-		}
-		b.WriteString(" }\n")
-		fmt.Fprintf(&b, "        subscribe: { allow: %s }\n", q(r.SubAllow))
-		if r.Responses {
-			b.WriteString("        allow_responses: true\n")
-		}
-		b.WriteString("    } }\n")
-	}
-	b.WriteString("  ]\n}\n")
+	b.WriteString("}\n")
 	return b.String()
 }

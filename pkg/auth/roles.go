@@ -26,6 +26,22 @@ type Role struct {
 // may subscribe to it, so no one reads another's replies.
 func Inbox(role string) string { return "_INBOX_" + role }
 
+// JobInbox is a job's inbox prefix: only its own credential may
+// subscribe there.
+func JobInbox(task string) string { return "_INBOX_job_" + task }
+
+// JobRole is what a job's credential may do, as the scoped signing key of
+// node's agent grants it (the server fills in the templates from the
+// user JWT: its name is the task id, its tag run:<n> the run): request its
+// own run's checkpoint and history from the submitter (api.JobSubject),
+// and read the replies in its own inbox. Nothing else: not the log, not
+// another task, not another run of its own task.
+func JobRole(node string) Role {
+	return Role{Name: "job", Doc: "a job's own credential (minted at its start by the agent of " + node + ", valid while its run lasts): its own run's checkpoint and history through the submitter",
+		PubAllow: prefixed(api.JobPrefix+node+".{{name()}}.{{tag(run)}}.", api.JobOps),
+		SubAllow: []string{JobInbox("{{name()}}") + ".>"}}
+}
+
 // API subjects (pkg/api).
 const (
 	apiPrefix     = api.SubjectPrefix
@@ -145,7 +161,7 @@ func Roles(teams, nodes []string) []Role {
 				taskEvents(events.TypeSubmitted, events.TypeAmended, events.TypeCancelled, events.TypeChecklistUpdated, events.TypeCheckpointed),
 				nodeEvents("*", events.TypeDrained, events.TypeUndrained),
 				[]string{apiPrefix + "logs.*"}, snapshotStore(events.SnapshotBucketOf("submitter"))),
-			SubAllow: cat(prefixed(apiPrefix, SubmitterOps), teamAPI(SubmitterOps))},
+			SubAllow: cat(prefixed(apiPrefix, SubmitterOps), teamAPI(SubmitterOps), prefixed(api.JobPrefix+"*.*.*.", api.JobOps))},
 		{Name: "scheduler",
 			Doc: "the scheduler: appends dispatched, preempt_requested, requeued and lost; holds the leader lease; watches heartbeats; keeps snapshots",
 			PubAllow: cat(readStream(stream), createStream(stream),

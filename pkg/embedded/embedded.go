@@ -53,16 +53,11 @@ func (l warnLogger) Fatalf(f string, a ...any) { l.warn(fmt.Sprintf(f, a...)) }
 // Server is a running embedded server.
 type Server struct {
 	NS *server.Server
+	o  Options
 }
 
-// Start starts the server and waits until it is ready for connections.
-func Start(o Options) (*Server, error) {
-	if o.StoreDir == "" {
-		return nil, fmt.Errorf("embedded: StoreDir is required")
-	}
-	if err := os.MkdirAll(o.StoreDir, 0o755); err != nil {
-		return nil, err
-	}
+// serverOptions are the nats-server options of o.
+func serverOptions(o Options) (*server.Options, error) {
 	host := o.Host
 	if host == "" {
 		host = "127.0.0.1"
@@ -84,6 +79,21 @@ func Start(o Options) (*Server, error) {
 		}
 		opts.TLSConfig, opts.TLS = tc, true
 	}
+	return opts, nil
+}
+
+// Start starts the server and waits until it is ready for connections.
+func Start(o Options) (*Server, error) {
+	if o.StoreDir == "" {
+		return nil, fmt.Errorf("embedded: StoreDir is required")
+	}
+	if err := os.MkdirAll(o.StoreDir, 0o755); err != nil {
+		return nil, err
+	}
+	opts, err := serverOptions(o)
+	if err != nil {
+		return nil, err
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, err
@@ -96,7 +106,26 @@ func Start(o Options) (*Server, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("embedded: nats-server not ready in 30s")
 	}
-	return &Server{NS: ns}, nil
+	if o.Port == -1 && !o.NoListen {
+		if a, ok := ns.Addr().(*net.TCPAddr); ok {
+			o.Port = a.Port // a reload keeps the port it got
+		}
+	}
+	return &Server{NS: ns, o: o}, nil
+}
+
+// Reload reads AuthConfig again and applies it, as nats-server does on
+// SIGHUP: new or revoked users and signing keys of `gpuq auth rotate`
+// take effect, and connections they no longer allow are closed.
+func (s *Server) Reload() error {
+	if s.o.AuthConfig == "" {
+		return fmt.Errorf("embedded: no auth configuration to reload")
+	}
+	opts, err := serverOptions(s.o)
+	if err != nil {
+		return err
+	}
+	return s.NS.ReloadOptions(opts)
 }
 
 // Connect opens an in-process client connection.

@@ -1,5 +1,6 @@
 // Package svcmain holds what the four service binaries (gpuq-submitter,
-// gpuq-scheduler, gpuq-advisor, gpuq-agent) share: flags that fall back to
+// gpuq-scheduler, gpuq-advisor, gpuq-agent) share: a cobra command line (the
+// CLI's own flag library) whose flags fall back to
 // GPUQ_* environment variables, the flags every service takes, and the
 // start-up connection to NATS and the audit log.
 //

@@ -4,8 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strconv"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gpuq/gpuq/pkg/auth"
 	"github.com/gpuq/gpuq/pkg/events"
@@ -31,21 +33,30 @@ const StartupTimeout = 60 * time.Second
 // LogLevels are the accepted --log-level values (zerolog's names).
 var LogLevels = []string{"trace", "debug", "info", "warn", "error", "fatal", "panic", "disabled"}
 
-// Flags is a flag set whose flags default to an environment variable.
+// Flags is the command line of a service: a cobra command whose flags
+// default to an environment variable, so that the services and the gpuq
+// CLI share one flag library (cobra and its pflag) and one help format.
 type Flags struct {
-	fs     *flag.FlagSet
+	cmd    *cobra.Command
+	fs     *pflag.FlagSet
 	name   string
 	envErr map[string]string // flag name -> message, for env values that did not parse
 }
 
 // NewFlags returns an empty flag set for the binary called name.
 func NewFlags(name string) *Flags {
-	f := &Flags{fs: flag.NewFlagSet(name, flag.ContinueOnError), name: name, envErr: map[string]string{}}
-	f.fs.Usage = func() {
-		fmt.Fprintf(f.fs.Output(), "Usage of %s (every flag also reads the environment variable named in brackets):\n", name)
-		f.fs.PrintDefaults()
+	cmd := &cobra.Command{
+		Use:           name + " [flags]",
+		Short:         name,
+		Long:          "Usage of " + name + ": every flag also reads the environment variable named in brackets; a flag given on the command line wins.",
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          cobra.ArbitraryArgs, // checked by parse, to name the field
+		// Completion is the CLI's business; a service has only flags.
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
-	return f
+	cmd.Flags().SortFlags = false
+	return &Flags{cmd: cmd, fs: cmd.Flags(), name: name, envErr: map[string]string{}}
 }
 
 // envDefault reads env into def with parse; a bad value is remembered and
@@ -117,7 +128,7 @@ func (f *Flags) Common() *Common {
 	f.Int(&c.Replicas, "stream-replicas", "GPUQ_STREAM_REPLICAS", 1, "replicas of every stream, bucket and object store (3 on a 3-node NATS cluster)")
 	f.Duration(&c.DedupeWindow, "dedupe-window", "GPUQ_DEDUPE_WINDOW", events.DefaultDedupeWindow, "how long an idempotency key de-duplicates in the stream")
 	f.String(&c.LogLevel, "log-level", "GPUQ_LOG_LEVEL", "info", "log level: "+strings.Join(LogLevels, ", "))
-	f.String(&c.Creds, "creds", "GPUQ_NATS_CREDS", "", "NATS credentials of this service's role (creds/<role>.nk of gpuq auth init)")
+	f.String(&c.Creds, "creds", "GPUQ_NATS_CREDS", "", "NATS credentials of this service's role (creds/<role>.creds of gpuq auth init)")
 	f.String(&c.TLS.CA, "nats-ca", "GPUQ_NATS_CA", "", "PEM CA to verify the NATS server with")
 	f.String(&c.TLS.Cert, "nats-cert", "GPUQ_NATS_CERT", "", "PEM client certificate for NATS (mutual TLS; with --nats-key)")
 	f.String(&c.TLS.Key, "nats-key", "GPUQ_NATS_KEY", "", "PEM key of --nats-cert")
@@ -125,21 +136,26 @@ func (f *Flags) Common() *Common {
 }
 
 // Parse parses os.Args[1:] and checks the common flags (c may be nil when
-// Common was not called). It exits 0 after -h and 2 on a bad flag or
-// environment value, naming the field.
+// Common was not called). It exits 0 after -h/--help and 2 on a bad flag
+// or environment value, naming the field.
 func (f *Flags) Parse(c *Common) {
 	err := f.parse(os.Args[1:], c)
 	var fe *FieldError
 	switch {
 	case err == nil:
-	case errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errHelp):
 		os.Exit(0)
 	case errors.As(err, &fe):
 		f.Invalid(fe.Field, fe.Msg)
 	default:
-		os.Exit(2) // the flag package has named the flag
+		fmt.Fprintf(os.Stderr, "%s: %v\n", f.name, err)
+		fmt.Fprintf(os.Stderr, "Run '%s --help' for the flags.\n", f.name)
+		os.Exit(2)
 	}
 }
+
+// errHelp is parse's answer to -h/--help, after the help was printed.
+var errHelp = errors.New("help requested")
 
 // FieldError is a bad value of one flag (or of its environment variable).
 type FieldError struct {
@@ -150,14 +166,33 @@ type FieldError struct {
 func (e *FieldError) Error() string { return fmt.Sprintf("invalid --%s: %s", e.Field, e.Msg) }
 
 func (f *Flags) parse(args []string, c *Common) error {
-	if err := f.fs.Parse(args); err != nil {
+	var checked error
+	ran := false
+	f.cmd.RunE = func(_ *cobra.Command, rest []string) error {
+		ran = true
+		checked = f.check(rest, c)
+		return nil
+	}
+	f.cmd.SetArgs(args)
+	if err := f.cmd.Execute(); err != nil {
+		var ive *pflag.InvalidValueError
+		if errors.As(err, &ive) {
+			return &FieldError{ive.GetFlag().Name, fmt.Sprintf("%q: %v", ive.GetValue(), unwrapNum(ive.Unwrap()))}
+		}
 		return err
 	}
-	if f.fs.NArg() > 0 {
-		return &FieldError{"args", fmt.Sprintf("unexpected argument %q (this command takes only flags)", f.fs.Arg(0))}
+	if !ran {
+		return errHelp
+	}
+	return checked
+}
+
+func (f *Flags) check(rest []string, c *Common) error {
+	if len(rest) > 0 {
+		return &FieldError{"args", fmt.Sprintf("unexpected argument %q (this command takes only flags)", rest[0])}
 	}
 	set := map[string]bool{}
-	f.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	f.fs.Visit(func(fl *pflag.Flag) { set[fl.Name] = true })
 	var bad []string
 	for name := range f.envErr {
 		if !set[name] {
@@ -230,7 +265,7 @@ func validLevel(s string) bool {
 // Invalid reports a bad value of field (a flag name) and exits 2.
 func (f *Flags) Invalid(field, msg string) {
 	fmt.Fprintf(os.Stderr, "%s: invalid --%s: %s\n", f.name, field, msg)
-	fmt.Fprintf(os.Stderr, "Run '%s -h' for the flags.\n", f.name)
+	fmt.Fprintf(os.Stderr, "Run '%s --help' for the flags.\n", f.name)
 	os.Exit(2)
 }
 
@@ -373,3 +408,28 @@ func (f *Flags) HTTPAuthOptions(h *HTTPAuthFlags) (*auth.Tokens, *tls.Config) {
 const LogTimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
 func init() { zerolog.TimeFieldFormat = LogTimeFormat }
+
+// Logger is a service's logger at level (one of LogLevels), every line
+// with svc: JSON lines (zerolog's, with task_id and node fields where a
+// line is about a task or a node) when stderr is not a terminal, as under
+// a supervisor, in a container or piped to a collector; on a terminal the
+// same fields in zerolog's readable console form.
+func Logger(svc, level string) zerolog.Logger {
+	return newLogger(os.Stderr, isTerminal(os.Stderr), svc, level)
+}
+
+func newLogger(w io.Writer, terminal bool, svc, level string) zerolog.Logger {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil {
+		lvl = zerolog.InfoLevel
+	}
+	if terminal {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Str("svc", svc).Logger()
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

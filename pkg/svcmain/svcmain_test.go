@@ -2,10 +2,12 @@ package svcmain
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,6 +48,8 @@ func TestParse(t *testing.T) {
 		"unknown log level":               {env: map[string]string{"GPUQ_LOG_LEVEL": "loud"}, wantBad: "log-level"},
 		"empty nats url":                  {args: []string{"--nats", " "}, wantBad: "nats"},
 		"stray argument":                  {args: []string{"extra"}, wantBad: "args"},
+		"bad flag value names the flag":   {args: []string{"--gpus", "four"}, wantBad: "gpus"},
+		"bad bool value names the flag":   {args: []string{"--mock=maybe"}, wantBad: "mock"},
 		"creds file missing":              {env: map[string]string{"GPUQ_NATS_CREDS": "/nonexistent/x.nk"}, wantBad: "creds"},
 		"creds not a seed":                {args: []string{"--creds", "svcmain_test.go"}, wantBad: "creds"},
 		"a client certificate alone":      {args: []string{"--nats-cert", "svcmain_test.go"}, wantBad: "nats-cert"},
@@ -56,7 +60,8 @@ func TestParse(t *testing.T) {
 				t.Setenv(k, tc.env[k])
 			}
 			f := NewFlags("test")
-			f.fs.SetOutput(io.Discard)
+			f.cmd.SetOut(io.Discard)
+			f.cmd.SetErr(io.Discard)
 			c := f.Common()
 			var got vals
 			f.Int(&got.GPUs, "gpus", "GPUQ_MOCK_GPUS", 8, "")
@@ -132,5 +137,85 @@ func TestConnectGivesUpWithContext(t *testing.T) {
 	_, _, err := Connect(ctx, "test", &Common{NATSURL: "nats://127.0.0.1:1", Replicas: 1}, nil)
 	if err == nil {
 		t.Fatal("Connect to nothing succeeded")
+	}
+}
+
+// TestParseHelpAndUnknown: --help prints the flags with their environment
+// variables and is not an error of a field; an unknown flag is refused.
+func TestParseHelpAndUnknown(t *testing.T) {
+	for name, tc := range map[string]struct {
+		args     []string
+		wantHelp bool
+		wantOut  string
+	}{
+		"--help":             {args: []string{"--help"}, wantHelp: true, wantOut: "[GPUQ_NATS_URL]"},
+		"-h":                 {args: []string{"-h"}, wantHelp: true, wantOut: "--stream-replicas"},
+		"unknown flag":       {args: []string{"--nosuch"}},
+		"go-style one dash":  {args: []string{"-nats", "x"}},
+		"flag without value": {args: []string{"--nats"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := NewFlags("test")
+			var out strings.Builder
+			f.cmd.SetOut(&out)
+			f.cmd.SetErr(io.Discard)
+			err := f.parse(tc.args, f.Common())
+			var fe *FieldError
+			switch {
+			case tc.wantHelp:
+				if !errors.Is(err, errHelp) {
+					t.Fatalf("parse: %v, want errHelp", err)
+				}
+				if !strings.Contains(out.String(), tc.wantOut) {
+					t.Errorf("help lacks %q:\n%s", tc.wantOut, out.String())
+				}
+			case err == nil || errors.Is(err, errHelp) || errors.As(err, &fe):
+				t.Fatalf("parse: %v, want the flag library's own error", err)
+			}
+		})
+	}
+}
+
+// TestLogger: off a terminal every line is one JSON object with svc and the
+// caller's fields; on a terminal it is not JSON.
+func TestLogger(t *testing.T) {
+	for name, tc := range map[string]struct {
+		terminal bool
+		level    string
+		wantJSON bool
+		wantNone bool
+	}{
+		"pipe: JSON":               {wantJSON: true, level: "info"},
+		"terminal: console":        {terminal: true, level: "info"},
+		"level above the line":     {wantJSON: true, level: "warn", wantNone: true},
+		"unknown level means info": {wantJSON: true, level: "loud"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var b strings.Builder
+			l := newLogger(&b, tc.terminal, "scheduler", tc.level)
+			l.Info().Str("task_id", "t1").Str("node", "n1").Msg("decided")
+			if tc.wantNone {
+				if b.Len() != 0 {
+					t.Fatalf("logged %q at level %s", b.String(), tc.level)
+				}
+				return
+			}
+			var m map[string]any
+			err := json.Unmarshal([]byte(b.String()), &m)
+			if tc.wantJSON != (err == nil) {
+				t.Fatalf("JSON %v, want %v: %q", err == nil, tc.wantJSON, b.String())
+			}
+			if !tc.wantJSON {
+				if !strings.Contains(b.String(), "task_id=") || !strings.Contains(b.String(), "t1") {
+					t.Errorf("console line lacks task_id=t1: %q", b.String())
+				}
+				return
+			}
+			for k, v := range map[string]string{"svc": "scheduler", "task_id": "t1", "node": "n1", "message": "decided", "level": "info"} {
+				if m[k] != v {
+					t.Errorf("%s = %v, want %q (line %q)", k, m[k], v, b.String())
+				}
+			}
+		})
 	}
 }

@@ -181,7 +181,7 @@ func (a *Advisor) publish(ctx context.Context) {
 	for _, v := range out {
 		b, _ := json.Marshal(v)
 		if _, err := a.cfg.JS.Publish(ctx, events.AdviceSubject(v.TaskID), b); err != nil && ctx.Err() == nil {
-			a.cfg.Logger.Warn().Err(err).Str("task", v.TaskID).Msg("advisor: publish failed")
+			a.cfg.Logger.Warn().Err(err).Str("task_id", v.TaskID).Msg("advisor: publish failed")
 		}
 	}
 }
@@ -200,7 +200,7 @@ func (a *Advisor) changed(st *domain.State, now time.Time) []estimate.Advice {
 		}
 		if v.Alert != "" && old.Alert == "" {
 			a.alerts++
-			a.cfg.Logger.Warn().Str("task", v.TaskID).Str("alert", v.Alert).Msg("advisor: wait beyond 2× the estimate")
+			a.cfg.Logger.Warn().Str("task_id", v.TaskID).Str("alert", v.Alert).Msg("advisor: wait beyond 2× the estimate")
 		}
 		a.last[v.TaskID] = v
 		out = append(out, v)

@@ -8,7 +8,9 @@
 // of its own is a run directory per task run under its data directory
 // (<data>/tasks/<id>/runs/<dispatch seq>/), kept by the run's supervisor:
 // the job's identity (pid, start ticks, boot id) and, once it ends, its
-// exit record. Tasks therefore outlive the agent: a restarted agent
+// exit record; on a server with gpuq auth init's roles, also the run's
+// own NATS credential (job.creds, minted with the node's job signing
+// key). Tasks therefore outlive the agent: a restarted agent
 // adopts every live run, reports the real end of a run that finished
 // while it was down, and reports a run lost only when its process is
 // really gone without an exit record (after a reboot, none is live).
@@ -50,6 +52,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/gpuq/gpuq/pkg/auth"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/metrics"
@@ -70,8 +73,19 @@ type Config struct {
 	// (GPUQ_CHECKPOINT_DIR = <CheckpointRoot>/<task id>).
 	CheckpointRoot string
 	// NATSURL is passed to tasks as GPUQ_NATS_URL.
-	NATSURL   string
-	Inventory inventory.Options
+	NATSURL string
+	// JobSigner, when set (a server with gpuq auth init's roles), is the
+	// node's scoped signing key: each run gets a credential of its own,
+	// <run dir>/job.creds (mode 0600, GPUQ_NATS_CREDS), good for that run's
+	// checkpoint and history only (pkg/auth JobRole). Without it a job gets
+	// no credential (GPUQ_NATS_CREDS is cleared) and reports checkpoints
+	// through the spool when NATS refuses it.
+	JobSigner *auth.JobSigner
+	// JobCredsTTL bounds a job credential's life (default 7 days, or twice
+	// the task's estimate when that is longer); the submitter refuses it as
+	// soon as the run ends anyway.
+	JobCredsTTL time.Duration
+	Inventory   inventory.Options
 	// Inv, when set, is used instead of opening one from Inventory (tests
 	// inject GPU faults through it).
 	Inv    *inventory.Inventory
@@ -187,6 +201,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.DataDir == "" {
 		return errors.New("gpuagent: no data directory")
+	}
+	if cfg.JobSigner != nil && cfg.JobSigner.Node != cfg.Node {
+		return fmt.Errorf("gpuagent: the job signing key is node %s's, not %s's", cfg.JobSigner.Node, cfg.Node)
+	}
+	if cfg.JobCredsTTL == 0 {
+		cfg.JobCredsTTL = DefaultJobCredsTTL
 	}
 	unlock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
@@ -407,7 +427,7 @@ func (a *Agent) adopt() {
 		}
 		a.procs[pr.key] = pr
 		a.watch(pr)
-		a.cfg.Logger.Info().Str("task", s.TaskID).Uint64("dispatch", s.Dispatch).Int("pid", p.PID()).Bool("live", !p.Exited()).
+		a.cfg.Logger.Info().Str("task_id", s.TaskID).Uint64("dispatch", s.Dispatch).Int("pid", p.PID()).Bool("live", !p.Exited()).
 			Msg("gpuagent: adopted a run of an earlier agent")
 	}
 	a.countLive()
@@ -554,7 +574,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 		if !placed {
 			pr.orphan, pr.signalled, pr.termAt = true, true, a.cfg.Now()
 			pr.p.MarkStopped(false)
-			a.cfg.Logger.Warn().Str("task", pr.task).Uint64("dispatch", pr.dispatch).Msg("gpuagent: the log no longer places this run here; stopping its process")
+			a.cfg.Logger.Warn().Str("task_id", pr.task).Uint64("dispatch", pr.dispatch).Msg("gpuagent: the log no longer places this run here; stopping its process")
 		}
 	}
 	if a.fenced {
@@ -585,7 +605,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 				fmt.Sprintf("exit:%s:%d", t.ID, t.DispatchSeq))
 		case t.State == domain.Preempting && pr != nil && pr.live() && !pr.signalled:
 			a.signalPreempt(pr, t, time.Duration(t.GraceS*float64(time.Second)))
-			a.cfg.Logger.Info().Str("task", t.ID).Str("signal", t.PreemptSignal).Float64("grace_s", t.GraceS).Msg("gpuagent: preempting")
+			a.cfg.Logger.Info().Str("task_id", t.ID).Str("signal", t.PreemptSignal).Float64("grace_s", t.GraceS).Msg("gpuagent: preempting")
 		case t.State == domain.Cancelled && pr != nil && pr.live() && !pr.signalled:
 			pr.signalled, pr.cancelled = true, true
 			pr.termAt = a.cfg.Now() // SIGTERM at once
@@ -735,7 +755,7 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 	busy := a.busy()
 	for _, g := range pl.GPUs {
 		if other := busy[g]; other != "" && other != key {
-			a.cfg.Logger.Warn().Str("task", t.ID).Str("gpu", g).Str("held_by", other).Msg("gpuagent: a GPU of the placement is still held by a live process; waiting")
+			a.cfg.Logger.Warn().Str("task_id", t.ID).Str("gpu", g).Str("held_by", other).Msg("gpuagent: a GPU of the placement is still held by a live process; waiting")
 			return
 		}
 	}
@@ -751,7 +771,7 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 		return
 	}
 	if err != nil {
-		a.cfg.Logger.Warn().Err(err).Str("task", t.ID).Msg("gpuagent: could not read the task's submission; retrying")
+		a.cfg.Logger.Warn().Err(err).Str("task_id", t.ID).Msg("gpuagent: could not read the task's submission; retrying")
 		return // the next pass tries again
 	}
 	// 2. Claim the start in the log, guarded: a cancel that came first wins.
@@ -761,10 +781,12 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 		return // the task changed; the next pass sees why
 	}
 	if err != nil {
-		a.cfg.Logger.Error().Err(err).Str("task", t.ID).Msg("gpuagent: could not record start")
+		a.cfg.Logger.Error().Err(err).Str("task_id", t.ID).Msg("gpuagent: could not record start")
 		return
 	}
-	// 3. Start the process under its supervisor.
+	// 3. Start the process under its supervisor, with a credential of its
+	//    own when the node has a job signing key.
+	creds := a.jobCreds(t, runDir)
 	placements, _ := json.Marshal(t.Placements)
 	var env []string
 	for _, k := range sortedKeys(sub.Env) {
@@ -777,10 +799,9 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 		"GPUQ_NATS_URL="+a.cfg.NATSURL,
 		"GPUQ_NODE="+a.cfg.Node,
 		"GPUQ_PLACEMENTS="+string(placements),
-		// Not the agent's own credentials (issue 15): a job reports
-		// checkpoints through the spool (.gpuq-pending-ref), which this
-		// agent appends for tasks on its node.
-		"GPUQ_NATS_CREDS=", "GPUQ_NATS_KEY=",
+		// Never the agent's own credentials (issue 15): the run's own
+		// (jobCreds), or none.
+		"GPUQ_NATS_CREDS="+creds, "GPUQ_NATS_KEY=",
 	)
 	if t.ResumeFrom != "" {
 		env = append(env, "GPUQ_RESUME_FROM="+t.ResumeFrom)
@@ -807,11 +828,37 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 		_ = os.RemoveAll(runDir)
 		return
 	}
-	a.cfg.Logger.Info().Str("task", t.ID).Str("run", runDir).Str("gpus", strings.Join(pl.GPUs, ",")).Msg("gpuagent: started")
+	a.cfg.Logger.Info().Str("task_id", t.ID).Str("run", runDir).Str("gpus", strings.Join(pl.GPUs, ",")).Msg("gpuagent: started")
 	pr := &proc{key: key, p: p, task: t.ID, dispatch: t.DispatchSeq, gpus: pl.GPUs}
 	a.procs[key] = pr
 	a.watch(pr)
 	a.countLive()
+}
+
+// DefaultJobCredsTTL is Config.JobCredsTTL's default.
+const DefaultJobCredsTTL = 7 * 24 * time.Hour
+
+// jobCreds mints the run's own credential into its run directory and
+// answers its path; "" without a job signing key, or when minting failed
+// (the job then has none, as without auth, and its checkpoints go
+// through the spool).
+func (a *Agent) jobCreds(t *domain.Task, runDir string) string {
+	if a.cfg.JobSigner == nil {
+		return ""
+	}
+	ttl := a.cfg.JobCredsTTL
+	if est := time.Duration(2 * t.Hours * float64(time.Hour)); est > ttl {
+		ttl = est
+	}
+	// The run directory alone is the job's (0700); the task's stays as the
+	// runner makes it.
+	_ = os.MkdirAll(filepath.Dir(runDir), 0o755)
+	path := filepath.Join(runDir, auth.JobCredsFile)
+	if err := a.cfg.JobSigner.MintJob(path, t.ID, t.DispatchSeq, a.cfg.Now().Add(ttl)); err != nil {
+		a.cfg.Logger.Warn().Err(err).Str("task_id", t.ID).Msg("gpuagent: could not mint the job's credential; it runs without one")
+		return ""
+	}
+	return path
 }
 
 // exited turns a run's end into its report, according to what the log
@@ -860,7 +907,7 @@ func (a *Agent) exited(x exit) {
 	if f, ok := ev.(events.Failed); ok {
 		l = a.cfg.Logger.Warn().Str("error", f.Error)
 	}
-	l.Str("task", pr.task).Str("event", string(ev.EventType())).Int("exit_code", res.ExitCode).Bool("adopted", pr.adopted).Msg("gpuagent: task ended")
+	l.Str("task_id", pr.task).Str("event", string(ev.EventType())).Int("exit_code", res.ExitCode).Bool("adopted", pr.adopted).Msg("gpuagent: task ended")
 }
 
 // gpuDied reports whether a GPU the run held is unhealthy now: a job that
@@ -894,7 +941,7 @@ func (a *Agent) flush(ctx context.Context) {
 		}
 		if _, err := events.Append(ctx, a.cfg.Log, r.ev, events.Meta{Time: a.cfg.Now()}, r.msgID, nil); err != nil {
 			if ctx.Err() == nil {
-				a.cfg.Logger.Warn().Err(err).Str("task", r.task).Str("event", string(r.ev.EventType())).Msg("gpuagent: report failed; will retry")
+				a.cfg.Logger.Warn().Err(err).Str("task_id", r.task).Str("event", string(r.ev.EventType())).Msg("gpuagent: report failed; will retry")
 			}
 			continue
 		}
@@ -938,7 +985,7 @@ func (a *Agent) spooled(ctx context.Context) {
 			continue
 		}
 		_ = os.Remove(path)
-		a.cfg.Logger.Info().Str("task", task).Str("ref", ref).Msg("gpuagent: reported a checkpoint kept while NATS was unreachable")
+		a.cfg.Logger.Info().Str("task_id", task).Str("ref", ref).Msg("gpuagent: reported a checkpoint kept while NATS was unreachable")
 		// A report not yet in the log carries it too.
 		for key, r := range a.pending {
 			if p, ok := r.ev.(events.Preempted); ok && r.task == task {
@@ -975,7 +1022,7 @@ func (a *Agent) lost(t *domain.Task) float64 {
 
 func (a *Agent) append(ctx context.Context, e events.Event, msgID string) {
 	if _, err := events.Append(ctx, a.cfg.Log, e, events.Meta{Time: a.cfg.Now()}, msgID, nil); err != nil && ctx.Err() == nil {
-		a.cfg.Logger.Error().Err(err).Str("event", string(e.EventType())).Str("task", e.Key()).Msg("gpuagent: append failed")
+		a.cfg.Logger.Error().Err(err).Str("event", string(e.EventType())).Str("task_id", e.Key()).Msg("gpuagent: append failed")
 	}
 }
 

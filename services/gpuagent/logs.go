@@ -83,7 +83,7 @@ func answerLogs(cfg LogsConfig, data []byte) api.Reply {
 		if errors.As(err, &e) {
 			return api.Reply{Error: e.Msg, Field: e.Field, NotFound: e.NotFound}
 		}
-		cfg.Logger.Warn().Err(err).Str("task", req.TaskID).Msg("gpuagent: reading a task's output failed")
+		cfg.Logger.Warn().Err(err).Str("task_id", req.TaskID).Msg("gpuagent: reading a task's output failed")
 		return api.Reply{Error: err.Error()}
 	}
 	b, _ := json.Marshal(out)

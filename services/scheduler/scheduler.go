@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -306,7 +307,7 @@ func (s *Scheduler) pass(ctx context.Context, st *domain.State, lease *lease) (u
 		c := cmds[sent[j]]
 		switch {
 		case errors.Is(r.Err, events.ErrConflict):
-			s.cfg.Logger.Debug().Str("task", c.Event.Key()).Msg("scheduler: stale decision refused; will re-decide")
+			s.cfg.Logger.Debug().Str(keyField(c.Event), c.Event.Key()).Msg("scheduler: stale decision refused; will re-decide")
 			s.m.Refused()
 			continue
 		case r.Err != nil:
@@ -322,9 +323,26 @@ func (s *Scheduler) pass(ctx context.Context, st *domain.State, lease *lease) (u
 		if !r.Ack.Duplicate {
 			s.m.Decided(c.Event)
 		}
-		s.cfg.Logger.Info().Str("event", string(c.Event.EventType())).Str("task", c.Event.Key()).Uint64("seq", r.Ack.Seq).Msg("scheduler: decided")
+		l := s.cfg.Logger.Info().Str("event", string(c.Event.EventType())).Str(keyField(c.Event), c.Event.Key())
+		if d, ok := c.Event.(events.Dispatched); ok && len(d.Placements) > 0 {
+			nodes := make([]string, len(d.Placements))
+			for i, p := range d.Placements {
+				nodes[i] = p.Node
+			}
+			l = l.Str("node", strings.Join(nodes, ","))
+		}
+		l.Uint64("seq", r.Ack.Seq).Msg("scheduler: decided")
 	}
 	return last, nil
+}
+
+// keyField is the log field of e's key: "node" for a node's event,
+// "task_id" for a task's (the names of the API's JSON).
+func keyField(e events.Event) string {
+	if strings.HasPrefix(events.Subject(e), events.NodePrefix) {
+		return "node"
+	}
+	return "task_id"
 }
 
 // withEpoch stamps a decision with the leader's epoch and, where the

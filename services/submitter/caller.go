@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/auth"
+	"github.com/gpuq/gpuq/pkg/domain"
 )
 
 // Who a request acts for. A request without a caller in its context (no
@@ -65,9 +67,74 @@ func mayAdmin(ctx context.Context, what string) error {
 	return nil
 }
 
+// A job's caller — a request on the job API,
+// gpuq.api.v1.job.<node>.<task>.<run>.<op>, which only that run's own
+// credential (and the admin) may publish — acts for that run of that task
+// only: its checkpoint and its history, while the task runs (or is being
+// preempted) on that node from that dispatch. Once the run ended, or the
+// task was requeued and dispatched again, the credential is good for
+// nothing.
+
+type jobKey struct{}
+
+func jobOf(ctx context.Context) *api.Job {
+	j, _ := ctx.Value(jobKey{}).(*api.Job)
+	return j
+}
+
+// jobTask fills in and checks the task id of a job's request.
+func jobTask(ctx context.Context, id *string) error {
+	j := jobOf(ctx)
+	if j == nil {
+		return nil
+	}
+	if *id == "" {
+		*id = j.Task
+	}
+	if *id != j.Task {
+		return forbidden("task_id", fmt.Sprintf("the caller is task %s's job and may not act on task %s", j.Task, *id))
+	}
+	return nil
+}
+
+// mayJob refuses a job's caller a task that is not running its run: 409
+// when the task is no longer running (the run ended), 403 when it runs
+// another run or on another node.
+func mayJob(ctx context.Context, t *domain.Task) error {
+	j := jobOf(ctx)
+	if j == nil {
+		return nil
+	}
+	if t.ID != j.Task {
+		return forbidden("task_id", fmt.Sprintf("the caller is task %s's job and may not act on task %s", j.Task, t.ID))
+	}
+	if t.State != domain.Running && t.State != domain.Preempting {
+		return &opError{Status: http.StatusConflict, Field: "task_id",
+			Msg: fmt.Sprintf("task %s is %s: a job's credential is good only while its run lasts", t.ID, t.State)}
+	}
+	if t.Node != j.Node || t.DispatchSeq != j.Run {
+		return forbidden("task_id", fmt.Sprintf("task %s runs as dispatch %d on %s; the credential is for dispatch %d on %s, a run that is over",
+			t.ID, t.DispatchSeq, t.Node, j.Run, j.Node))
+	}
+	return nil
+}
+
 // natsCaller reads the operation and the caller from a request's subject:
-// gpuq.api.v1.<op> (no caller) or gpuq.api.v1.team.<team>.<op>.
+// gpuq.api.v1.<op> (no caller), gpuq.api.v1.team.<team>.<op> or
+// gpuq.api.v1.job.<node>.<task>.<run>.<op>. A job subject that does not
+// parse gets the op "" (refused as unknown).
 func natsCaller(ctx context.Context, subject string) (context.Context, string) {
+	if rest, ok := strings.CutPrefix(subject, api.JobPrefix); ok {
+		parts := strings.Split(rest, ".")
+		if len(parts) != 4 {
+			return ctx, ""
+		}
+		run, err := strconv.ParseUint(parts[2], 10, 64)
+		if err != nil {
+			return ctx, ""
+		}
+		return context.WithValue(ctx, jobKey{}, &api.Job{Node: parts[0], Task: parts[1], Run: run}), parts[3]
+	}
 	if rest, ok := strings.CutPrefix(subject, api.TeamPrefix); ok {
 		team, op, _ := strings.Cut(rest, ".")
 		return withCaller(ctx, auth.Caller{Team: team}), op

@@ -489,6 +489,9 @@ func (s *server) checklist(ctx context.Context, req api.ChecklistRequest) (api.T
 // A retry of the same ref is appended again: the latest checkpoint wins and
 // its time moves, which is right when a job overwrites one path.
 func (s *server) checkpoint(ctx context.Context, req api.CheckpointRequest) (api.CheckpointReply, error) {
+	if err := jobTask(ctx, &req.TaskID); err != nil {
+		return api.CheckpointReply{}, err
+	}
 	if err := checkID(req.TaskID); err != nil {
 		return api.CheckpointReply{}, err
 	}
@@ -501,6 +504,9 @@ func (s *server) checkpoint(ctx context.Context, req api.CheckpointRequest) (api
 			return decision{}, &opError{Status: http.StatusConflict, Field: "task_id",
 				Msg: fmt.Sprintf("task %s is %s: a checkpoint is accepted only while it runs or is being preempted", t.ID, t.State)}
 		}
+		if err := mayJob(ctx, t); err != nil {
+			return decision{}, err
+		}
 		state = t.State
 		return decision{events.Checkpointed{TaskID: t.ID, Ref: req.Ref}, expectTask(t)}, nil
 	})
@@ -512,8 +518,23 @@ func (s *server) checkpoint(ctx context.Context, req api.CheckpointRequest) (api
 
 // history lists a task's events in log order.
 func (s *server) history(ctx context.Context, id string) ([]api.HistoryEntry, error) {
+	if err := jobTask(ctx, &id); err != nil {
+		return nil, err
+	}
 	if _, err := s.show(ctx, id); err != nil {
 		return nil, err
+	}
+	if jobOf(ctx) != nil {
+		// A job reads its task only while its run lasts.
+		var err error
+		s.m.read(func(st *domain.State) {
+			if t := st.Tasks[id]; t != nil {
+				err = mayJob(ctx, t)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	out := []api.HistoryEntry{}
 	_, err := s.log.Read(ctx, 0, events.TaskSubjects(id), func(m events.Stored) error {

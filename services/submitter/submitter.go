@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -209,7 +210,11 @@ func Run(ctx context.Context, cfg Config) error {
 		// (gpuq.api.v1.team.*.<op>, see caller.go).
 	subscribe:
 		for _, op := range ops {
-			for _, subj := range []string{api.SubjectPrefix + op, api.TeamPrefix + "*." + op} {
+			subjects := []string{api.SubjectPrefix + op, api.TeamPrefix + "*." + op}
+			if slices.Contains(api.JobOps, op) {
+				subjects = append(subjects, api.JobPrefix+"*.*.*."+op) // a job's own run (caller.go)
+			}
+			for _, subj := range subjects {
 				var sub *nats.Subscription
 				if sub, err = cfg.NC.QueueSubscribe(subj, api.QueueGroup, serve); err != nil {
 					break subscribe

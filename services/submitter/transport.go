@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -161,6 +162,9 @@ func call[Req, Res any](data []byte, op func(Req) (Res, error)) (any, error) {
 func (s *server) dispatch(ctx context.Context, op string, data []byte) (res any, err error) {
 	if len(data) > maxBody {
 		return nil, &opError{Status: http.StatusRequestEntityTooLarge, Field: "body", Msg: fmt.Sprintf("is larger than %d bytes", maxBody)}
+	}
+	if jobOf(ctx) != nil && !slices.Contains(api.JobOps, op) {
+		return nil, forbidden("op", fmt.Sprintf("a job's credential may ask only for %s, not %q", strings.Join(api.JobOps, " and "), op))
 	}
 	switch op {
 	case api.OpSubmit:

@@ -29,8 +29,7 @@ func main() {
 	f.Parse(c)
 	opts := f.PolicyOptions(pf)
 
-	lvl, _ := zerolog.ParseLevel(c.LogLevel)
-	logger := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("svc", "advisor").Logger()
+	logger := svcmain.Logger("advisor", c.LogLevel)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, c, metricsAddr, opts, logger); err != nil && ctx.Err() == nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/gpuq/gpuq/pkg/auth"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/svcmain"
@@ -36,6 +37,7 @@ type config struct {
 	nodeTimeout            time.Duration
 	stopOnExit             bool
 	metricsAddr            string
+	jobSigner              string
 }
 
 func main() {
@@ -55,6 +57,7 @@ func main() {
 	f.Duration(&a.nodeTimeout, "node-timeout", "GPUQ_NODE_TIMEOUT", 30*time.Second, "the scheduler's node timeout: cut off from NATS (or gone) this long, the node's tasks are stopped")
 	f.Bool(&a.stopOnExit, "stop-tasks-on-exit", "GPUQ_STOP_TASKS_ON_EXIT", false, "stop the tasks when the agent stops (default: they keep running for the next agent to adopt)")
 	f.String(&a.metricsAddr, "metrics", "GPUQ_METRICS_ADDR", "", `Prometheus /metrics listen address, e.g. ":9090" ("" = none)`)
+	f.String(&a.jobSigner, "job-signer", "GPUQ_JOB_SIGNER", "", "this node's job signing key (creds/agent-<node>.jobs.nk of gpuq auth init): each run gets its own credential, good for its checkpoint and history only")
 	f.Parse(c)
 	switch {
 	case !events.ValidKey(a.node):
@@ -69,6 +72,15 @@ func main() {
 		f.Invalid("kill-after", "must be > 0")
 	case a.nodeTimeout < time.Second:
 		f.Invalid("node-timeout", "must be ≥ 1s")
+	}
+	var signer *auth.JobSigner
+	if a.jobSigner != "" {
+		var err error
+		if signer, err = auth.LoadJobSigner(a.jobSigner); err != nil {
+			f.Invalid("job-signer", err.Error())
+		} else if signer.Node != a.node {
+			f.Invalid("job-signer", fmt.Sprintf("the key is node %s's, not %s's", signer.Node, a.node))
+		}
 	}
 	a.inv.Node = a.node
 	if a.dataDir == "" {
@@ -88,11 +100,10 @@ func main() {
 		*p = abs
 	}
 
-	lvl, _ := zerolog.ParseLevel(c.LogLevel)
-	logger := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("svc", "gpuagent").Str("node", a.node).Logger()
+	logger := svcmain.Logger("gpuagent", c.LogLevel).With().Str("node", a.node).Logger()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, c, a, logger); err != nil && ctx.Err() == nil {
+	if err := run(ctx, c, a, signer, logger); err != nil && ctx.Err() == nil {
 		logger.Error().Err(err).Msg("stopped")
 		stop()
 		os.Exit(1)
@@ -100,7 +111,7 @@ func main() {
 	logger.Info().Msg("stopped")
 }
 
-func run(ctx context.Context, c *svcmain.Common, a config, logger zerolog.Logger) error {
+func run(ctx context.Context, c *svcmain.Common, a config, signer *auth.JobSigner, logger zerolog.Logger) error {
 	nc, log, err := svcmain.Connect(ctx, name+"-"+a.node, c, notify(logger))
 	if err != nil {
 		return err
@@ -125,7 +136,7 @@ func run(ctx context.Context, c *svcmain.Common, a config, logger zerolog.Logger
 	}
 	return gpuagent.Run(ctx, gpuagent.Config{Metrics: reg, Log: log, Replicas: c.Replicas, JS: log.JetStream(), Node: a.node, NATSURL: c.NATSURL,
 		DataDir: a.dataDir, CheckpointRoot: a.ckptDir, Inventory: a.inv, Heartbeat: a.heartbeat, KillAfter: a.killAfter,
-		NodeTimeout: a.nodeTimeout, StopOnExit: a.stopOnExit,
+		NodeTimeout: a.nodeTimeout, StopOnExit: a.stopOnExit, JobSigner: signer,
 		Logger: logger, Ready: func() { logger.Info().Str("data", a.dataDir).Str("checkpoints", a.ckptDir).Msg("ready") }})
 }
 

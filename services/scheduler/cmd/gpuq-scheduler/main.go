@@ -48,8 +48,7 @@ func main() {
 		snapEvery = -1 // scheduler.Config: negative is none
 	}
 
-	lvl, _ := zerolog.ParseLevel(c.LogLevel)
-	logger := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("svc", "scheduler").Logger()
+	logger := svcmain.Logger("scheduler", c.LogLevel)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, c, leaseTTL, instance, nodeTimeout, snapEvery, metricsAddr, opts, logger); err != nil && ctx.Err() == nil {

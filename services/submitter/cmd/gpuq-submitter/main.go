@@ -36,8 +36,7 @@ func main() {
 		f.Invalid("max-hours", "must be > 0")
 	}
 
-	lvl, _ := zerolog.ParseLevel(c.LogLevel)
-	logger := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("svc", "submitter").Logger()
+	logger := svcmain.Logger("submitter", c.LogLevel)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, c, submitter.Config{HTTPAddr: httpAddr, Limits: lim, Logger: logger, Tokens: tokens, TLS: tlsCfg}); err != nil && ctx.Err() == nil {
