@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -33,7 +34,16 @@ type liveDigest struct {
 	seq      uint64    // its sequence
 	next     time.Time // no digest before
 	dirty    bool      // value not yet put
-	put      time.Time // when value was last put
+	put      time.Time // when a put was last started
+	// busy holds a token while a put is in flight: puts run on their own
+	// goroutine, one at a time, so that a slow bucket (a cluster electing
+	// a leader) never holds up the scheduler's loop.
+	busy chan struct{}
+	wg   sync.WaitGroup
+}
+
+func newLiveDigest(kv jetstream.KeyValue, instance string, epoch uint64, ttl time.Duration) *liveDigest {
+	return &liveDigest{kv: kv, instance: instance, epoch: epoch, ttl: ttl, busy: make(chan struct{}, 1)}
 }
 
 // update computes the digest of st when the fold moved since the last one
@@ -56,20 +66,31 @@ func (d *liveDigest) publish(ctx context.Context) {
 	if d == nil || d.value == nil || !d.dirty && time.Since(d.put) < d.ttl/3 {
 		return
 	}
-	pctx, cancel := context.WithTimeout(ctx, d.ttl/2)
-	defer cancel()
-	if _, err := d.kv.Put(pctx, audit.LiveDigestKey, d.value); err == nil {
-		d.dirty, d.put = false, time.Now()
+	select {
+	case d.busy <- struct{}{}:
+	default:
+		return // the last put is still in flight
 	}
+	value := d.value
+	d.dirty, d.put = false, time.Now()
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		defer func() { <-d.busy }()
+		pctx, cancel := context.WithTimeout(ctx, d.ttl/2)
+		defer cancel()
+		_, _ = d.kv.Put(pctx, audit.LiveDigestKey, value) // a failed put is retried within ttl/3
+	}()
 }
 
-// clear removes the digest when the scheduler stops leading (best
-// effort; the TTL removes it otherwise).
+// clear removes the digest when the scheduler stops leading, after any
+// put in flight (best effort, briefly: the TTL removes it otherwise).
 func (d *liveDigest) clear() {
 	if d == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	d.wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), min(time.Second, d.ttl/4))
 	defer cancel()
 	if e, err := d.kv.Get(ctx, audit.LiveDigestKey); err == nil {
 		var v audit.LiveDigest

@@ -192,7 +192,7 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 		s.mu.Unlock()
 	}()
 	hbDone := make(chan struct{})
-	dg := &liveDigest{kv: lease.kv, instance: s.cfg.Instance, epoch: lease.epoch, ttl: lease.ttl}
+	dg := newLiveDigest(lease.kv, s.cfg.Instance, lease.epoch, lease.ttl)
 	defer dg.clear()
 	var waitFor uint64 // our last append; no pass until folded
 	err := fold.Run(ctx, service.Hooks{
