@@ -40,6 +40,14 @@ func Forward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Tim
 // late, in the second half early) and small beside run-time prediction
 // errors; the estimator's calibration absorbs what remains. window 0 is
 // one pass per event, as the scheduler would decide.
+//
+// The end of a task started in the simulation also bounds its batch to
+// 2 × window × its predicted run after that end, so the pass that reuses
+// its GPUs comes at most window × its run after it: without the bound, a
+// queue of short tasks ran one wave per span of window × (time ahead),
+// its GPUs idle for most of each, and the predicted wait grew with the
+// number of waves ahead (Alibaba at 3 nodes: 63–160 days predicted
+// against 17–22 actual; 36–43 with the bound, docs/performance.md).
 func ForwardWindow(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, target string, q float64, arrivals []Arrival, window float64) (time.Time, bool) {
 	starts := forward(st, pol, pred, now, target, q, arrivals, forwardSteps, window)
 	at, ok := starts[target]
@@ -220,7 +228,8 @@ func (f *fwd) run() map[string]time.Time {
 				}
 				delete(f.total, t)
 				f.fresh[t] = true
-				heap.Push(&f.ends, end{at: f.vnow.Add(predict(t)), id: t.ID, dispatch: t.DispatchSeq})
+				run := predict(t)
+				heap.Push(&f.ends, end{at: f.vnow.Add(run), id: t.ID, dispatch: t.DispatchSeq, run: run})
 			case policy.Preempt:
 				f.apply(events.PreemptRequested{TaskID: t.ID, For: d.For, Epoch: sim.Epoch})
 				if t.GraceS > 0 {
@@ -263,7 +272,15 @@ func (f *fwd) run() map[string]time.Time {
 				ai++
 				continue
 			}
-			batch = append(batch, heap.Pop(&f.ends).(end))
+			e := heap.Pop(&f.ends).(end)
+			if e.run > 0 {
+				// Started in the simulation: the pass comes at most
+				// window × its run after its end (see ForwardWindow).
+				if u := e.at.Add(time.Duration(2 * window * float64(e.run))); u.Before(until) {
+					until = u
+				}
+			}
+			batch = append(batch, e)
 		}
 		if at := first.Add(last.Sub(first) / 2); at.After(f.vnow) {
 			f.vnow = at
@@ -296,6 +313,9 @@ type end struct {
 	at       time.Time
 	id       string
 	dispatch uint64
+	// run is the predicted run of a task started in the simulation (0:
+	// holding GPUs when it began, or yielding).
+	run time.Duration
 }
 
 type endHeap []end

@@ -67,6 +67,27 @@ func TestLostWorkAnalysis(t *testing.T) {
 		why := map[string]string{}
 		times := map[string]int{}
 		var total, grace float64
+		// Per preemptor and instant: its GPUs, the victims and their GPUs.
+		type req struct{ victims, vgpus int }
+		reqs := map[string]*req{}
+		var reqOrder []string
+		victimGPUs := map[int]int{} // victims by GPUs
+		started := map[string]time.Time{}
+		ranBefore := map[string]time.Duration{}
+		var ages [6]int // victims by age of their run: <10m <30m <1h <6h <1d more
+		var left [6]int // victims by real time left: same buckets
+		dur := map[string]time.Duration{}
+		for _, tk := range tasks {
+			dur[tk.ID] = tk.Duration
+		}
+		bucket := func(d time.Duration) int {
+			for i, b := range []time.Duration{10 * time.Minute, 30 * time.Minute, time.Hour, 6 * time.Hour, 24 * time.Hour} {
+				if d < b {
+					return i
+				}
+			}
+			return 5
+		}
 		for _, m := range recs {
 			r, err := events.Decode(m)
 			if err != nil {
@@ -82,7 +103,21 @@ func TestLostWorkAnalysis(t *testing.T) {
 					w = "class"
 				}
 				why[e.TaskID] = w
+				k := e.For + "@" + r.At().String()
+				if reqs[k] == nil {
+					reqs[k] = &req{}
+					reqOrder = append(reqOrder, k)
+				}
+				reqs[k].victims++
+				reqs[k].vgpus += gpus[e.TaskID]
+				victimGPUs[gpus[e.TaskID]]++
+			case events.Started:
+				started[e.TaskID] = r.At()
 			case events.Preempted:
+				age := r.At().Sub(started[e.TaskID])
+				ages[bucket(age)]++
+				left[bucket(dur[e.TaskID]-ranBefore[e.TaskID]-age)]++
+				ranBefore[e.TaskID] += age - time.Duration(e.LostGPUSeconds/float64(gpus[e.TaskID]))*time.Second
 				w := why[e.TaskID]
 				if byWhy[w] == nil {
 					byWhy[w] = &[3]float64{}
@@ -108,6 +143,21 @@ func TestLostWorkAnalysis(t *testing.T) {
 			}
 		}
 		t.Logf("%s: lost %.1f GPU-h (grace %.1f), %d victims, %d preemptions of a task preempted before, max %d", victims, total/3600, grace/3600, len(times), again, counts[len(counts)-1])
+		var nv, over, need, gangs, gangVictims int
+		for _, k := range reqOrder {
+			q := reqs[k]
+			id := k[:strings.Index(k, "@")]
+			nv += q.victims
+			need += gpus[id]
+			over += q.vgpus
+			if gpus[id] > 8 {
+				gangs++
+				gangVictims += q.victims
+			}
+		}
+		t.Logf("  %d preemptors' requests, %.2f victims each, victims' GPUs %.2f× the preemptors'; gangs %d with %d victims; victims by GPUs %v",
+			len(reqOrder), float64(nv)/float64(max(1, len(reqOrder))), float64(over)/float64(max(1, need)), gangs, gangVictims, victimGPUs)
+		t.Logf("  victims by run age (<10m <30m <1h <6h <1d more) %v, by real time left %v", ages, left)
 		for w, x := range byWhy {
 			t.Logf("  %s: %.0f preemptions, lost %.1f GPU-h, of it grace %.1f", w, x[0], x[1]/3600, x[2]/3600)
 		}
