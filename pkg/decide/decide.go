@@ -199,7 +199,7 @@ func unhealthyHeld(st *domain.State, t *domain.Task) (string, *domain.Node) {
 		}
 		for _, u := range pl.GPUs {
 			for _, g := range n.GPUs {
-				if g.UUID == u && !g.Healthy {
+				if !g.Healthy && g.UUID == u {
 					return u, n
 				}
 			}

@@ -95,18 +95,29 @@ func freeOf(s *State, n *Node) []GPU {
 	if n == nil || !n.Schedulable() {
 		return nil
 	}
-	k := 0
-	for _, g := range n.GPUs {
+	// One owner lookup per GPU: the free ones of a node of up to 64 GPUs
+	// are marked in a bit mask on the first walk (a bigger node looks
+	// them up again).
+	k, small := 0, len(n.GPUs) <= 64
+	var mask uint64
+	for i, g := range n.GPUs {
 		if g.Healthy && s.Owner[g.UUID] == "" {
 			k++
+			if small {
+				mask |= 1 << uint(i)
+			}
 		}
 	}
 	if k == 0 {
 		return nil
 	}
 	out := make([]GPU, 0, k)
-	for _, g := range n.GPUs {
-		if g.Healthy && s.Owner[g.UUID] == "" {
+	for i, g := range n.GPUs {
+		if small {
+			if mask&(1<<uint(i)) != 0 {
+				out = append(out, g)
+			}
+		} else if g.Healthy && s.Owner[g.UUID] == "" {
 			out = append(out, g)
 		}
 	}

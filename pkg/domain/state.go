@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"sort"
 	"strings"
@@ -605,10 +606,12 @@ func (s *State) CloneLive() *State {
 	c := &State{Seq: s.Seq, LastTime: s.LastTime, Epoch: s.Epoch, EpochSeq: s.EpochSeq, Tasks: make(map[string]*Task, len(s.live)),
 		Nodes: make(map[string]*Node, len(s.Nodes)), Owner: make(map[string]string, len(s.Owner)), Idem: map[string]string{}}
 	slab := make([]Task, len(s.live)) // one allocation for every task
+	c.live = make(map[string]*Task, len(s.live))
 	i := 0
 	for k, v := range s.live {
 		v.cloneInto(&slab[i])
 		c.Tasks[k] = &slab[i]
+		c.live[k] = &slab[i]
 		i++
 	}
 	s.cloneIndexes(c)
@@ -616,9 +619,11 @@ func (s *State) CloneLive() *State {
 }
 
 func (s *State) cloneIndexes(c *State) {
-	c.live = make(map[string]*Task, len(s.live))
-	for k := range s.live {
-		c.live[k] = c.Tasks[k]
+	if c.live == nil { // CloneLive built it with the tasks
+		c.live = make(map[string]*Task, len(s.live))
+		for k := range s.live {
+			c.live[k] = c.Tasks[k]
+		}
 	}
 	c.hold = make([]*Task, len(s.hold))
 	for i, t := range s.hold {
@@ -637,18 +642,41 @@ func (s *State) cloneIndexes(c *State) {
 		}
 		c.q.lists[p] = l
 	}
-	for k, v := range s.Nodes {
-		c.Nodes[k] = v.Clone()
+	// The nodes and their GPU lists are cut from one allocation each (as
+	// Node.Clone, each list its own: cap == len, so an append copies).
+	nodes := make([]Node, len(s.Nodes))
+	ng := 0
+	for _, v := range s.Nodes {
+		ng += len(v.GPUs)
 	}
-	for k, v := range s.Owner {
-		c.Owner[k] = v
+	gpus := make([]GPU, 0, ng)
+	i := 0
+	for k, v := range s.Nodes {
+		n := &nodes[i]
+		i++
+		*n = *v
+		n.GPUs = nil
+		if len(v.GPUs) > 0 {
+			a := len(gpus)
+			gpus = append(gpus, v.GPUs...)
+			n.GPUs = gpus[a:len(gpus):len(gpus)]
+		}
+		c.Nodes[k] = n
+	}
+	if len(c.Owner) == 0 && s.Owner != nil {
+		c.Owner = maps.Clone(s.Owner)
+	} else {
+		for k, v := range s.Owner {
+			c.Owner[k] = v
+		}
 	}
 	if s.nx != nil {
 		c.nx = s.nx.clone()
 	}
-	c.team = make(map[string]int, len(s.team))
-	for k, v := range s.team {
-		c.team[k] = v
+	if s.team != nil {
+		c.team = maps.Clone(s.team)
+	} else {
+		c.team = make(map[string]int)
 	}
 	c.pre = make(map[string]*Task, len(s.pre))
 	for k := range s.pre {

@@ -60,10 +60,6 @@ func keyBefore(a, b endKey) bool {
 	return a.seq < b.seq
 }
 
-// keyAfter is keyBefore reversed: the order of the max-heap of the
-// earliest ends a walk keeps.
-func keyAfter(a, b endKey) bool { return keyBefore(b, a) }
-
 // topEnds is how many of the earliest ends a reservation walk keeps
 // sorted as it predicts every holder's; a walk needing more heapifies all.
 // A reservation mostly needs a few tasks to end (the benchmark: 4.4).
@@ -132,7 +128,7 @@ func (pc *pass) walkEnds() *endWalk {
 			return
 		}
 		top[0] = k
-		heapDown(top[:lim], 0, keyAfter)
+		keyDown(top[:lim], 0, true)
 	}
 	for i, n := 0, s.Holders(); i < n; i++ {
 		t := s.Holder(i)
@@ -218,8 +214,54 @@ func (w *endWalk) release() {
 // keyHeap is a min-heap of end keys by keyBefore.
 type keyHeap []endKey
 
-func (h keyHeap) init()        { heapInit(h, keyBefore) }
-func (h *keyHeap) pop() endKey { return heapPop((*[]endKey)(h), keyBefore) }
+// init and pop are heapInit and heapPop by keyBefore, written out for
+// end keys (keyDown): the generic ones call less through a pointer.
+func (h keyHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		keyDown(h, i, false)
+	}
+}
+
+func (h *keyHeap) pop() endKey {
+	old := *h
+	e := old[0]
+	n := len(old) - 1
+	old[0] = old[n]
+	old[n] = endKey{}
+	*h = old[:n]
+	keyDown(*h, 0, false)
+	return e
+}
+
+// keyDown is heapDown for end keys: by keyBefore, or by keyBefore reversed
+// when after is set (the walk's max-heap of the earliest ends).
+func keyDown(h []endKey, i int, after bool) {
+	less := func(a, b endKey) bool {
+		if after {
+			a, b = b, a
+		}
+		if a.r != b.r {
+			return a.r < b.r
+		}
+		return a.seq < b.seq
+	}
+	n := len(h)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		j := l
+		if r := l + 1; r < n && less(h[r], h[l]) {
+			j = r
+		}
+		if !less(h[j], h[i]) {
+			return
+		}
+		h[i], h[j] = h[j], h[i]
+		i = j
+	}
+}
 
 // endHeap yields endings by endBefore (a total order, so the input's
 // order does not matter), sorting only as far as a reservation walks.

@@ -323,7 +323,9 @@ func (f *freeMap) add(s *domain.State, ps []events.Placement) {
 				if j < len(p.GPUs) && p.GPUs[j] == g.UUID {
 					j++
 					back = append(back, g)
-				} else if slices.Contains(p.GPUs, g.UUID) {
+				} else if len(back) < len(p.GPUs) && slices.Contains(p.GPUs, g.UUID) {
+					// Once every GPU of p is back (a node's UUIDs are
+					// unique), no other GPU of the node is in p.
 					back = append(back, g)
 				}
 			}
