@@ -99,6 +99,16 @@ func (pc *pass) order(yield func(t *domain.Task, tier int) bool) {
 // class, so the walk merges three cursors and, like WalkQueued, costs only
 // the tasks it visits.
 func (pc *pass) walkAged(keep func(*domain.Task) bool, yield func(*domain.Task) bool) bool {
+	return pc.mergeClasses(func(t *domain.Task) bool { return !keep(t) }, func(*domain.Task) bool { return false },
+		pc.agedBefore, yield)
+}
+
+// mergeClasses merges the queues of LOW to HIGH (each in queue order) by
+// before, yielding every task but those skip passes over, until yield
+// returns false; it reports whether it walked to the end. A class's walk
+// ends at its first task that done accepts (and that is not skipped), so
+// done must hold for the rest of that class's queue as well.
+func (pc *pass) mergeClasses(skip, done func(*domain.Task) bool, before func(a, b *domain.Task) bool, yield func(*domain.Task) bool) bool {
 	var cur [domain.High + 1]domain.QueueCursor
 	for p := domain.Low; p <= domain.High; p++ {
 		cur[p] = pc.s.QueueClass(p)
@@ -108,11 +118,14 @@ func (pc *pass) walkAged(keep func(*domain.Task) bool, yield func(*domain.Task) 
 		from := domain.Low
 		for p := domain.High; p >= domain.Low; p-- {
 			t := cur[p].Peek()
-			for t != nil && !keep(t) {
+			for t != nil && !done(t) && skip(t) {
 				cur[p].Next()
 				t = cur[p].Peek()
 			}
-			if t != nil && (best == nil || pc.agedBefore(t, best)) {
+			if t == nil || done(t) {
+				continue
+			}
+			if best == nil || before(t, best) {
 				best, from = t, p
 			}
 		}
@@ -141,35 +154,12 @@ func (pc *pass) starved(t *domain.Task) bool {
 // cutoff: the walk costs the tasks older than StarvationWait.
 func (pc *pass) walkStarved(yield func(*domain.Task) bool) bool {
 	cutoff := pc.in.Now.Add(-pc.opts.StarvationWait)
-	var cur [domain.High + 1]domain.QueueCursor
-	for p := domain.Low; p <= domain.High; p++ {
-		cur[p] = pc.s.QueueClass(p)
-	}
-	for {
-		var best *domain.Task
-		from := domain.Low
-		for p := domain.High; p >= domain.Low; p-- {
-			t := cur[p].Peek()
-			for t != nil && !t.SubmittedAt.After(cutoff) && !t.FirstStarted.IsZero() {
-				cur[p].Next()
-				t = cur[p].Peek()
-			}
-			if t == nil || t.SubmittedAt.After(cutoff) {
-				continue
-			}
-			if best == nil || t.SubmittedAt.Before(best.SubmittedAt) ||
-				(t.SubmittedAt.Equal(best.SubmittedAt) && t.Priority > best.Priority) {
-				best, from = t, p
-			}
-		}
-		if best == nil {
-			return true
-		}
-		cur[from].Next()
-		if !yield(best) {
-			return false
-		}
-	}
+	return pc.mergeClasses(
+		func(t *domain.Task) bool { return !t.FirstStarted.IsZero() },
+		func(t *domain.Task) bool { return t.SubmittedAt.After(cutoff) },
+		func(a, b *domain.Task) bool {
+			return a.SubmittedAt.Before(b.SubmittedAt) || (a.SubmittedAt.Equal(b.SubmittedAt) && a.Priority > b.Priority)
+		}, yield)
 }
 
 // agedBefore is the order of the queue below CRITICAL under ClassAging and
