@@ -301,8 +301,14 @@ def main():
     except Exception as e:  # anything: report, then tear down
 
         print(f"test-compose: FAIL: {e}", file=sys.stderr, flush=True)
+        # Every service's last lines, each service capped, so one chatty
+        # service cannot push the others out of a CI log's tail; the
+        # reason again at the very end.
+        for svc in dc("ps", "--services", check=False, capture=True).split():
+            out = dc("logs", "--no-color", "--tail", "12", svc, check=False, capture=True)
+            print(f"--- {svc} (last lines)\n{out[-3000:]}", file=sys.stderr)
         print(dc("ps", check=False, capture=True), file=sys.stderr)
-        print(dc("logs", "--no-color", "--tail", "30", check=False, capture=True)[-20000:], file=sys.stderr)
+        print(f"test-compose: FAIL: {e}", file=sys.stderr, flush=True)
     finally:
         if os.environ.get("KEEP") != "1":
             say("down -v")

@@ -111,6 +111,7 @@ var (
 	descApplied    = prometheus.NewDesc("gpuq_fold_records_applied_total", "Records of the log folded and applied (of the current term, for the scheduler).", nil, nil)
 	descSkipped    = prometheus.NewDesc("gpuq_fold_records_skipped_total", "Records of the log folded and skipped (undecodable, unknown, invalid or impossible; see gpuq audit skipped).", nil, nil)
 	descReconnects = prometheus.NewDesc("gpuq_fold_reconnects_total", "Follows of the log re-opened after a failure (NATS reconnect, server restart).", nil, nil)
+	descStalls     = prometheus.NewDesc("gpuq_fold_stalls_total", "Follows of the log re-opened by the watchdog: the log had moved past them and they had delivered nothing (also counted in gpuq_fold_reconnects_total).", nil, nil)
 	descReady      = prometheus.NewDesc("gpuq_fold_ready", "1 once the fold has caught up with the log, 0 before (or without a fold).", nil, nil)
 	descFoldSeq    = prometheus.NewDesc("gpuq_fold_sequence", "Sequence of the last record folded.", nil, nil)
 	descLagSeqs    = prometheus.NewDesc("gpuq_fold_lag_records", "Records in the log not yet folded.", nil, nil)
@@ -123,7 +124,7 @@ type foldCollector struct {
 }
 
 func (c *foldCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descApplied, descSkipped, descReconnects, descReady, descFoldSeq, descLagSeqs, descLagSecs} {
+	for _, d := range []*prometheus.Desc{descApplied, descSkipped, descReconnects, descStalls, descReady, descFoldSeq, descLagSeqs, descLagSecs} {
 		ch <- d
 	}
 }
@@ -149,6 +150,7 @@ func (c *foldCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.CounterValue, float64(f.Counters.Applied.Load()))
 	ch <- prometheus.MustNewConstMetric(descSkipped, prometheus.CounterValue, float64(f.Counters.Skipped.Load()))
 	ch <- prometheus.MustNewConstMetric(descReconnects, prometheus.CounterValue, float64(f.Counters.Reconnects.Load()))
+	ch <- prometheus.MustNewConstMetric(descStalls, prometheus.CounterValue, float64(f.Counters.Stalls.Load()))
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
 	ch <- prometheus.MustNewConstMetric(descFoldSeq, prometheus.GaugeValue, float64(f.Seq()))
 	ch <- prometheus.MustNewConstMetric(descLagSeqs, prometheus.GaugeValue, float64(seqs))

@@ -60,7 +60,8 @@ type Skip struct {
 type Counters struct {
 	Applied    atomic.Uint64 // records folded and applied
 	Skipped    atomic.Uint64 // records folded and skipped
-	Reconnects atomic.Uint64 // follows re-opened after a failure
+	Reconnects atomic.Uint64 // follows re-opened after a failure (stalls included)
+	Stalls     atomic.Uint64 // follows closed by the watchdog: the log moved past them, they delivered nothing
 	StreamLast atomic.Uint64 // the log's last sequence when last asked
 	LastTime   atomic.Int64  // the log time of the last record folded (Unix ns)
 }
@@ -77,6 +78,10 @@ type Fold struct {
 	changed chan struct{} // closed and replaced when the fold advances and a waiter took it
 	waited  bool          // a WaitFor holds changed
 	ready   atomic.Bool
+	// StallAfter is how long a follow may wait for its next record while
+	// the log already holds it before the watchdog re-opens the follow
+	// (DefaultStallAfter when 0). Set it before Run.
+	StallAfter time.Duration
 	// Counters of this fold.
 	Counters Counters
 }
@@ -283,23 +288,41 @@ func (f *Fold) CatchUp(ctx context.Context, h *Hooks) error {
 	return err
 }
 
+// DefaultStallAfter is Fold.StallAfter's default. A follow that waits
+// this long while the log holds the record it waits for is stalled, not
+// idle: seen in a three-server cluster after one server was killed, an
+// ordered consumer that kept its subscription but delivered nothing more
+// and reported no error. Re-opening costs one consumer; waiting costs the
+// service its view of the log for good.
+const DefaultStallAfter = 10 * time.Second
+
 // follow moves followed messages into recs until ctx ends, re-opening a
-// failed follow from the next unfolded sequence with backoff.
+// failed follow from the next unfolded sequence with backoff, and a
+// stalled one (watch) at once.
 func (f *Fold) follow(ctx context.Context, recs chan<- events.Stored) {
 	backoff := minBackoff
 	next := f.Seq() + 1
 	for ctx.Err() == nil {
 		fl, err := f.log.Follow(ctx, next, "")
+		stalled := false
 		if err == nil {
+			var waiting, want atomic.Int64 // since when Next waits (Unix ns, 0: not waiting); the sequence it waits for
+			wctx, stopWatch := context.WithCancel(ctx)
+			watched := make(chan bool, 1)
+			go func() { watched <- f.watch(wctx, fl, &waiting, &want) }()
 			for {
 				var m events.Stored
+				want.Store(int64(next))
+				waiting.Store(time.Now().UnixNano())
 				m, err = fl.Next(ctx)
+				waiting.Store(0)
 				if err != nil {
 					break
 				}
 				select {
 				case recs <- m:
 				case <-ctx.Done():
+					stopWatch()
 					fl.Close()
 					return
 				}
@@ -309,12 +332,19 @@ func (f *Fold) follow(ctx context.Context, recs chan<- events.Stored) {
 				}
 				backoff = minBackoff
 			}
+			stopWatch()
+			stalled = <-watched
 			fl.Close()
 		}
 		if ctx.Err() != nil {
 			return
 		}
 		f.Counters.Reconnects.Add(1)
+		if stalled {
+			f.Counters.Stalls.Add(1)
+			f.logger.Warn().Uint64("next", next).Msg(f.name + ": the follow stalled behind the log; re-opening")
+			continue // the follow did not fail: no backoff
+		}
 		f.logger.Warn().Err(err).Str("retry_in", backoff.String()).Msg(f.name + ": following the log failed; re-opening")
 		if !sleep(ctx, backoff) {
 			return
@@ -323,6 +353,44 @@ func (f *Fold) follow(ctx context.Context, recs chan<- events.Stored) {
 		if n, err := f.log.LastSeq(ctx); err == nil {
 			f.Counters.StreamLast.Store(n)
 		}
+	}
+}
+
+// watch closes fl, and reports true, when its Next has waited longer than
+// StallAfter for a sequence the log already holds. It asks the log only
+// while Next waits that long, so an idle log costs one LastSeq per
+// StallAfter and a busy one none.
+func (f *Fold) watch(ctx context.Context, fl events.Follower, waiting, want *atomic.Int64) bool {
+	after := f.StallAfter
+	if after <= 0 {
+		after = DefaultStallAfter
+	}
+	t := time.NewTicker(after / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+		since := waiting.Load()
+		if since == 0 || time.Since(time.Unix(0, since)) < after {
+			continue
+		}
+		qctx, cancel := context.WithTimeout(ctx, after)
+		last, err := f.log.LastSeq(qctx)
+		cancel()
+		if err != nil || last < uint64(want.Load()) {
+			continue // the log is idle, or unreachable (the follow reports that itself)
+		}
+		if last > f.Counters.StreamLast.Load() {
+			f.Counters.StreamLast.Store(last)
+		}
+		if waiting.Load() != since {
+			continue // a record came meanwhile
+		}
+		fl.Close()
+		return true
 	}
 }
 

@@ -284,6 +284,92 @@ func TestRunReconnects(t *testing.T) {
 	}
 }
 
+// stallLog's follows go silent after a few records, without an error,
+// until closed: an ordered consumer that lost its server and never
+// noticed.
+type stallLog struct {
+	*memlog.Log
+	after   int
+	follows atomic.Int32
+}
+
+func (l *stallLog) Follow(ctx context.Context, from uint64, filter string) (events.Follower, error) {
+	l.follows.Add(1)
+	f, err := l.Log.Follow(ctx, from, filter)
+	return &stallFollower{Follower: f, after: l.after, closed: make(chan struct{})}, err
+}
+
+type stallFollower struct {
+	events.Follower
+	after, n int
+	once     sync.Once
+	closed   chan struct{}
+}
+
+func (f *stallFollower) Next(ctx context.Context) (events.Stored, error) {
+	if f.n++; f.n > f.after {
+		select {
+		case <-f.closed:
+			return events.Stored{}, events.ErrClosed
+		case <-ctx.Done():
+			return events.Stored{}, ctx.Err()
+		}
+	}
+	return f.Follower.Next(ctx)
+}
+
+func (f *stallFollower) Close() { f.once.Do(func() { close(f.closed) }); f.Follower.Close() }
+
+// TestRunStalledFollow: a follow that stops delivering while the log
+// moves on is re-opened by the watchdog, and the fold reaches the end of
+// the log; a follow on an idle log is left alone.
+func TestRunStalledFollow(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		appends    int  // records appended after the fold is ready
+		wantStalls bool // the watchdog re-opened the follow
+	}{
+		{name: "log moves past a silent follow", appends: 12, wantStalls: true},
+		{name: "idle log, the follow just waits", appends: 2, wantStalls: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &stallLog{Log: memlog.New(), after: 2}
+			appendEvent(t, l, dt.Node("n0").GPUs(8).Available())
+			f := service.New("test", l, zerolog.Nop(), nil)
+			f.StallAfter = 200 * time.Millisecond
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- f.Run(ctx, service.Hooks{}) }()
+			waitReady(t, f)
+			var last uint64
+			for i := range tc.appends {
+				last = appendEvent(t, l, dt.Task().ID(fmt.Sprintf("t%02d", i)).Submitted())
+			}
+			if err := f.WaitFor(ctx, last, 20*time.Second); err != nil {
+				t.Fatalf("%v (stalls %d, follows %d)", err, f.Counters.Stalls.Load(), l.follows.Load())
+			}
+			time.Sleep(4 * f.StallAfter) // an idle log must not look like a stall
+			stalls := f.Counters.Stalls.Load()
+			if got := stalls > 0; got != tc.wantStalls {
+				t.Errorf("stalls %d (follows %d), want stalls: %v", stalls, l.follows.Load(), tc.wantStalls)
+			}
+			if tc.wantStalls && f.Counters.Reconnects.Load() < stalls {
+				t.Errorf("reconnects %d < stalls %d: a stall is a reconnect too", f.Counters.Reconnects.Load(), stalls)
+			}
+			f.Read(func(st *domain.State) {
+				if len(st.Tasks) != tc.appends {
+					t.Errorf("%d tasks, want %d", len(st.Tasks), tc.appends)
+				}
+			})
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run after cancel: %v", err)
+			}
+		})
+	}
+}
+
 // TestRunHookError: only a hook's own error ends Run, with that error.
 func TestRunHookError(t *testing.T) {
 	l := memlog.New()
