@@ -370,6 +370,54 @@ func TestRunStalledFollow(t *testing.T) {
 	}
 }
 
+// TestRunPausedConsumer: on JetStream, a follow whose consumer the
+// server pauses keeps receiving heartbeats and nothing else, and reports
+// no error: the watchdog re-opens it on a fresh consumer and the fold
+// reaches the end of the log.
+func TestRunPausedConsumer(t *testing.T) {
+	srv := embeddedtest.Server(t)
+	l, err := evjs.Open(context.Background(), embeddedtest.Connect(t, srv, "test"), evjs.StreamConfig{MemoryStorage: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendEvent(t, l, dt.Node("n0").GPUs(8).Available())
+	f := service.New("test", l, zerolog.Nop(), nil)
+	f.StallAfter = 300 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx, service.Hooks{}) }()
+	waitReady(t, f)
+	st, err := l.JetStream().Stream(ctx, events.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paused := 0
+	for name := range st.ConsumerNames(ctx).Name() {
+		if _, err := l.JetStream().PauseConsumer(ctx, events.StreamName, name, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		paused++
+	}
+	if paused == 0 {
+		t.Fatal("no consumer to pause: the fold does not follow")
+	}
+	var last uint64
+	for i := range 5 {
+		last = appendEvent(t, l, dt.Task().ID(fmt.Sprintf("t%02d", i)).Submitted())
+	}
+	if err := f.WaitFor(ctx, last, 30*time.Second); err != nil {
+		t.Fatalf("%v (stalls %d)", err, f.Counters.Stalls.Load())
+	}
+	if f.Counters.Stalls.Load() == 0 {
+		t.Error("caught up without a stall: the pause did not silence the follow, the test tests nothing")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run after cancel: %v", err)
+	}
+}
+
 // TestRunHookError: only a hook's own error ends Run, with that error.
 func TestRunHookError(t *testing.T) {
 	l := memlog.New()

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -206,6 +207,10 @@ func (l *Log) Get(ctx context.Context, seq uint64) (events.Stored, error) {
 	return events.Stored{Seq: m.Sequence, Subject: m.Subject, Data: m.Data, Time: m.Time}, nil
 }
 
+// ReadStallAfter is how long Read waits for a message the stream holds
+// before it fails (a variable for tests).
+var ReadStallAfter = 30 * time.Second
+
 // Read implements events.Log.
 func (l *Log) Read(ctx context.Context, from uint64, filter string, fn func(events.Stored) error) (uint64, error) {
 	last, err := l.LastSeq(ctx)
@@ -234,16 +239,62 @@ func (l *Log) Read(ctx context.Context, from uint64, filter string, fn func(even
 		return 0, err
 	}
 	defer it.Stop()
+	// A read waits only for messages the stream holds: a wait of
+	// ReadStallAfter is a consumer gone silent (see Fold's watchdog in
+	// pkg/service), not a slow log, and fails the read, which its caller
+	// retries, rather than hanging it.
+	// The watchdog's view costs the loop two atomic stores a message.
+	var (
+		delivered atomic.Uint64 // messages Next returned
+		inNext    atomic.Bool   // the loop waits in Next
+	)
+	stalled := make(chan struct{})
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		const ticks = 4 // quiet ticks in Next that make a stall
+		t := time.NewTicker(ReadStallAfter / ticks)
+		defer t.Stop()
+		quiet, prev := 0, uint64(0)
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+			}
+			cur := delivered.Load()
+			if inNext.Load() && cur == prev {
+				quiet++
+			} else {
+				quiet = 0
+			}
+			prev = cur
+			if quiet >= ticks {
+				close(stalled)
+				it.Stop()
+				return
+			}
+		}
+	}()
+	var seq uint64 // the last delivered
 	for {
+		inNext.Store(true)
 		m, err := nextCtx(ctx, it)
+		inNext.Store(false)
+		delivered.Add(1)
 		if err != nil {
+			select {
+			case <-stalled:
+				return last, fmt.Errorf("events/jetstream: reading %s stalled after seq %d of %d: nothing delivered for %s", l.stream, seq, last, ReadStallAfter)
+			default:
+			}
 			return last, err
 		}
 		meta, err := metadata(m)
 		if err != nil {
 			return last, err
 		}
-		seq := meta.seq
+		seq = meta.seq
 		if seq > last {
 			return last, nil
 		}

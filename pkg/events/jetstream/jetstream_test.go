@@ -2,7 +2,10 @@ package jetstream_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuq/gpuq/pkg/embedded/embeddedtest"
 	"github.com/gpuq/gpuq/pkg/events"
@@ -38,5 +41,59 @@ func TestStreamDeniesDeleteAndPurge(t *testing.T) {
 	}
 	if err := s.Purge(ctx); err == nil {
 		t.Error("Purge succeeded on the audit stream")
+	}
+}
+
+// TestReadStalledConsumer: a read whose consumer goes silent (here:
+// paused by the server, so it neither delivers nor fails) ends with an
+// error naming the stall instead of hanging; its caller retries.
+func TestReadStalledConsumer(t *testing.T) {
+	l := newLog(t).(*jetstream.Log)
+	ctx := context.Background()
+	const n = 6000 // more than a pull's 4,096, so the read has to ask again
+	msgs := make([]events.Msg, n)
+	for i := range msgs {
+		msgs[i] = events.Msg{Subject: "gpuq.task.a.submitted", Data: []byte("x"), MsgID: fmt.Sprint(i)}
+	}
+	for _, r := range l.AppendBatch(ctx, msgs) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	defer func(d time.Duration) { jetstream.ReadStallAfter = d }(jetstream.ReadStallAfter)
+	jetstream.ReadStallAfter = 400 * time.Millisecond
+	paused := false
+	got := 0
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Read(ctx, 1, "", func(events.Stored) error {
+			if got++; !paused {
+				paused = true
+				st, err := l.JetStream().Stream(ctx, events.StreamName)
+				if err != nil {
+					t.Error(err)
+					return nil
+				}
+				names := st.ConsumerNames(ctx)
+				for name := range names.Name() {
+					if _, err := l.JetStream().PauseConsumer(ctx, events.StreamName, name, time.Now().Add(time.Hour)); err != nil {
+						t.Errorf("pause %s: %v", name, err)
+					}
+				}
+			}
+			return nil
+		})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if got >= n {
+			t.Skipf("the read got all %d messages: the pause came too late to test a stall", got)
+		}
+		if err == nil || !strings.Contains(err.Error(), "stalled") {
+			t.Fatalf("read of a silent consumer got %d of %d and returned %v, want a stall error", got, n, err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the read of a silent consumer hung (got %d of %d)", got, n)
 	}
 }
