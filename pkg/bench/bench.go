@@ -163,8 +163,13 @@ func serviceRows(l LogResult) []ServiceRestartRow {
 		if l.Events != RestartTarget && l.Events > 0 {
 			tail1M := serviceTail(sr.Service, RestartTarget)
 			before := float64(l.Events - sr.TailEvents)
-			row.Restart1MS = (sr.Restart-sr.TailFold).Seconds()*float64(RestartTarget-tail1M)/max(before, 1) +
-				sr.TailFold.Seconds()*float64(tail1M)/float64(max(sr.TailEvents, 1))
+			tailS := sr.TailFold.Seconds() * float64(tail1M) / float64(max(sr.TailEvents, 1))
+			if sr.Service == "advisor" {
+				// its tail is cut by the budget too: at most the budget and
+				// the one record that crossed it
+				tailS = min(tailS, (advisorBudget + sr.TailFold/time.Duration(max(sr.TailEvents, 1))).Seconds())
+			}
+			row.Restart1MS = (sr.Restart-sr.TailFold).Seconds()*float64(RestartTarget-tail1M)/max(before, 1) + tailS
 			row.Extrapolated = true
 		}
 		row.VsRawReplay = ratio(row.Restart1MS, raw)

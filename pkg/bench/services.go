@@ -42,6 +42,13 @@ const advisorWarm = 20_000
 // the others, so its tail after a crash is at most advisorEvery − 1.
 const advisorEvery = 1_000
 
+// advisorBudget is services/advisor's DefaultSnapshotBudget: a snapshot
+// is also due once the advisor has spent this long folding the records
+// since the last one, so the worst tail a crash leaves is the records
+// after a snapshot up to the one before the next: at most advisorEvery −
+// 1 records, and at most about advisorBudget of folding.
+const advisorBudget = time.Second
+
 // serviceTail is how many events svc's restart folds after its snapshot:
 // the most it folds after a crash with its default snapshot interval, at
 // most a fifth of a short log.
@@ -67,6 +74,9 @@ type ServiceRestart struct {
 	Restore    time.Duration `json:"restore_ns"` // load, check, decode (state and own parts)
 	TailFold   time.Duration `json:"tail_fold_ns"`
 	RestartCPU time.Duration `json:"restart_cpu_ns"`
+	// BudgetCut: the tail ended where the advisor's snapshot budget was
+	// spent, before its count (advisorBudget).
+	BudgetCut bool `json:"budget_cut,omitempty"`
 }
 
 // serviceFold is what a service folds beside the state, and how its
@@ -185,7 +195,32 @@ func restartService(ctx context.Context, l *jetstream.Log, svc string, total int
 	res.Restore, res.Seq = time.Since(start), st.Seq
 	tailStart := time.Now()
 	fold := service.New(svc, l, zerolog.Nop(), st)
-	if err := fold.CatchUp(ctx, &service.Hooks{Applied: f.applied}); err != nil {
+	applied := f.applied
+	// The advisor's worst tail is cut by its budget as well as by its
+	// count: the restart it leaves ends where the fold of the tail had
+	// spent advisorBudget in the hook, the advisor's next snapshot (the
+	// rest is folded too, not counted).
+	var (
+		cut, spent, n = false, time.Duration(0), 0
+		cutAt         time.Time
+		cutCPU        time.Duration
+		cutN          int
+	)
+	if inner := f.applied; svc == "advisor" && inner != nil {
+		applied = func(st *domain.State, r events.Record, skipped string) {
+			if cut {
+				inner(st, r, skipped)
+				return
+			}
+			t := time.Now()
+			inner(st, r, skipped)
+			spent += time.Since(t)
+			if n++; spent >= advisorBudget {
+				cut, cutAt, cutCPU, cutN = true, time.Now(), cpuTime(), n
+			}
+		}
+	}
+	if err := fold.CatchUp(ctx, &service.Hooks{Applied: applied}); err != nil {
 		return res, err
 	}
 	res.TailFold = time.Since(tailStart)
@@ -193,6 +228,10 @@ func restartService(ctx context.Context, l *jetstream.Log, svc string, total int
 	res.TailEvents = int(fold.Counters.Applied.Load())
 	if fold.Seq() != uint64(total) || res.TailEvents != tail {
 		return res, fmt.Errorf("bench: %s restarted up to %d (want %d), folding %d events (want the tail's %d)", svc, fold.Seq(), total, res.TailEvents, tail)
+	}
+	if cut {
+		res.TailFold, res.Restart, res.RestartCPU, res.TailEvents = cutAt.Sub(tailStart), cutAt.Sub(start), cutCPU-cpu, cutN
+		res.BudgetCut = true
 	}
 	return res, nil
 }

@@ -170,8 +170,22 @@ type Cluster struct {
 }
 
 // StartCluster starts the servers, each routed to every other, and waits
-// until JetStream has a meta leader.
+// until JetStream has a meta leader. A server that does not come up (its
+// reserved route port taken by another process between the reservation
+// and the start, say) makes it start the cluster again on fresh ports,
+// twice at most.
 func StartCluster(o ClusterOptions) (*Cluster, error) {
+	var err error
+	for try := range 3 {
+		var c *Cluster
+		if c, err = startCluster(o, try); err == nil {
+			return c, nil
+		}
+	}
+	return nil, err
+}
+
+func startCluster(o ClusterOptions, try int) (*Cluster, error) {
 	if o.StoreDir == "" {
 		return nil, fmt.Errorf("embedded: StoreDir is required")
 	}
@@ -205,7 +219,7 @@ func StartCluster(o ClusterOptions) (*Cluster, error) {
 			Host:       "127.0.0.1",
 			Port:       -1,
 			JetStream:  true,
-			StoreDir:   filepath.Join(o.StoreDir, name),
+			StoreDir:   filepath.Join(o.StoreDir, storeName(name, try)),
 			Cluster:    server.ClusterOpts{Name: o.Name, Host: "127.0.0.1", Port: ports[i]},
 			Routes:     routes,
 			NoSigs:     true,
@@ -222,6 +236,15 @@ func StartCluster(o ClusterOptions) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// storeName is server name's store directory on the try'th start of
+// its cluster: a fresh one after a failed start.
+func storeName(name string, try int) string {
+	if try == 0 {
+		return name
+	}
+	return fmt.Sprintf("%s.try%d", name, try)
 }
 
 // start (re)starts server i on its options (its ports and store).

@@ -32,6 +32,10 @@ type Snapshots struct {
 	at     snapshot.Mark // the last record folded
 	busy   chan struct{} // holds a token while a snapshot is being stored
 	next   time.Time     // no snapshot before (see Take)
+	// budget, when set (WithBudget): a snapshot is also due once the fold
+	// has spent this long on the records since the last one (spent, as
+	// the service reports it with Spent), however few they were.
+	budget, spent time.Duration
 	// unsaved: the last snapshot Take handed to its goroutine was not
 	// stored (its context ended, say): Final writes one even if seq
 	// covers what was folded. Written by that goroutine before it gives
@@ -108,6 +112,40 @@ func (s *Snapshots) load(ctx context.Context, l events.Log, want int) (*domain.S
 	return st, parts[1:], nil
 }
 
+// WithBudget makes a snapshot due also once the service has spent d
+// (Spent) folding the records since the last one, however few they
+// were, and returns s: what bounds a restart's tail by its cost where a
+// record's cost varies (the advisor's forward simulations grow with the
+// queue). Call it before the fold starts.
+func (s *Snapshots) WithBudget(d time.Duration) *Snapshots {
+	if s != nil {
+		s.budget = d
+	}
+	return s
+}
+
+// Spent adds d to the time spent folding since the last snapshot (see
+// WithBudget). Call it where the records are folded (the Applied hook).
+func (s *Snapshots) Spent(d time.Duration) {
+	if s != nil {
+		s.spent += d
+	}
+}
+
+// Seq is the sequence of the last snapshot loaded or taken (0: none).
+// Read it where Take is called (under the fold's lock).
+func (s *Snapshots) Seq() uint64 {
+	if s == nil {
+		return 0
+	}
+	return s.seq
+}
+
+// due reports whether a snapshot at seq is due by count or by budget.
+func (s *Snapshots) due(seq uint64) bool {
+	return seq >= s.seq+s.every || s.budget > 0 && s.spent >= s.budget && seq > s.seq
+}
+
 // Saw notes the record just folded: a snapshot taken now stands there.
 func (s *Snapshots) Saw(r events.Record) {
 	if s != nil {
@@ -116,7 +154,8 @@ func (s *Snapshots) Saw(r events.Record) {
 }
 
 // Take writes a snapshot when Every events were applied since the last
-// one, unless one is still being stored. The encoding runs on the
+// one, or the budget was spent on them (WithBudget), unless one is still
+// being stored. The encoding runs on the
 // caller's loop, under the fold's lock (it reads the state the loop
 // changes); the compression and the write on their own goroutine.
 // Encoding a large state takes a while (about 0.3–0.8 s for 250,000 tasks
@@ -124,7 +163,7 @@ func (s *Snapshots) Saw(r events.Record) {
 // snapshots take at most a tenth of the loop's time. own encodes the
 // service's own parts.
 func (s *Snapshots) Take(ctx context.Context, st *domain.State, own func() [][]byte) {
-	if s == nil || st.Seq < s.seq+s.every || time.Now().Before(s.next) || s.at.Seq != st.Seq {
+	if s == nil || !s.due(st.Seq) || time.Now().Before(s.next) || s.at.Seq != st.Seq {
 		return // (the last record did not decode: no mark for a snapshot)
 	}
 	select {
@@ -137,7 +176,7 @@ func (s *Snapshots) Take(ctx context.Context, st *domain.State, own func() [][]b
 	took := time.Since(start)
 	s.next = time.Now().Add(9 * took)
 	at := s.at
-	s.seq = at.Seq
+	s.seq, s.spent = at.Seq, 0
 	go func() {
 		defer func() { <-s.busy }()
 		s.unsaved = !s.save(ctx, at, took, parts)
@@ -159,7 +198,7 @@ func (s *Snapshots) Final(st *domain.State, own func() [][]byte) {
 	defer cancel()
 	start := time.Now()
 	parts := s.encode(st, own)
-	s.seq = st.Seq
+	s.seq, s.spent = st.Seq, 0
 	s.unsaved = !s.save(ctx, s.at, time.Since(start), parts)
 }
 

@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -147,5 +148,54 @@ func TestFinalAfterUnsavedTake(t *testing.T) {
 	}
 	if at.Seq != 10 {
 		t.Errorf("snapshot at %d, want 10", at.Seq)
+	}
+}
+
+// TestSnapshotBudget: with a budget, a snapshot is due once the fold has
+// spent it on the records since the last one, however few they were;
+// without one, only by count.
+func TestSnapshotBudget(t *testing.T) {
+	tests := []struct {
+		name   string
+		budget time.Duration
+		spent  time.Duration // per record
+		want   uint64        // the snapshot's sequence after 3 records and a Take each
+	}{
+		{name: "no budget: count only (every 1,000)", budget: 0, spent: time.Hour, want: 0},
+		{name: "budget not spent", budget: time.Second, spent: 100 * time.Millisecond, want: 0},
+		{name: "budget spent on the second record", budget: time.Second, spent: 600 * time.Millisecond, want: 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			srv := embeddedtest.Server(t)
+			l, err := evjs.Open(ctx, embeddedtest.Connect(t, srv, "test"), evjs.StreamConfig{MemoryStorage: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				appendEvent(t, l, dt.Task().ID(taskID(i)).GPUs(1).Submitted())
+			}
+			bucket := events.SnapshotBucketOf("svc")
+			snaps := service.OpenSnapshotsIn(ctx, l.JetStream(), bucket, 1, "svc", 1000, zerolog.Nop()).WithBudget(tc.budget)
+			st, _ := snaps.Restore(ctx, l, 0)
+			f := service.New("svc", l, zerolog.Nop(), st)
+			taken := uint64(0)
+			if err := f.CatchUp(ctx, &service.Hooks{Applied: func(st *domain.State, r events.Record, _ string) {
+				snaps.Saw(r)
+				snaps.Spent(tc.spent)
+				if taken == 0 {
+					snaps.Take(ctx, st, nil)
+					if snaps.Seq() != 0 {
+						taken = snaps.Seq()
+					}
+				}
+			}}); err != nil {
+				t.Fatal(err)
+			}
+			if taken != tc.want {
+				t.Errorf("snapshot taken at %d, want %d (0: none)", taken, tc.want)
+			}
+		})
 	}
 }

@@ -42,7 +42,22 @@ type Config struct {
 	// own bucket (events.SnapshotBucketOf("advisor")); 0:
 	// DefaultSnapshotEvery, negative: none written or loaded.
 	SnapshotEvery int
+	// SnapshotBudget: a snapshot is also due once the estimator has spent
+	// this long folding the records since the last one (its forward
+	// simulations), however few they were; 0: DefaultSnapshotBudget,
+	// negative: by count only.
+	SnapshotBudget time.Duration
 }
+
+// DefaultSnapshotBudget bounds what a restart's tail costs the advisor:
+// its records' cost grows with the queue (a forward simulation of the
+// whole queue per submission: 3 ms each with 1M events in the log), so a
+// count alone bounds the tail's length, not its time. A snapshot is due
+// after 1 s of folding (or DefaultSnapshotEvery records), so a restart
+// folds at most about 1 s of tail after its snapshot's restore
+// (docs/performance.md, restart_advisor_1m_s); encoding is throttled as
+// every service's (service.Snapshots.Take).
+const DefaultSnapshotBudget = time.Second
 
 // DefaultSnapshotEvery is the advisor's snapshot interval: a tenth of
 // the other services' (snapshot.DefaultEvery), because its fold costs far
@@ -85,6 +100,9 @@ func newAdvisor(cfg Config) *Advisor {
 	if cfg.SnapshotEvery == 0 {
 		cfg.SnapshotEvery = DefaultSnapshotEvery
 	}
+	if cfg.SnapshotBudget == 0 {
+		cfg.SnapshotBudget = DefaultSnapshotBudget
+	}
 	return &Advisor{cfg: cfg, est: estimate.NewEstimator(cfg.Policy), last: map[string]estimate.Advice{}}
 }
 
@@ -93,6 +111,9 @@ func (a *Advisor) run(ctx context.Context) error {
 	var snaps *service.Snapshots
 	if cfg.JS != nil {
 		snaps = service.OpenSnapshotsIn(ctx, cfg.JS, SnapshotBucket, cfg.Replicas, SnapshotName, cfg.SnapshotEvery, cfg.Logger)
+		if cfg.SnapshotBudget > 0 {
+			snaps = snaps.WithBudget(cfg.SnapshotBudget)
+		}
 	}
 	a.fold = service.New("advisor", cfg.Log, cfg.Logger, a.restore(ctx, snaps))
 	own := func() [][]byte {
@@ -123,7 +144,9 @@ func (a *Advisor) run(ctx context.Context) error {
 		// The estimator replays its own history with the fold.
 		Applied: func(st *domain.State, r events.Record, skipped string) {
 			if skipped == "" {
+				start := time.Now()
 				a.est.Observe(st, r)
+				snaps.Spent(time.Since(start))
 			}
 			snaps.Saw(r)
 		},
