@@ -388,6 +388,10 @@ func TestRunPausedConsumer(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx, service.Hooks{}) }()
 	waitReady(t, f)
+	// A record through the follow first: its consumer exists when paused.
+	if err := f.WaitFor(ctx, appendEvent(t, l, dt.Node("n1").GPUs(8).Available()), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	st, err := l.JetStream().Stream(ctx, events.StreamName)
 	if err != nil {
 		t.Fatal(err)
