@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/policy"
+	"pgregory.net/rapid"
 )
 
 // TestPreemptPatience: a task below CRITICAL preempts only once its
@@ -87,4 +88,41 @@ func TestPreemptPatience(t *testing.T) {
 		},
 	}
 	runScenarios(t, cases)
+}
+
+// TestPropPreemptPatience: on random worlds, a task below CRITICAL that
+// preempts in a pass has waited PreemptPatience, or its victims (chosen
+// in that pass) lose at most its wait × its GPUs since their last
+// checkpoints (or starts).
+func TestPropPreemptPatience(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		c := genWorld(t)
+		o := genOptions(t)
+		o.PreemptPatience = time.Duration(rapid.IntRange(1, 72).Draw(t, "patience-h")) * time.Hour
+		r := policy.New(o).Plan(c.input())
+		lost := map[string]float64{}
+		for _, d := range r.Decisions {
+			if d.Kind != policy.Preempt {
+				continue
+			}
+			v := c.st.Tasks[d.TaskID]
+			from := v.StartedAt
+			if v.CheckpointAt.After(from) {
+				from = v.CheckpointAt
+			}
+			if !from.IsZero() && c.now.After(from) {
+				lost[d.For] += c.now.Sub(from).Seconds() * float64(len(v.GPUUUIDs()))
+			}
+		}
+		for id, l := range lost {
+			p := c.st.Tasks[id]
+			if p.Priority == domain.Critical {
+				continue
+			}
+			w := c.now.Sub(p.SubmittedAt)
+			if w < o.PreemptPatience && l > w.Seconds()*float64(p.GPUs) {
+				t.Fatalf("%s (waited %s, %d GPUs) preempts victims losing %.0f GPU-s under patience %s\nworld:\n%s", id, w, p.GPUs, l, o.PreemptPatience, dump(c.st, o, c.now))
+			}
+		}
+	})
 }
