@@ -276,7 +276,9 @@ func (pc *pass) candidates(t *domain.Task) ([]*victim, int) {
 // classes, then the least work lost since their last checkpoint (or, with
 // Options.Victims Newest, the most recently started) — and records the
 // preemptions. It reports whether it preempted (or, with no
-// victim needed, held free GPUs for t).
+// victim needed, held free GPUs for t); false too while t is patient
+// (Options.PreemptPatience): it waits, and stalls the pass, as a task
+// that cannot preempt.
 func (pc *pass) preempt(t *domain.Task, tier int) bool {
 	if pc.stalled || !pc.mayPreempt(t, tier) {
 		return false
