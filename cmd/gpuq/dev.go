@@ -51,6 +51,7 @@ type devFlags struct {
 	nodeTO     time.Duration
 	maxWait    time.Duration
 	starveWait time.Duration
+	patience   time.Duration
 	classAging time.Duration
 	victims    string
 	injectXid  []string
@@ -75,7 +76,7 @@ func newDev() *cobra.Command {
 				return invalid("nats-port", "must be between 0 and 65535")
 			}
 			opts := policy.Options{Preemption: f.policy, WithinClass: f.within, Backfill: f.backfill, MaxWait: f.maxWait,
-				ClassAging: f.classAging, StarvationWait: f.starveWait, Victims: f.victims}
+				ClassAging: f.classAging, StarvationWait: f.starveWait, PreemptPatience: f.patience, Victims: f.victims}
 			if f.teams != "" {
 				ts, err := policy.LoadTeams(f.teams)
 				if err != nil {
@@ -122,6 +123,7 @@ func newDev() *cobra.Command {
 	fl.DurationVar(&f.nodeTO, "node-timeout", 30*time.Second, "a node without heartbeat this long is lost")
 	fl.DurationVar(&f.maxWait, "max-wait", policy.DefaultMaxWait, "shortest-predicted: tasks waiting this long go first in their class")
 	fl.DurationVar(&f.classAging, "class-aging", policy.DefaultClassAging, "starvation guard across classes under fifo within class: each class above LOW counts as submitted this much earlier per class (0: off)")
+	fl.DurationVar(&f.patience, "preempt-patience", policy.DefaultPreemptPatience, "how long a task below CRITICAL waits for a cheaper preemption (0: at once)")
 	fl.DurationVar(&f.starveWait, "starvation-wait", policy.DefaultStarvationWait, "starvation bound under fifo within class: a task that waited this long without a start goes ahead of every task below CRITICAL, across teams and classes (0: off)")
 	fl.StringVar(&f.victims, "victims", policy.LeastLost, "choice among victims of the same classes: least-lost or newest")
 	fl.StringVar(&f.auth, "auth", "", "auth directory of gpuq auth init: NATS users and permissions per role, each service as its own role, HTTP tokens per team")

@@ -22,6 +22,7 @@ import (
 type policyFlags struct {
 	policy, within, backfill, teams, victims string
 	maxWait, classAging, starvationWait      time.Duration
+	preemptPatience                          time.Duration
 }
 
 func (p *policyFlags) add(c *cobra.Command) {
@@ -33,12 +34,13 @@ func (p *policyFlags) add(c *cobra.Command) {
 	fl.DurationVar(&p.maxWait, "max-wait", policy.DefaultMaxWait, "the scheduler's --max-wait")
 	fl.DurationVar(&p.classAging, "class-aging", policy.DefaultClassAging, "the scheduler's --class-aging")
 	fl.DurationVar(&p.starvationWait, "starvation-wait", policy.DefaultStarvationWait, "the scheduler's --starvation-wait")
+	fl.DurationVar(&p.preemptPatience, "preempt-patience", policy.DefaultPreemptPatience, "the scheduler's --preempt-patience")
 	fl.StringVar(&p.victims, "victims", policy.LeastLost, "the scheduler's choice among victims: least-lost or newest")
 }
 
 func (p *policyFlags) options() (policy.Options, error) {
 	o := policy.Options{Preemption: p.policy, WithinClass: p.within, Backfill: p.backfill, MaxWait: p.maxWait,
-		ClassAging: p.classAging, StarvationWait: p.starvationWait, Victims: p.victims}
+		ClassAging: p.classAging, StarvationWait: p.starvationWait, PreemptPatience: p.preemptPatience, Victims: p.victims}
 	if p.teams != "" {
 		ts, err := policy.LoadTeams(p.teams)
 		if err != nil {

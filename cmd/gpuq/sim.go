@@ -28,6 +28,7 @@ type simFlags struct {
 	maxWait, agingTau      time.Duration
 	classAging, ckptEvery  time.Duration
 	starvationWait         time.Duration
+	preemptPatience        time.Duration
 	victims                string
 	preemptible            float64
 	estModel, classMix     string
@@ -64,6 +65,9 @@ goes ahead of every task below CRITICAL, across the teams' tiers and the
 classes, in submit order; until then class order and the guarantees hold.
 --class-aging (off by default) is an ageing across classes: each class
 above LOW counts as submitted that much earlier per class.
+--preempt-patience (the scheduler's flag and default, 30m): a task below
+CRITICAL preempts only once its victims would lose at most its wait × its
+GPUs since their checkpoints, or once it has waited that long (0: at once).
 
 The JSON reports per policy the preemptions, lost_gpu_hours, and by_class
 (n, avg_queue_s, p95_queue_s, max_queue_s) when the tasks are of several
@@ -86,6 +90,7 @@ byte for byte.`,
 	fl.DurationVar(&f.maxWait, "max-wait", policy.DefaultMaxWait, "shortest-predicted: a task waiting this long goes first in its class")
 	fl.DurationVar(&f.agingTau, "aging-tau", policy.DefaultAgingTau, "shortest-predicted: a task's predicted service (GPUs × run time) is divided by 1 + wait/aging-tau")
 	fl.DurationVar(&f.classAging, "class-aging", policy.DefaultClassAging, "starvation guard across classes under fifo within class: each class above LOW counts as submitted this much earlier per class (0: off, strict class order)")
+	fl.DurationVar(&f.preemptPatience, "preempt-patience", policy.DefaultPreemptPatience, "how long a task below CRITICAL waits for a cheaper preemption: it preempts once its victims would lose at most its wait × its GPUs since their checkpoints, or once it waited this long (0: at once)")
 	fl.DurationVar(&f.starvationWait, "starvation-wait", policy.DefaultStarvationWait, "starvation bound under fifo within class: a task that waited this long without a start goes ahead of every task below CRITICAL, across teams and classes, in submit order (0: off)")
 	fl.StringVar(&f.victims, "victims", policy.LeastLost, "gpuq choice among victims of the same classes: least-lost (work since the last checkpoint) or newest (most recently started, as Kueue); gpuq-newest-victims always uses newest")
 	fl.DurationVar(&f.ckptEvery, "checkpoint-every", 0, "agents' model: each task checkpoints at this interval of its run, and a preemption loses the work since the last checkpoint plus the grace (0, the default: checkpoint at once on preemption, no work lost)")
@@ -124,6 +129,8 @@ func runSim(c *cobra.Command, f simFlags) error {
 		return invalid("aging-tau", "must be > 0")
 	case f.classAging < 0:
 		return invalid("class-aging", "must be ≥ 0")
+	case f.preemptPatience < 0:
+		return invalid("preempt-patience", "must be ≥ 0")
 	case f.starvationWait < 0:
 		return invalid("starvation-wait", "must be ≥ 0")
 	case f.ckptEvery < 0:
@@ -146,7 +153,7 @@ func runSim(c *cobra.Command, f simFlags) error {
 		return invalid("class-mix", err.Error())
 	}
 	opts := policy.Options{Preemption: f.pol, WithinClass: f.within, Backfill: f.backfill, MaxWait: f.maxWait, AgingTau: f.agingTau,
-		ClassAging: f.classAging, StarvationWait: f.starvationWait, Victims: f.victims}
+		ClassAging: f.classAging, StarvationWait: f.starvationWait, PreemptPatience: f.preemptPatience, Victims: f.victims}
 	if err := opts.Validate(); err != nil {
 		field := "policy"
 		switch {

@@ -8,7 +8,9 @@
 //	order.go     who is considered first (guarantees, class, submit time)
 //	feasible.go  which nodes and GPUs a task may use at all
 //	place.go     where it goes: best fit on one node, or gang across nodes
-//	preempt.go   whom to preempt for it, under which policy
+//	preempt.go   whom to preempt for it, under which policy, and when
+//	             (a task below CRITICAL waits, up to PreemptPatience,
+//	             for victims that would lose no more than it waited)
 //	backfill.go  EASY backfill around the first blocked task's reservation
 //
 // Glossary: a *placement* is a set of GPUs on one node; a *gang* is a task's

@@ -276,7 +276,9 @@ func (pc *pass) candidates(t *domain.Task) ([]*victim, int) {
 // classes, then the least work lost since their last checkpoint (or, with
 // Options.Victims Newest, the most recently started) — and records the
 // preemptions. It reports whether it preempted (or, with no
-// victim needed, held free GPUs for t).
+// victim needed, held free GPUs for t); false too while t is patient
+// (Options.PreemptPatience): it waits, and stalls the pass, as a task
+// that cannot preempt.
 func (pc *pass) preempt(t *domain.Task, tier int) bool {
 	if pc.stalled || !pc.mayPreempt(t, tier) {
 		return false
@@ -287,6 +289,9 @@ func (pc *pass) preempt(t *domain.Task, tier int) bool {
 	}
 	victims, ps, ok := pc.fewestVictims(t, cands)
 	if !ok {
+		return false
+	}
+	if pc.patient(t, victims) {
 		return false
 	}
 	for _, v := range victims {
@@ -306,6 +311,29 @@ func (pc *pass) preempt(t *domain.Task, tier int) bool {
 	pc.holdReserved(t, ps)
 	pc.claim[t.Team] += t.GPUs // promised to t: a reclaim stops at the guarantee
 	return true
+}
+
+// patient reports whether t waits for a cheaper preemption instead of
+// preempting vs now (Options.PreemptPatience): t is below CRITICAL, has
+// waited less than PreemptPatience since its submission, and vs would
+// lose more work since their last checkpoints than t has waited, GPU for
+// GPU (lost GPU-seconds > wait × t's GPUs). A victim that checkpoints
+// meanwhile loses nothing more, and a holder that ends frees its GPUs
+// without a preemption; t preempts at the latest once it has waited
+// PreemptPatience.
+func (pc *pass) patient(t *domain.Task, vs []*victim) bool {
+	if pc.opts.PreemptPatience <= 0 || t.Priority == domain.Critical || len(vs) == 0 {
+		return false
+	}
+	w := pc.in.Now.Sub(t.SubmittedAt)
+	if w >= pc.opts.PreemptPatience {
+		return false
+	}
+	lost := 0.0
+	for _, v := range vs {
+		lost += v.lost
+	}
+	return lost > w.Seconds()*float64(t.GPUs)
 }
 
 // fewestVictims chooses the victims among cands (in preference order)

@@ -115,6 +115,9 @@ func genOptions(t *rapid.T) policy.Options {
 	if rapid.Bool().Draw(t, "starvation") {
 		o.StarvationWait = time.Duration(rapid.IntRange(10, 600).Draw(t, "starvation-min")) * time.Minute
 	}
+	if rapid.Bool().Draw(t, "patience") {
+		o.PreemptPatience = time.Duration(rapid.IntRange(1, 120).Draw(t, "patience-min")) * time.Minute
+	}
 	o.Victims = rapid.SampledFrom([]string{"", policy.LeastLost, policy.Newest}).Draw(t, "victims")
 	if rapid.Bool().Draw(t, "teams") {
 		o.Teams = policy.Teams{}

@@ -21,9 +21,10 @@ import (
 // estimates) under least-lost and newest victims, and where each one's
 // lost work comes from: preemptions by CRITICAL and by a team's reclaim,
 // the grace's share, and how often the same task is preempted again.
-// SIM_STARVE sets StarvationWait. E.g.
+// SIM_STARVE sets StarvationWait, SIM_PATIENCE PreemptPatience (the
+// defaults of gpuq sim are 96h and 30m). E.g.
 //
-//	SIM_LOST=0 SIM_STARVE=96h go test ./pkg/sim -run LostWorkAnalysis -v -timeout 1h
+//	SIM_LOST=0 SIM_STARVE=96h SIM_PATIENCE=30m go test ./pkg/sim -run LostWorkAnalysis -v -timeout 1h
 func TestLostWorkAnalysis(t *testing.T) {
 	v, ok := os.LookupEnv("SIM_LOST")
 	if !ok {
@@ -51,8 +52,9 @@ func TestLostWorkAnalysis(t *testing.T) {
 	cm, _ := ParseClassMix("critical=0.05,high=0.15,medium=0.6,low=0.2,seed=1")
 	tasks, _ := Prepare(jobs, 72*8, em, cm, true)
 	starve, _ := time.ParseDuration(os.Getenv("SIM_STARVE"))
+	patience, _ := time.ParseDuration(os.Getenv("SIM_PATIENCE"))
 	for _, victims := range []string{policy.LeastLost, policy.Newest} {
-		o := policy.Options{Teams: TeamsByVC(vcs), Victims: victims, StarvationWait: starve}
+		o := policy.Options{Teams: TeamsByVC(vcs), Victims: victims, StarvationWait: starve, PreemptPatience: patience}
 		cfg := Config{Nodes: 72, GPUsPerNode: 8, Epoch: time.Unix(0, 0).UTC(), Options: o, CheckpointEvery: 30 * time.Minute}
 		recs, err := Log(context.Background(), cfg, policy.New(o), tasks)
 		if err != nil {

@@ -119,9 +119,12 @@ type Scenario struct {
 	// StarvationWaitS is the gpuq policy's starvation bound (omitted when
 	// off, as before it existed).
 	StarvationWaitS float64 `json:"starvation_wait_s,omitempty"`
-	Victims         string  `json:"victims,omitempty"`
-	EstimateModel   string  `json:"estimate_model"`
-	ClassMix        string  `json:"class_mix"`
+	// PreemptPatienceS is the gpuq policy's preemption patience (omitted
+	// when off, as before it existed).
+	PreemptPatienceS float64 `json:"preempt_patience_s,omitempty"`
+	Victims          string  `json:"victims,omitempty"`
+	EstimateModel    string  `json:"estimate_model"`
+	ClassMix         string  `json:"class_mix"`
 	// Preemptible and Checkpoint state the agents' model; Run fills them.
 	Preemptible string  `json:"preemptible"`
 	Checkpoint  string  `json:"checkpoint"`
@@ -172,6 +175,7 @@ func Run(ctx context.Context, cfg Config, sc Scenario, tasks []Task) (*Report, e
 	sc.Policy, sc.WithinClass, sc.Backfill, sc.AgingTauS, sc.MaxWaitS = o.Preemption, o.WithinClass, o.Backfill, o.AgingTau.Seconds(), o.MaxWait.Seconds()
 	sc.ClassAgingS = o.ClassAging.Seconds()
 	sc.StarvationWaitS = o.StarvationWait.Seconds()
+	sc.PreemptPatienceS = o.PreemptPatience.Seconds()
 	if sc.Preemptible == "" {
 		sc.Preemptible = "all"
 	}

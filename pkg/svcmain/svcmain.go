@@ -332,6 +332,7 @@ type PolicyFlags struct {
 	Preemption, WithinClass, Backfill, Teams string
 	Victims                                  string
 	MaxWait, ClassAging, StarvationWait      time.Duration
+	PreemptPatience                          time.Duration
 }
 
 // Policy registers the policy flags.
@@ -344,6 +345,7 @@ func (f *Flags) Policy() *PolicyFlags {
 	f.Duration(&p.MaxWait, "max-wait", "GPUQ_MAX_WAIT", policy.DefaultMaxWait, "shortest-predicted: tasks waiting this long go first in their class")
 	f.Duration(&p.ClassAging, "class-aging", "GPUQ_CLASS_AGING", policy.DefaultClassAging, "starvation guard across classes under fifo within class: each class above LOW counts as submitted this much earlier per class (0: off)")
 	f.Duration(&p.StarvationWait, "starvation-wait", "GPUQ_STARVATION_WAIT", policy.DefaultStarvationWait, "starvation bound under fifo within class: a task that waited this long without a start goes ahead of every task below CRITICAL, across teams and classes, in submit order (0: off)")
+	f.Duration(&p.PreemptPatience, "preempt-patience", "GPUQ_PREEMPT_PATIENCE", policy.DefaultPreemptPatience, "how long a task below CRITICAL waits for a cheaper preemption: it preempts once its victims would lose at most its wait × its GPUs since their checkpoints, or once it waited this long (0: at once)")
 	f.String(&p.Victims, "victims", "GPUQ_VICTIMS", policy.LeastLost, "choice among victims of the same classes: least-lost or newest")
 	return p
 }
@@ -352,7 +354,7 @@ func (f *Flags) Policy() *PolicyFlags {
 // they are invalid.
 func (f *Flags) PolicyOptions(p *PolicyFlags) policy.Options {
 	o := policy.Options{Preemption: p.Preemption, WithinClass: p.WithinClass, Backfill: p.Backfill, MaxWait: p.MaxWait,
-		ClassAging: p.ClassAging, StarvationWait: p.StarvationWait, Victims: p.Victims}
+		ClassAging: p.ClassAging, StarvationWait: p.StarvationWait, PreemptPatience: p.PreemptPatience, Victims: p.Victims}
 	if p.Teams != "" {
 		ts, err := policy.LoadTeams(p.Teams)
 		if err != nil {
