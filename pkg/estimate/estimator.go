@@ -403,14 +403,17 @@ func (e *Estimator) addResidual(v float64, class domain.Priority) {
 // P50 of a wait simulated in bin b is the class's P50 moved toward the
 // median of the class's last WaitBinWindow residuals of bin b, by
 // n/(n+WaitBinShrink). The bins are factors of WaitBinFactor of the
-// simulated wait plus calC. Chosen on both traces (docs/performance.md):
-// on the Philly mix the median P50 error 450 → 399 s, every class
-// better; windows of 300 or more per bin gave 420–450 s.
+// simulated wait plus calC. Chosen on both traces by replaying the
+// calibration over the same runs (docs/performance.md): on the Philly
+// mix the median P50 error 450 → 399 s, every class better; windows of
+// 200 or more per bin gave 420–450 s; a pseudo-count of 10 instead of 30
+// cost the standard scenario's first sixth 629 s against 581 (573
+// without bins).
 const (
 	waitBins      = 16
 	WaitBinFactor = 4
 	WaitBinWindow = 100
-	WaitBinShrink = 10
+	WaitBinShrink = 30
 )
 
 // waitBin is the bin of a simulated wait of raw seconds: 0 below
