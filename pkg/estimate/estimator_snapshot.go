@@ -31,7 +31,8 @@ type estimatorSnap struct {
 	ResClass []int8         `json:"res_class"`
 	ResNext  int            `json:"res_next"`
 	InRes    []int          `json:"in_res"`
-	ByWait   [][]ringSnap   `json:"by_wait"`   // [class][bin]
+	ByWait   [][]ringSnap   `json:"by_wait"` // [class][bin]
+	ResRaw   ringSnap       `json:"res_raw"`
 	AtSubmit []atSubmitSnap `json:"at_submit"` // sorted by task
 	Recent   []arrivalSnap  `json:"recent"`
 	Stats    statsSnap      `json:"stats"`
@@ -87,6 +88,7 @@ func (e *Estimator) MarshalBinary() ([]byte, error) {
 	e.init()
 	s := estimatorSnap{Format: estimatorFormat, Window: e.Window,
 		Res:      ringSnap{Max: e.res.max, Next: e.res.next, Vals: bits(e.res.vals)},
+		ResRaw:   ringSnap{Max: e.resRaw.max, Next: e.resRaw.next, Vals: bits(e.resRaw.vals)},
 		ResClass: slices.Clone(e.resClass), ResNext: e.resNext, InRes: e.inRes[:],
 		Stats: statsSnap{N: e.stats.N, Covered: e.stats.covered, Alerts: e.stats.Alerts, Errs: bits(e.stats.errs)}}
 	for i := range e.byClass {
@@ -150,6 +152,13 @@ func (e *Estimator) UnmarshalBinary(b []byte) error {
 	if !slices.Equal(counts, s.InRes) {
 		return bad("residuals by class")
 	}
+	rr := s.ResRaw
+	if rr.Max != 0 && rr.Max != s.Res.Max || len(rr.Vals) != len(s.Res.Vals) || rr.Next != s.Res.Next {
+		return bad("simulated waits of the residuals")
+	}
+	resRaw := ring{max: rr.Max, next: rr.Next, vals: floats(rr.Vals)}
+	resRaw.sorted = slices.Clone(resRaw.vals)
+	slices.Sort(resRaw.sorted)
 	if len(s.ByWait) != classes {
 		return bad("bins of simulated wait")
 	}
@@ -191,7 +200,7 @@ func (e *Estimator) UnmarshalBinary(b []byte) error {
 	for _, a := range s.Recent {
 		recent = append(recent, arrival{at: a.At, prio: a.Prio, gpus: a.GPUs, hours: a.Hours, team: a.Team})
 	}
-	e.res, e.byClass, e.resClass, e.resNext, e.byWait = res, byClass, slices.Clone(s.ResClass), s.ResNext, byWait
+	e.res, e.byClass, e.resClass, e.resNext, e.byWait, e.resRaw = res, byClass, slices.Clone(s.ResClass), s.ResNext, byWait, resRaw
 	copy(e.inRes[:], s.InRes)
 	e.atSubmit, e.recent, e.Pred = atSubmit, recent, pred
 	e.stats = Stats{N: s.Stats.N, covered: s.Stats.Covered, Alerts: s.Stats.Alerts, errs: floats(s.Stats.Errs)}

@@ -202,3 +202,45 @@ func TestWaitBin(t *testing.T) {
 		})
 	}
 }
+
+// The P50's guard: a wait simulated beyond WaitGuard × the longest among
+// the calibration window's residuals is not calibrated; within it, or
+// with fewer than 20 residuals, it is.
+func TestWaitGuard(t *testing.T) {
+	cases := map[string]struct {
+		raws []float64 // simulated waits of the residuals, in order
+		raw  float64
+		want float64 // the P50's log-ratio from 0.5
+	}{
+		"within the guard":                        {raws: repeat(1000, 30), raw: WaitGuard * 1000, want: 0.5},
+		"beyond it: not calibrated":               {raws: repeat(1000, 30), raw: WaitGuard*1000 + 1, want: 0},
+		"fewer than 20 residuals":                 {raws: repeat(1000, 19), raw: 1e9, want: 0.5},
+		"the longest in the window":               {raws: append(repeat(1e6, 1), repeat(1000, 30)...), raw: 1e6, want: 0.5},
+		"the longest left the window":             {raws: append(repeat(1e6, 1), repeat(1000, 50)...), raw: 1e6, want: 0},
+		"every residual simulated at 0: no guard": {raws: repeat(0, 30), raw: 1, want: 0.5},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := &Estimator{Window: 50}
+			e.res.max = 50
+			for _, r := range tc.raws {
+				e.addResidual(0, domain.Medium)
+				if e.resRaw.max == 0 {
+					e.resRaw.max = e.res.max
+				}
+				e.resRaw.add(r)
+			}
+			if got := guarded(tc.raw, e.guardTop(), 0.5); got != tc.want {
+				t.Errorf("P50 log-ratio %v, want %v (longest %v)", got, tc.want, e.guardTop())
+			}
+		})
+	}
+}
+
+func repeat(v float64, n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
