@@ -416,15 +416,15 @@ func (e *Estimator) addResidual(v float64, class domain.Priority) {
 // n/(n+WaitBinShrink). The bins are factors of WaitBinFactor of the
 // simulated wait plus calC. Chosen on both traces by replaying the
 // calibration over the same runs (docs/performance.md): on the Philly
-// mix the median P50 error 450 → 399 s, every class better; windows of
-// 200 or more per bin gave 420–450 s; a pseudo-count of 10 instead of 30
-// cost the standard scenario's first sixth 629 s against 581 (573
-// without bins).
+// mix the median P50 error 450 → 397 s, the standard scenario 706 → 719
+// s, Alibaba at 6 nodes 914 → 893 s (mix 667 → 642); a pseudo-count of
+// 10 or 30 instead of 100 cost the standard scenario 792 or 761 s, and
+// windows of 300 or more per bin left the mix at 420–440 s.
 const (
 	waitBins      = 16
 	WaitBinFactor = 4
 	WaitBinWindow = 100
-	WaitBinShrink = 30
+	WaitBinShrink = 100
 )
 
 // waitBin is the bin of a simulated wait of raw seconds: 0 below
