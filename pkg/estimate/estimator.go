@@ -409,11 +409,10 @@ func (e *Estimator) addResidual(v float64, class domain.Priority) {
 }
 
 // The P50 by size of simulated wait: a class's residuals differ with the
-// simulated wait they calibrate (on the mix scenario's first 20,000
-// jobs its P50 was too
-// short for waits simulated under 3 min, 90 % of them waited longer, and
-// too long for waits simulated at 2–24 h, 73–86 % waited less), so the
-// P50 of a wait simulated in bin b is the class's P50 moved toward the
+// simulated wait they calibrate (on the mix scenario's first 20,000 jobs
+// its P50 was too short for waits simulated under 3 min, 90 % of them
+// waited longer, and too long for waits simulated at 2–24 h, 73–86 %
+// waited less), so the P50 of a wait simulated in bin b is the class's P50 moved toward the
 // median of the class's last WaitBinWindow residuals of bin b, by
 // n/(n+WaitBinShrink). The bins are factors of WaitBinFactor of the
 // simulated wait plus calC. Chosen on both traces by replaying the
