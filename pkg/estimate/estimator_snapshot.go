@@ -13,7 +13,7 @@ import (
 
 // estimatorFormat is the layout Estimator.MarshalBinary writes (JSON of
 // estimatorSnap); another format is refused and the log folded again.
-const estimatorFormat = 1
+const estimatorFormat = 2
 
 // estimatorSnap is what an Estimator has learned from the log, for the
 // advisor's snapshot (service.Snapshots): the calibration's residuals
@@ -31,6 +31,8 @@ type estimatorSnap struct {
 	ResClass []int8         `json:"res_class"`
 	ResNext  int            `json:"res_next"`
 	InRes    []int          `json:"in_res"`
+	ByWait   [][]ringSnap   `json:"by_wait"` // [class][bin]
+	ResRaw   ringSnap       `json:"res_raw"`
 	AtSubmit []atSubmitSnap `json:"at_submit"` // sorted by task
 	Recent   []arrivalSnap  `json:"recent"`
 	Stats    statsSnap      `json:"stats"`
@@ -86,10 +88,18 @@ func (e *Estimator) MarshalBinary() ([]byte, error) {
 	e.init()
 	s := estimatorSnap{Format: estimatorFormat, Window: e.Window,
 		Res:      ringSnap{Max: e.res.max, Next: e.res.next, Vals: bits(e.res.vals)},
+		ResRaw:   ringSnap{Max: e.resRaw.max, Next: e.resRaw.next, Vals: bits(e.resRaw.vals)},
 		ResClass: slices.Clone(e.resClass), ResNext: e.resNext, InRes: e.inRes[:],
 		Stats: statsSnap{N: e.stats.N, Covered: e.stats.covered, Alerts: e.stats.Alerts, Errs: bits(e.stats.errs)}}
 	for i := range e.byClass {
 		s.ByClass = append(s.ByClass, bits(e.byClass[i].vals[e.byClass[i].head:]))
+	}
+	for c := range e.byWait {
+		bins := make([]ringSnap, waitBins)
+		for i, r := range e.byWait[c] {
+			bins[i] = ringSnap{Max: r.max, Next: r.next, Vals: bits(r.vals)}
+		}
+		s.ByWait = append(s.ByWait, bins)
 	}
 	for id, p := range e.atSubmit {
 		s.AtSubmit = append(s.AtSubmit, atSubmitSnap{Task: id, Est: p.get()})
@@ -142,6 +152,31 @@ func (e *Estimator) UnmarshalBinary(b []byte) error {
 	if !slices.Equal(counts, s.InRes) {
 		return bad("residuals by class")
 	}
+	rr := s.ResRaw
+	if rr.Max != 0 && rr.Max != s.Res.Max || len(rr.Vals) != len(s.Res.Vals) || rr.Next != s.Res.Next {
+		return bad("simulated waits of the residuals")
+	}
+	resRaw := ring{max: rr.Max, next: rr.Next, vals: floats(rr.Vals)}
+	resRaw.sorted = slices.Clone(resRaw.vals)
+	slices.Sort(resRaw.sorted)
+	if len(s.ByWait) != classes {
+		return bad("bins of simulated wait")
+	}
+	var byWait [domain.Critical + 1][waitBins]ring
+	for c, bins := range s.ByWait {
+		if len(bins) != waitBins {
+			return bad("bins of simulated wait")
+		}
+		for i, rs := range bins {
+			if rs.Max < 0 || len(rs.Vals) > rs.Max || rs.Next < 0 || rs.Next >= max(rs.Max, 1) || rs.Next != 0 && len(rs.Vals) < rs.Max {
+				return bad("a bin of simulated wait")
+			}
+			r := ring{max: rs.Max, next: rs.Next, vals: floats(rs.Vals)}
+			r.sorted = slices.Clone(r.vals)
+			slices.Sort(r.sorted)
+			byWait[c][i] = r
+		}
+	}
 	pred := NewPredictor(e.Pred.window)
 	pred.Exact = e.Pred.Exact
 	if err := pred.UnmarshalBinary(s.Pred); err != nil {
@@ -165,7 +200,7 @@ func (e *Estimator) UnmarshalBinary(b []byte) error {
 	for _, a := range s.Recent {
 		recent = append(recent, arrival{at: a.At, prio: a.Prio, gpus: a.GPUs, hours: a.Hours, team: a.Team})
 	}
-	e.res, e.byClass, e.resClass, e.resNext = res, byClass, slices.Clone(s.ResClass), s.ResNext
+	e.res, e.byClass, e.resClass, e.resNext, e.byWait, e.resRaw = res, byClass, slices.Clone(s.ResClass), s.ResNext, byWait, resRaw
 	copy(e.inRes[:], s.InRes)
 	e.atSubmit, e.recent, e.Pred = atSubmit, recent, pred
 	e.stats = Stats{N: s.Stats.N, covered: s.Stats.Covered, Alerts: s.Stats.Alerts, errs: floats(s.Stats.Errs)}

@@ -155,8 +155,8 @@ func TestEstimatorSnapshotRefused(t *testing.T) {
 		"truncated":          {good[:len(good)/2], 0},
 		"another format":     {[]byte(`{"format":99}`), 0},
 		"another window":     {small, 0},
-		"classes missing":    {[]byte(`{"format":1,"window":2000,"res":{"max":2000}}`), 0},
-		"class out of range": {[]byte(`{"format":1,"window":2000,"res":{"max":2000,"vals":[0]},"res_class":[9],"by_class":[[],[],[],[]],"in_res":[0,0,0,0]}`), 0},
+		"classes missing":    {[]byte(`{"format":2,"window":2000,"res":{"max":2000}}`), 0},
+		"class out of range": {[]byte(`{"format":2,"window":2000,"res":{"max":2000,"vals":[0]},"res_class":[9],"by_class":[[],[],[],[]],"in_res":[0,0,0,0]}`), 0},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -119,3 +119,128 @@ func TestPropClassWindows(t *testing.T) {
 		}
 	})
 }
+
+// The P50 of a wait simulated in a bin moves from the class's P50 toward
+// the median of the class's residuals of that bin by n/(n+WaitBinShrink);
+// other bins, other classes and NoWaitBins keep the class's P50, and a
+// bin keeps its last WaitBinWindow residuals.
+func TestWaitBins(t *testing.T) {
+	type batch struct {
+		class domain.Priority
+		raw   float64 // simulated wait, s
+		v     float64
+		n     int
+	}
+	l3 := math.Log(3)
+	hour := 3600.0
+	cases := map[string]struct {
+		adds  []batch
+		noBin bool
+		class domain.Priority
+		raw   float64
+		q50   float64 // the class's P50 log-ratio
+		want  float64
+	}{
+		"no residuals in the bin: the class's P50": {adds: []batch{{domain.Medium, 60, l3, 50}},
+			class: domain.Medium, raw: hour, q50: 0.1, want: 0.1},
+		"a full bin: its median, shrunk toward the class's P50": {adds: []batch{{domain.Medium, hour, l3, WaitBinWindow}},
+			class: domain.Medium, raw: hour, q50: 0, want: l3 * WaitBinWindow / (WaitBinWindow + WaitBinShrink)},
+		"WaitBinShrink residuals: halfway": {adds: []batch{{domain.Medium, hour, l3, WaitBinShrink}},
+			class: domain.Medium, raw: hour, q50: 0, want: l3 / 2},
+		"a size within the same bin (1.5 h and 2 h) shares it": {adds: []batch{{domain.Medium, 1.5 * hour, l3, WaitBinWindow}},
+			class: domain.Medium, raw: 2 * hour, q50: 0, want: l3 * WaitBinWindow / (WaitBinWindow + WaitBinShrink)},
+		"another class's residuals do not count": {adds: []batch{{domain.Low, hour, l3, WaitBinWindow}},
+			class: domain.Medium, raw: hour, q50: 0.2, want: 0.2},
+		"only the bin's last WaitBinWindow": {adds: []batch{{domain.High, hour, l3, WaitBinWindow}, {domain.High, hour, -l3, WaitBinWindow}},
+			class: domain.High, raw: hour, q50: 0, want: -l3 * WaitBinWindow / (WaitBinWindow + WaitBinShrink)},
+		"NoWaitBins: the class's P50": {adds: []batch{{domain.Medium, hour, l3, WaitBinWindow}}, noBin: true,
+			class: domain.Medium, raw: hour, q50: 0.1, want: 0.1},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := &Estimator{NoWaitBins: tc.noBin}
+			for _, b := range tc.adds {
+				for range b.n {
+					e.addWaitResidual(b.v, b.raw, b.class)
+				}
+			}
+			if got := e.waitQuantile(tc.class, waitBin(tc.raw), tc.q50); math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("P50 log-ratio %v, want %v", got, tc.want)
+			}
+			bins := e.waitQuantiles(tc.class, tc.q50)
+			if tc.noBin != (bins == nil) {
+				t.Fatalf("bins %v with NoWaitBins %v", bins, tc.noBin)
+			}
+			if bins != nil && math.Abs(bins[waitBin(tc.raw)]-tc.want) > 1e-9 {
+				t.Errorf("bins' P50 log-ratio %v, want %v", bins[waitBin(tc.raw)], tc.want)
+			}
+		})
+	}
+}
+
+// waitBin: one bin per factor of WaitBinFactor of the simulated wait plus
+// calC, from 0.
+func TestWaitBin(t *testing.T) {
+	cases := map[string]struct {
+		raw  float64
+		want int
+	}{
+		"zero":                  {0, 0},
+		"just below a factor":   {calC*(WaitBinFactor-1) - 1, 0},
+		"a factor":              {calC * (WaitBinFactor - 1), 1},
+		"a factor squared":      {calC * (WaitBinFactor*WaitBinFactor - 1), 2},
+		"an hour":               {3600, 2},
+		"an hour and a quarter": {4500, 3},
+		"beyond the last bin":   {1e30, waitBins - 1},
+		"negative (never met)":  {-100, 0},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := waitBin(tc.raw); got != tc.want {
+				t.Errorf("waitBin(%v) = %d, want %d", tc.raw, got, tc.want)
+			}
+		})
+	}
+}
+
+// The P50's guard: a wait simulated beyond WaitGuard × the longest among
+// the calibration window's residuals is not calibrated; within it, or
+// with fewer than 20 residuals, it is.
+func TestWaitGuard(t *testing.T) {
+	cases := map[string]struct {
+		raws []float64 // simulated waits of the residuals, in order
+		raw  float64
+		want float64 // the P50's log-ratio from 0.5
+	}{
+		"within the guard":                        {raws: repeat(1000, 30), raw: WaitGuard * 1000, want: 0.5},
+		"beyond it: not calibrated":               {raws: repeat(1000, 30), raw: WaitGuard*1000 + 1, want: 0},
+		"fewer than 20 residuals":                 {raws: repeat(1000, 19), raw: 1e9, want: 0.5},
+		"the longest in the window":               {raws: append(repeat(1e6, 1), repeat(1000, 30)...), raw: 1e6, want: 0.5},
+		"the longest left the window":             {raws: append(repeat(1e6, 1), repeat(1000, 50)...), raw: 1e6, want: 0},
+		"every residual simulated at 0: no guard": {raws: repeat(0, 30), raw: 1, want: 0.5},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := &Estimator{Window: 50}
+			e.res.max = 50
+			for _, r := range tc.raws {
+				e.addResidual(0, domain.Medium)
+				if e.resRaw.max == 0 {
+					e.resRaw.max = e.res.max
+				}
+				e.resRaw.add(r)
+			}
+			if got := guarded(tc.raw, e.guardTop(), 0.5); got != tc.want {
+				t.Errorf("P50 log-ratio %v, want %v (longest %v)", got, tc.want, e.guardTop())
+			}
+		})
+	}
+}
+
+func repeat(v float64, n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
