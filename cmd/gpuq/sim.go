@@ -65,9 +65,10 @@ goes ahead of every task below CRITICAL, across the teams' tiers and the
 classes, in submit order; until then class order and the guarantees hold.
 --class-aging (off by default) is an ageing across classes: each class
 above LOW counts as submitted that much earlier per class.
---preempt-patience (the scheduler's flag and default, 30m): a task below
-CRITICAL preempts only once its victims would lose at most its wait × its
-GPUs since their checkpoints, or once it has waited that long (0: at once).
+--preempt-patience (the scheduler's flag; off by default, 30m measured): a
+task below CRITICAL preempts only once its victims would lose at most its
+wait × its GPUs since their checkpoints, or once it has waited that long
+(0: at once).
 
 The JSON reports per policy the preemptions, lost_gpu_hours, and by_class
 (n, avg_queue_s, p95_queue_s, max_queue_s) when the tasks are of several
