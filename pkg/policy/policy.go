@@ -179,12 +179,12 @@ const DefaultStarvationWait = 96 * time.Hour
 // min), 30 min halves the work least-lost victims lose (920.8 GPU-hours
 // instead of 1,983.8; 0.484× newest victims' 1,903.9 in the same run) at
 // an average JCT 0.946× the SJF oracle's (0.941× without), but the
-// advisor's forward simulation emits no checkpoints, so it has a waiting
-// reclaimer wait out the whole patience: the median P50 error 396.9 →
-// 468.9 s (0.247× → 0.295× the seed formula's) and LOW's third quarter's
-// P90 coverage 0.832, below 0.85. Until the forward simulation models
-// checkpoints it stays an option (30m is the measured choice). On
-// Alibaba (no teams, only CRITICAL preempts) it changes nothing.
+// advisor's estimates of the same run are worse: the median P50 error
+// 396.9 → 468.9 s (0.247× → 0.295× the seed formula's) and LOW's third
+// quarter's P90 coverage 0.832, below 0.85 (checkpoints in the forward
+// simulation measured 466.8 s: not the cause). So it stays an option (30m
+// is the measured choice). On Alibaba (no teams, only CRITICAL preempts)
+// it changes nothing.
 const DefaultPreemptPatience = 0
 
 // Validate checks the option names.
