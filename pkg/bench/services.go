@@ -201,14 +201,15 @@ func restartService(ctx context.Context, l *jetstream.Log, svc string, total int
 	// spent advisorBudget in the hook, the advisor's next snapshot (the
 	// rest is folded too, not counted).
 	var (
-		cut, spent, n = false, time.Duration(0), 0
-		cutAt         time.Time
-		cutCPU        time.Duration
-		cutN          int
+		spent  time.Duration // in the hook, until the cut
+		n      int           // records folded, until the cut
+		cutN   int           // records before the cut (0: no cut)
+		cutAt  time.Time
+		cutCPU time.Duration
 	)
 	if inner := f.applied; svc == "advisor" && inner != nil {
 		applied = func(st *domain.State, r events.Record, skipped string) {
-			if cut {
+			if cutN > 0 {
 				inner(st, r, skipped)
 				return
 			}
@@ -216,7 +217,7 @@ func restartService(ctx context.Context, l *jetstream.Log, svc string, total int
 			inner(st, r, skipped)
 			spent += time.Since(t)
 			if n++; spent >= advisorBudget {
-				cut, cutAt, cutCPU, cutN = true, time.Now(), cpuTime(), n
+				cutN, cutAt, cutCPU = n, time.Now(), cpuTime()
 			}
 		}
 	}
@@ -229,7 +230,7 @@ func restartService(ctx context.Context, l *jetstream.Log, svc string, total int
 	if fold.Seq() != uint64(total) || res.TailEvents != tail {
 		return res, fmt.Errorf("bench: %s restarted up to %d (want %d), folding %d events (want the tail's %d)", svc, fold.Seq(), total, res.TailEvents, tail)
 	}
-	if cut {
+	if cutN > 0 {
 		res.TailFold, res.Restart, res.RestartCPU, res.TailEvents = cutAt.Sub(tailStart), cutAt.Sub(start), cutCPU-cpu, cutN
 		res.BudgetCut = true
 	}
