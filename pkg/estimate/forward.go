@@ -79,6 +79,11 @@ type fwd struct {
 	ends  endHeap
 	narr  int                   // arrivals submitted
 	fresh map[*domain.Task]bool // dispatched or requeued in the simulation
+	// order is the started holders by predicted end, as the policy's
+	// passes on sim read them (policy.Input.Ends); nil when a holder
+	// started after now (a clock ahead), and the passes predict every
+	// holder.
+	order *policy.EndOrder
 
 	// What the simulation needs after its first pass (startForward), so
 	// that run can continue it later, on another goroutine.
@@ -187,7 +192,15 @@ func startForward(st *domain.State, pol *policy.Policy, pred *Predictor, now tim
 	}
 	f.sim = st.CloneLive()
 	// 2. The tasks holding GPUs end at their conditional predicted end.
+	f.order = policy.NewEndOrder(f.sim.Holders())
 	for _, t := range f.sim.Active() {
+		if !t.StartedAt.IsZero() {
+			if t.StartedAt.After(now) {
+				f.order = nil
+			} else if f.order != nil {
+				f.order.Set(t, t.StartedAt.Add(f.planned(t)))
+			}
+		}
 		rem := f.predict(t)
 		if !t.StartedAt.IsZero() && now.After(t.StartedAt) {
 			rem -= now.Sub(t.StartedAt)
@@ -209,7 +222,7 @@ func (f *fwd) run() map[string]time.Time {
 	for step := 0; step < f.maxSteps; step++ {
 		// 3. Let the policy decide at vnow.
 		if !planned {
-			res = pol.Plan(policy.Input{State: sim, Now: f.vnow, Predict: predict})
+			res = pol.Plan(policy.Input{State: sim, Now: f.vnow, Predict: predict, Ends: f.order})
 		}
 		planned = false
 		replan := false
@@ -230,6 +243,9 @@ func (f *fwd) run() map[string]time.Time {
 				f.fresh[t] = true
 				run := predict(t)
 				heap.Push(&f.ends, end{at: f.vnow.Add(run), id: t.ID, dispatch: t.DispatchSeq, run: run})
+				if f.order != nil {
+					f.order.Set(t, t.StartedAt.Add(f.planned(t)))
+				}
 			case policy.Preempt:
 				f.apply(events.PreemptRequested{TaskID: t.ID, For: d.For, Epoch: sim.Epoch})
 				if t.GraceS > 0 {
@@ -240,6 +256,7 @@ func (f *fwd) run() map[string]time.Time {
 				}
 				f.apply(events.Preempted{TaskID: t.ID, Node: t.Node})
 				f.apply(events.Requeued{TaskID: t.ID, Epoch: sim.Epoch})
+				f.unhold(t)
 				delete(f.total, t)
 				f.fresh[t] = true
 				replan = true
@@ -290,10 +307,12 @@ func (f *fwd) run() map[string]time.Time {
 			if t.State == domain.Preempting {
 				f.apply(events.Preempted{TaskID: t.ID, Node: t.Node})
 				f.apply(events.Requeued{TaskID: t.ID, Epoch: sim.Epoch})
+				f.unhold(t)
 				delete(f.total, t) // its next run is predicted afresh
 				f.fresh[t] = true
 			} else {
 				f.apply(events.Completed{TaskID: t.ID, Node: t.Node})
+				f.unhold(t)
 			}
 		}
 		for _, a := range newArrivals {
@@ -303,6 +322,23 @@ func (f *fwd) run() map[string]time.Time {
 		}
 	}
 	return starts
+}
+
+// planned is t's predicted run as the policy's passes take it: the
+// simulation's prediction, or the user's estimate where it gives none
+// (policy.Input.Predict).
+func (f *fwd) planned(t *domain.Task) time.Duration {
+	if d := f.predict(t); d > 0 {
+		return d
+	}
+	return t.EstimatedRun()
+}
+
+// unhold takes t, which no longer holds GPUs, out of the order of ends.
+func (f *fwd) unhold(t *domain.Task) {
+	if f.order != nil {
+		f.order.Remove(t)
+	}
 }
 
 func (f *fwd) apply(e events.Event) {

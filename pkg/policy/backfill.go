@@ -83,8 +83,11 @@ type endWalk struct {
 	done int  // yielded from top
 	heap bool // past top: keys is a heap of the rest
 	// est: the walk reads the fold's end index (see startEstimated).
-	est   bool
-	cand  endHeap // ends predicted, not yet yielded
+	est  bool
+	cand endHeap // ends predicted, not yet yielded
+	// src: the walk reads Input.Ends (see startSource), from its si-th.
+	src   bool
+	si    int
 	ahead domain.EndCursor
 	due   domain.EndCursor
 }
@@ -100,6 +103,10 @@ func (pc *pass) walkEnds() *endWalk {
 	}
 	if pc.estimatedEnds() {
 		w.startEstimated()
+		return w
+	}
+	if pc.in.Ends != nil {
+		w.startSource()
 		return w
 	}
 	w.buf = keyBufs.Get().(*[]endKey)
@@ -154,6 +161,9 @@ func (pc *pass) walkEnds() *endWalk {
 // next yields the next holding task's end (from the pass's now) and
 // placements; false when every one was yielded.
 func (w *endWalk) next() (time.Duration, []events.Placement, bool) {
+	if w.src {
+		return w.nextSource()
+	}
 	if w.est {
 		return w.nextEstimated()
 	}
@@ -195,6 +205,13 @@ func (w *endWalk) next() (time.Duration, []events.Placement, bool) {
 
 // release returns the walk's buffer to the pool.
 func (w *endWalk) release() {
+	if w.src {
+		clear(w.cand)
+		c := w.cand[:0]
+		candPool.Put(&c)
+		w.src, w.cand = false, nil
+		return
+	}
 	if w.est {
 		// Past its length the buffer holds nothing: pops clear the slot
 		// they leave, and pushes only append.

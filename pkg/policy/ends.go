@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -48,6 +50,9 @@ type estBufs struct {
 }
 
 var estPool = sync.Pool{New: func() any { return new(estBufs) }}
+
+// candPool pools the candidates of walks from Input.Ends.
+var candPool = sync.Pool{New: func() any { return new(endHeap) }}
 
 // startEstimated starts a walk from the end index.
 func (w *endWalk) startEstimated() {
@@ -128,4 +133,89 @@ func (w *endWalk) takeAhead() {
 	_, t := w.ahead.Peek()
 	w.ahead.Next()
 	w.take(t)
+}
+
+// EndOrder is the started holders of one state by predicted end (then
+// SubmitSeq), as Input.Ends reads them: its keeper sets a task when it
+// starts and removes it when it stops holding GPUs.
+type EndOrder struct {
+	list []endAt
+	at   map[*domain.Task]time.Time
+}
+
+type endAt struct {
+	end time.Time
+	t   *domain.Task
+}
+
+func endAtBefore(a, b endAt) bool {
+	if !a.end.Equal(b.end) {
+		return a.end.Before(b.end)
+	}
+	return a.t.SubmitSeq < b.t.SubmitSeq
+}
+
+// NewEndOrder returns an empty order with room for n holders.
+func NewEndOrder(n int) *EndOrder {
+	return &EndOrder{list: make([]endAt, 0, n), at: make(map[*domain.Task]time.Time, n)}
+}
+
+// Set puts t at end, moving it if it was elsewhere.
+func (o *EndOrder) Set(t *domain.Task, end time.Time) {
+	o.Remove(t)
+	e := endAt{end: end, t: t}
+	i := sort.Search(len(o.list), func(i int) bool { return endAtBefore(e, o.list[i]) })
+	o.list = slices.Insert(o.list, i, e)
+	o.at[t] = end
+}
+
+// Remove takes t out of the order (nothing when it is not in it).
+func (o *EndOrder) Remove(t *domain.Task) {
+	end, ok := o.at[t]
+	if !ok {
+		return
+	}
+	delete(o.at, t)
+	e := endAt{end: end, t: t}
+	i := sort.Search(len(o.list), func(i int) bool { return !endAtBefore(o.list[i], e) })
+	o.list = slices.Delete(o.list, i, i+1)
+}
+
+// Len is how many tasks the order holds.
+func (o *EndOrder) Len() int { return len(o.list) }
+
+// startSource starts a walk from Input.Ends: the holders not started
+// and the tasks placed in this pass are predicted at once (few), the
+// started ones as the walk reaches them.
+func (w *endWalk) startSource() {
+	pc := w.pc
+	w.src = true
+	w.cand = (*candPool.Get().(*endHeap))[:0]
+	for _, t := range pc.s.Unstarted() {
+		w.take(t)
+	}
+	for _, p := range pc.placedNow {
+		w.cand = append(w.cand, ending{t: p.t, r: pc.in.predict(p.t), pls: p.ps})
+	}
+	w.cand.init()
+}
+
+// nextSource is next for a walk from Input.Ends: a started holder not yet
+// predicted ends no earlier than max(its end - now, 1s), and the order
+// yields them by end, so a candidate before the next one's bound is
+// before every holder not yet predicted.
+func (w *endWalk) nextSource() (time.Duration, []events.Placement, bool) {
+	now := w.pc.in.Now
+	l := w.pc.in.Ends.list
+	for {
+		if len(w.cand) > 0 && (w.si == len(l) || w.cand[0].r < max(l[w.si].end.Sub(now), time.Second)) {
+			e := w.cand.pop()
+			return e.r, e.pls, true
+		}
+		if w.si == len(l) {
+			return 0, nil, false
+		}
+		w.take(l[w.si].t)
+		w.si++
+	}
 }

@@ -160,3 +160,99 @@ func TestPropEndIndexSameWalk(t *testing.T) {
 		}
 	})
 }
+
+// endOrderOf is the Input.Ends a forward simulation would keep for in:
+// every started holder at StartedAt + its predicted run.
+func endOrderOf(in policy.Input) *policy.EndOrder {
+	o := policy.NewEndOrder(0)
+	for _, t := range in.State.Active() {
+		if t.StartedAt.IsZero() {
+			continue
+		}
+		d := time.Duration(0)
+		if in.Predict != nil {
+			d = in.Predict(t)
+		}
+		if d <= 0 {
+			d = t.EstimatedRun()
+		}
+		o.Set(t, t.StartedAt.Add(d))
+	}
+	return o
+}
+
+// The reservation walk that reads a caller's order of ends
+// (Input.Ends) decides and explains the same, byte for byte, as the walk
+// that predicts every holder, and its walks are the reference's at every
+// step (Policy.PlanChecked), over random states played forward (ties,
+// tasks past their prediction, tasks dispatched and not started).
+func TestPropEndOrderSameDecisions(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		c := genWorld(t)
+		c.submitMore(t, 40)
+		o := genOptions(t)
+		p := policy.New(o)
+		for step := 0; step < 5; step++ {
+			want := p.Plan(c.input())
+			in := c.input()
+			in.Ends = endOrderOf(in)
+			r, bad := p.PlanChecked(in)
+			if len(bad) > 0 {
+				t.Fatalf("step %d: the pass differs from its references:\n%s\nworld:\n%s", step, strings.Join(bad, "\n"), dump(c.st, o, c.now))
+			}
+			for _, r := range []policy.Result{r, p.Plan(in)} {
+				if diff := cmp.Diff(want, r, cmpopts.EquateEmpty()); diff != "" {
+					t.Fatalf("step %d: the order of ends changes the pass (-every holder +order):\n%s\nworld:\n%s", step, diff, dump(c.st, o, c.now))
+				}
+			}
+			for _, d := range want.Decisions {
+				switch d.Kind {
+				case policy.Dispatch:
+					c.emit(events.Dispatched{TaskID: d.TaskID, Placements: d.Placements, BasedOnSeq: c.seq, Reason: d.Reason, Backfill: d.Backfill})
+					if rapid.IntRange(0, 3).Draw(t, "unstarted") > 0 {
+						c.emit(events.Started{TaskID: d.TaskID, Node: d.Placements[0].Node, PID: 100})
+					}
+				case policy.Preempt:
+					c.emit(events.PreemptRequested{TaskID: d.TaskID, For: d.For, Policy: "test", Reason: d.Reason, BasedOnSeq: c.seq})
+				}
+			}
+			if rapid.Bool().Draw(t, "same-time") {
+				continue
+			}
+			c.playOn(t)
+		}
+	})
+}
+
+// EndOrder keeps its tasks by end, then SubmitSeq, through sets, moves
+// and removals.
+func TestEndOrder(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tk := func(seq uint64) *domain.Task { return &domain.Task{ID: fmt.Sprint("t", seq), SubmitSeq: seq} }
+	a, b, c, d := tk(1), tk(2), tk(3), tk(4)
+	cases := []struct {
+		name string
+		do   func(o *policy.EndOrder)
+		want []string
+	}{
+		{"by end", func(o *policy.EndOrder) { o.Set(c, t0.Add(3)); o.Set(a, t0.Add(1)); o.Set(b, t0.Add(2)) }, []string{"t1", "t2", "t3"}},
+		{"ties by submit order", func(o *policy.EndOrder) { o.Set(d, t0); o.Set(b, t0); o.Set(c, t0) }, []string{"t2", "t3", "t4"}},
+		{"a move", func(o *policy.EndOrder) { o.Set(a, t0); o.Set(b, t0.Add(1)); o.Set(a, t0.Add(2)) }, []string{"t2", "t1"}},
+		{"removals, among ties and of the absent", func(o *policy.EndOrder) {
+			o.Set(a, t0)
+			o.Set(b, t0)
+			o.Set(c, t0)
+			o.Remove(b)
+			o.Remove(d)
+		}, []string{"t1", "t3"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := policy.NewEndOrder(0)
+			tc.do(o)
+			if diff := cmp.Diff(tc.want, policy.EndOrderIDs(o)); diff != "" {
+				t.Errorf("order (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

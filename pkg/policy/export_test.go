@@ -52,3 +52,12 @@ func (p *Policy) RefOrder(in Input) []string {
 	defer pc.free.release()
 	return pc.refOrder()
 }
+
+// EndOrderIDs lists an EndOrder's tasks in order.
+func EndOrderIDs(o *EndOrder) []string {
+	var ids []string
+	for _, e := range o.list {
+		ids = append(ids, e.t.ID)
+	}
+	return ids
+}

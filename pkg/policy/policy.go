@@ -275,6 +275,14 @@ type Input struct {
 	State   *domain.State
 	Now     time.Time
 	Predict func(*domain.Task) time.Duration
+	// Ends, when not nil, holds every started holder of State (StartedAt
+	// set and not after Now) at its predicted end, StartedAt + its
+	// predicted run as the pass predicts it (Predict, or the user's
+	// estimate where Predict gives none); the reservation walk then
+	// predicts only the holders it reaches instead of every one. A caller
+	// that plans many passes on one changing state keeps it (the forward
+	// simulation); a holder missing or misplaced changes the pass.
+	Ends *EndOrder
 }
 
 func (in Input) predict(t *domain.Task) time.Duration {
