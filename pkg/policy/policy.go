@@ -326,6 +326,13 @@ type Wait struct {
 type Result struct {
 	Decisions []Decision
 	Waiting   map[string]Wait // only with Options.Explain
+	// PatientUntil is the earliest instant at which a task this pass left
+	// waiting for a cheaper preemption (Options.PreemptPatience) has waited
+	// out its patience and preempts, if nothing else changes first: its
+	// submission + PreemptPatience. Zero when no task waited so. A caller
+	// that plans only at events (the estimator's forward simulation)
+	// plans again then.
+	PatientUntil time.Time
 }
 
 // Schedule returns the decisions of one pass; see Plan.
