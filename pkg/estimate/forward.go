@@ -118,6 +118,19 @@ func (f *fwd) nextAt(arrivals []Arrival, ai int) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// wakeAt is when the simulation must plan again although no task ends
+// and nothing arrives: the instant a task the pass res left waiting for a
+// cheaper preemption (policy.Options.PreemptPatience) has waited out its
+// patience and preempts — as the scheduler, which plans every second,
+// would see it. wake is false when no task waits so (always with the
+// patience off, so the simulation is as it was without it).
+func wakeAt(res policy.Result, vnow time.Time) (at time.Time, wake bool) {
+	if res.PatientUntil.IsZero() || !res.PatientUntil.After(vnow) {
+		return time.Time{}, false
+	}
+	return res.PatientUntil, true
+}
+
 // forward simulates on a copy of st; st itself is only read.
 func forward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, target string, q float64, arrivals []Arrival, maxSteps int, window float64) map[string]time.Time {
 	f, starts := startForward(st, pol, pred, now, target, q, arrivals, maxSteps, window)
@@ -268,6 +281,10 @@ func (f *fwd) run() map[string]time.Time {
 		// 4. Advance to the next end or arrival, and with a window, take
 		//    every event up to window × (time ahead) after it too.
 		first, ok := f.nextAt(arrivals, ai)
+		if at, wake := wakeAt(res, f.vnow); wake && (!ok || at.Before(first)) {
+			f.vnow = at // a patient reclaimer preempts now: plan again
+			continue
+		}
 		if !ok {
 			return starts // nothing will free GPUs: the rest never start
 		}

@@ -90,6 +90,43 @@ func TestPreemptPatience(t *testing.T) {
 	runScenarios(t, cases)
 }
 
+// TestPatientUntil: a pass that leaves a task waiting for a cheaper
+// preemption says when its patience runs out (its submission +
+// PreemptPatience), so a caller planning only at events (the estimator's
+// forward simulation) can plan again then; zero when nobody waits so.
+func TestPatientUntil(t *testing.T) {
+	cases := map[string]struct {
+		patience time.Duration
+		crit     bool
+		want     time.Duration // after vision-low's submission; -1: zero
+	}{
+		"waits: its submission + the patience": {patience: time.Hour, want: time.Hour},
+		"off: nobody waits":                    {patience: 0, want: -1},
+		"CRITICAL: nobody waits":               {patience: time.Hour, crit: true, want: -1},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := cluster(t).nodes(1, 8).
+				running(task{id: "nlp-1", team: "nlp", class: domain.Low}, on("n1", 0, 1, 2, 3, 4, 5, 6, 7)).
+				advance(10 * time.Minute)
+			class := domain.Low
+			if tc.crit {
+				class = domain.Critical
+			}
+			c.submit(task{id: "vision-low", team: "vision", class: class, gpus: 4})
+			sub := c.now
+			c.advance(5 * time.Minute)
+			r := c.plan(policy.Options{Teams: policy.Teams{"vision": {GPUs: 4}}, PreemptPatience: tc.patience})
+			switch {
+			case tc.want < 0 && !r.PatientUntil.IsZero():
+				t.Errorf("PatientUntil %s, want zero", r.PatientUntil)
+			case tc.want >= 0 && !r.PatientUntil.Equal(sub.Add(tc.want)):
+				t.Errorf("PatientUntil %s after the submission, want %s", r.PatientUntil.Sub(sub), tc.want)
+			}
+		})
+	}
+}
+
 // TestPropPreemptPatience: on random worlds, a task below CRITICAL that
 // preempts in a pass has waited PreemptPatience, or its victims (chosen
 // in that pass) lose at most its wait × its GPUs since their last

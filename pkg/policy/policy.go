@@ -182,9 +182,11 @@ const DefaultStarvationWait = 96 * time.Hour
 // advisor's estimates of the same run are worse: the median P50 error
 // 396.9 → 468.9 s (0.247× → 0.295× the seed formula's) and LOW's third
 // quarter's P90 coverage 0.832, below 0.85 (checkpoints in the forward
-// simulation measured 466.8 s: not the cause). So it stays an option (30m
-// is the measured choice). On Alibaba (no teams, only CRITICAL preempts)
-// it changes nothing.
+// simulation measured 466.8 s, and its wake-ups at the patience's end,
+// Result.PatientUntil, 473.2 s: not the cause; the patience makes the
+// waits longer, and the reclaims it delays cannot be foreseen). So it
+// stays an option (30m is the measured choice). On Alibaba (no teams,
+// only CRITICAL preempts) it changes nothing.
 const DefaultPreemptPatience = 0
 
 // Validate checks the option names.
@@ -334,6 +336,13 @@ type Wait struct {
 type Result struct {
 	Decisions []Decision
 	Waiting   map[string]Wait // only with Options.Explain
+	// PatientUntil is the earliest instant at which a task this pass left
+	// waiting for a cheaper preemption (Options.PreemptPatience) has waited
+	// out its patience and preempts, if nothing else changes first: its
+	// submission + PreemptPatience. Zero when no task waited so. A caller
+	// that plans only at events (the estimator's forward simulation)
+	// plans again then.
+	PatientUntil time.Time
 }
 
 // Schedule returns the decisions of one pass; see Plan.

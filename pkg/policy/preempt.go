@@ -320,7 +320,8 @@ func (pc *pass) preempt(t *domain.Task, tier int) bool {
 // GPU (lost GPU-seconds > wait × t's GPUs). A victim that checkpoints
 // meanwhile loses nothing more, and a holder that ends frees its GPUs
 // without a preemption; t preempts at the latest once it has waited
-// PreemptPatience.
+// PreemptPatience, at Result.PatientUntil (the earliest such instant of
+// the pass).
 func (pc *pass) patient(t *domain.Task, vs []*victim) bool {
 	if pc.opts.PreemptPatience <= 0 || t.Priority == domain.Critical || len(vs) == 0 {
 		return false
@@ -333,7 +334,13 @@ func (pc *pass) patient(t *domain.Task, vs []*victim) bool {
 	for _, v := range vs {
 		lost += v.lost
 	}
-	return lost > w.Seconds()*float64(t.GPUs)
+	if lost <= w.Seconds()*float64(t.GPUs) {
+		return false
+	}
+	if until := t.SubmittedAt.Add(pc.opts.PreemptPatience); pc.res.PatientUntil.IsZero() || until.Before(pc.res.PatientUntil) {
+		pc.res.PatientUntil = until
+	}
+	return true
 }
 
 // fewestVictims chooses the victims among cands (in preference order)
