@@ -211,7 +211,7 @@ func startForward(st *domain.State, pol *policy.Policy, pred *Predictor, now tim
 			if t.StartedAt.After(now) {
 				f.order = nil
 			} else if f.order != nil {
-				f.order.Set(t, t.StartedAt.Add(f.planned(t)))
+				f.order.Started(t, f.predict)
 			}
 		}
 		rem := f.predict(t)
@@ -257,7 +257,7 @@ func (f *fwd) run() map[string]time.Time {
 				run := predict(t)
 				heap.Push(&f.ends, end{at: f.vnow.Add(run), id: t.ID, dispatch: t.DispatchSeq, run: run})
 				if f.order != nil {
-					f.order.Set(t, t.StartedAt.Add(f.planned(t)))
+					f.order.Started(t, predict)
 				}
 			case policy.Preempt:
 				f.apply(events.PreemptRequested{TaskID: t.ID, For: d.For, Epoch: sim.Epoch})
@@ -339,16 +339,6 @@ func (f *fwd) run() map[string]time.Time {
 		}
 	}
 	return starts
-}
-
-// planned is t's predicted run as the policy's passes take it: the
-// simulation's prediction, or the user's estimate where it gives none
-// (policy.Input.Predict).
-func (f *fwd) planned(t *domain.Task) time.Duration {
-	if d := f.predict(t); d > 0 {
-		return d
-	}
-	return t.EstimatedRun()
 }
 
 // unhold takes t, which no longer holds GPUs, out of the order of ends.

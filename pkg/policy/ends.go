@@ -169,6 +169,13 @@ func (o *EndOrder) Set(t *domain.Task, end time.Time) {
 	o.at[t] = end
 }
 
+// Started puts t, a holder that has started, at its predicted end as a
+// pass with this Predict takes it: StartedAt + Predict(t), or + the
+// user's estimate where Predict gives none (Input.Ends).
+func (o *EndOrder) Started(t *domain.Task, predict func(*domain.Task) time.Duration) {
+	o.Set(t, t.StartedAt.Add(Input{Predict: predict}.predict(t)))
+}
+
 // Remove takes t out of the order (nothing when it is not in it).
 func (o *EndOrder) Remove(t *domain.Task) {
 	end, ok := o.at[t]

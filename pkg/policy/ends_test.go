@@ -62,18 +62,7 @@ func TestPropEndIndexSameDecisions(t *testing.T) {
 					t.Fatalf("step %d: the end index changes the pass (-every holder +index):\n%s\nworld:\n%s", step, diff, dump(c.st, o, c.now))
 				}
 			}
-			// Play the pass; some dispatches are not started yet.
-			for _, d := range want.Decisions {
-				switch d.Kind {
-				case policy.Dispatch:
-					c.emit(events.Dispatched{TaskID: d.TaskID, Placements: d.Placements, BasedOnSeq: c.seq, Reason: d.Reason, Backfill: d.Backfill})
-					if rapid.IntRange(0, 3).Draw(t, "unstarted") > 0 {
-						c.emit(events.Started{TaskID: d.TaskID, Node: d.Placements[0].Node, PID: 100})
-					}
-				case policy.Preempt:
-					c.emit(events.PreemptRequested{TaskID: d.TaskID, For: d.For, Policy: "test", Reason: d.Reason, BasedOnSeq: c.seq})
-				}
-			}
+			playSomeUnstarted(t, c, want)
 			if rapid.Bool().Draw(t, "same-time") {
 				continue // plan again at the time of the last events
 			}
@@ -161,22 +150,30 @@ func TestPropEndIndexSameWalk(t *testing.T) {
 	})
 }
 
+// playSomeUnstarted plays a pass's decisions as the scheduler would, but
+// leaves some dispatches not started yet.
+func playSomeUnstarted(t *rapid.T, c *harness, r policy.Result) {
+	for _, d := range r.Decisions {
+		switch d.Kind {
+		case policy.Dispatch:
+			c.emit(events.Dispatched{TaskID: d.TaskID, Placements: d.Placements, BasedOnSeq: c.seq, Reason: d.Reason, Backfill: d.Backfill})
+			if rapid.IntRange(0, 3).Draw(t, "unstarted") > 0 {
+				c.emit(events.Started{TaskID: d.TaskID, Node: d.Placements[0].Node, PID: 100})
+			}
+		case policy.Preempt:
+			c.emit(events.PreemptRequested{TaskID: d.TaskID, For: d.For, Policy: "test", Reason: d.Reason, BasedOnSeq: c.seq})
+		}
+	}
+}
+
 // endOrderOf is the Input.Ends a forward simulation would keep for in:
 // every started holder at StartedAt + its predicted run.
 func endOrderOf(in policy.Input) *policy.EndOrder {
 	o := policy.NewEndOrder(0)
 	for _, t := range in.State.Active() {
-		if t.StartedAt.IsZero() {
-			continue
+		if !t.StartedAt.IsZero() {
+			o.Started(t, in.Predict)
 		}
-		d := time.Duration(0)
-		if in.Predict != nil {
-			d = in.Predict(t)
-		}
-		if d <= 0 {
-			d = t.EstimatedRun()
-		}
-		o.Set(t, t.StartedAt.Add(d))
 	}
 	return o
 }
@@ -205,17 +202,7 @@ func TestPropEndOrderSameDecisions(t *testing.T) {
 					t.Fatalf("step %d: the order of ends changes the pass (-every holder +order):\n%s\nworld:\n%s", step, diff, dump(c.st, o, c.now))
 				}
 			}
-			for _, d := range want.Decisions {
-				switch d.Kind {
-				case policy.Dispatch:
-					c.emit(events.Dispatched{TaskID: d.TaskID, Placements: d.Placements, BasedOnSeq: c.seq, Reason: d.Reason, Backfill: d.Backfill})
-					if rapid.IntRange(0, 3).Draw(t, "unstarted") > 0 {
-						c.emit(events.Started{TaskID: d.TaskID, Node: d.Placements[0].Node, PID: 100})
-					}
-				case policy.Preempt:
-					c.emit(events.PreemptRequested{TaskID: d.TaskID, For: d.For, Policy: "test", Reason: d.Reason, BasedOnSeq: c.seq})
-				}
-			}
+			playSomeUnstarted(t, c, want)
 			if rapid.Bool().Draw(t, "same-time") {
 				continue
 			}
