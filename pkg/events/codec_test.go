@@ -121,6 +121,7 @@ func roundTripCases() map[string]events.Event {
 	cases["submitted/minimal"] = events.Submitted{TaskID: "t1", Name: "n", Team: "ml", Priority: "low", GPUs: 1, Hours: 0.25,
 		Hypothesis: "h", Command: "true", SubmittedAt: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
 	cases["dispatched/no placements"] = events.Dispatched{TaskID: "t1"}
+	cases["cancelled/note"] = events.Cancelled{TaskID: "t1", By: "team:vision", Reason: "cancelled by team:vision", Note: "admin (security team)"}
 	cases["failed/zero exit"] = events.Failed{TaskID: "t1"}
 	cases["available/no gpus"] = events.Available{Node: "n1"}
 	cases["unhealthy/all"] = events.Unhealthy{Node: "n1", GPUs: []string{"GPU-a", "GPU-b"}, Reason: "Xid 48"}

@@ -1101,6 +1101,9 @@ func (s *scan) cancelled() (Event, bool) {
 		case "reason":
 			e.Reason, ok = s.str(true)
 			return 1 << 2, ok
+		case "note":
+			e.Note, ok = s.str(true)
+			return 1 << 3, ok
 		}
 		return 0, true
 	})

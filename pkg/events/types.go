@@ -70,11 +70,16 @@ type Amended struct {
 	Hypothesis string  `json:"hypothesis,omitempty"`
 }
 
-// Cancelled: a person or CI withdrew the task.
+// Cancelled: a person or CI withdrew the task. By is who: the credential
+// that asked (auth.Caller.Name: "admin", "team:<team>") when the
+// submitter authenticates its callers, else what the caller said; Note is
+// what the caller said about it when By is its credential (absent in
+// records written before the field, and without auth).
 type Cancelled struct {
 	TaskID string `json:"task_id"`
 	By     string `json:"by,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	Note   string `json:"note,omitempty"`
 }
 
 // ChecklistUpdated: a waiting-playbook item was marked done (or undone).
