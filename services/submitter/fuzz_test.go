@@ -37,6 +37,8 @@ func FuzzHTTP(f *testing.F) {
 		if err != nil || !strings.HasPrefix(r.URL.Path, "/") {
 			return
 		}
+		r.Host = testHost // the browser checks are TestBrowserSafety's
+		r.Header.Set("Content-Type", "application/json")
 		token := tokens[int(who)%len(tokens)]
 		if token != "" {
 			r.Header.Set("Authorization", "Bearer "+token)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -154,14 +155,33 @@ func (h *harness) natsCall(op string, req any) api.Reply {
 	return h.s.handleNATS(h.ctx, op, data)
 }
 
-// httpCall serves one HTTP request; body is sent as is.
+// testHost is the Host of the harness's HTTP requests: a name of the
+// loopback listener the harness stands for.
+const testHost = "localhost:8080"
+
+// httpCall serves one HTTP request as curl or the CLI sends it (Host
+// testHost, Content-Type application/json); body is sent as is.
 func (h *harness) httpCall(method, path, body string) *httptest.ResponseRecorder {
+	h.t.Helper()
+	return h.httpCallHeader(method, path, body, http.Header{"Content-Type": {"application/json"}})
+}
+
+// httpCallHeader is httpCall with these headers (and no others but Host).
+func (h *harness) httpCallHeader(method, path, body string, hdr http.Header) *httptest.ResponseRecorder {
 	h.t.Helper()
 	var r *http.Request
 	if body == "" {
 		r = httptest.NewRequest(method, path, nil)
 	} else {
 		r = httptest.NewRequest(method, path, bytes.NewBufferString(body))
+	}
+	r.Host = testHost
+	for k, vs := range hdr {
+		if strings.EqualFold(k, "Host") {
+			r.Host = vs[0]
+			continue
+		}
+		r.Header[http.CanonicalHeaderKey(k)] = vs
 	}
 	w := httptest.NewRecorder()
 	h.h.ServeHTTP(w, r)

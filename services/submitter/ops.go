@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -120,6 +121,15 @@ func (s *server) submit(ctx context.Context, req domain.Request) (api.SubmitRepl
 			}
 		})
 		if ok {
+			// The same key with another payload is refused, not answered
+			// with a task that is not what was asked for.
+			orig, err := s.submittedAt(ctx, rep.Seq)
+			if err != nil {
+				return api.SubmitReply{}, err
+			}
+			if err := samePayload(orig, submittedOf(req, "", time.Time{})); err != nil {
+				return api.SubmitReply{}, err
+			}
 			return rep, nil
 		}
 	}
@@ -147,12 +157,7 @@ func (s *server) submit(ctx context.Context, req domain.Request) (api.SubmitRepl
 		return api.SubmitReply{}, err
 	}
 	now := s.now()
-	e := events.Submitted{
-		TaskID: id.String(), Name: req.Name, Team: req.Team, Priority: req.Priority, GPUs: req.GPUs,
-		Hours: req.Hours, Hypothesis: req.Hypothesis, Command: req.Command, Preemptible: !req.NoPreempt,
-		PreemptSignal: req.PreemptSignal, GraceS: req.GraceS, GPUModel: req.GPUModel,
-		MinGPUMemMiB: req.MinGPUMemMiB, IdempotencyKey: key, SubmittedAt: now.UTC(), Env: req.Env, Dir: req.Dir,
-	}
+	e := submittedOf(req, id.String(), now)
 	msgIDs := []string{""}
 	if key != "" {
 		msgIDs = []string{submitMsgID(req.Team, key), submitMsgIDLong(req.Team, key)}
@@ -173,6 +178,9 @@ func (s *server) submit(ctx context.Context, req domain.Request) (api.SubmitRepl
 			return api.SubmitReply{}, err
 		}
 		if orig.Team == req.Team && orig.IdempotencyKey == key {
+			if err := samePayload(orig, e); err != nil {
+				return api.SubmitReply{}, err
+			}
 			return api.SubmitReply{TaskID: orig.TaskID, Duplicate: true, Seq: ack.Seq}, nil
 		}
 		// The short id of another (team, key) pair collided with ours (a team
@@ -181,6 +189,69 @@ func (s *server) submit(ctx context.Context, req domain.Request) (api.SubmitRepl
 	}
 	return api.SubmitReply{}, &opError{Status: http.StatusInternalServerError,
 		Msg: "internal error: idempotency message id collides with another team's"}
+}
+
+// submittedOf is the submitted event of a validated request.
+func submittedOf(req domain.Request, id string, now time.Time) events.Submitted {
+	return events.Submitted{
+		TaskID: id, Name: req.Name, Team: req.Team, Priority: req.Priority, GPUs: req.GPUs,
+		Hours: req.Hours, Hypothesis: req.Hypothesis, Command: req.Command, Preemptible: !req.NoPreempt,
+		PreemptSignal: req.PreemptSignal, GraceS: req.GraceS, GPUModel: req.GPUModel,
+		MinGPUMemMiB: req.MinGPUMemMiB, IdempotencyKey: req.IdempotencyKey, SubmittedAt: now.UTC(), Env: req.Env, Dir: req.Dir,
+	}
+}
+
+// samePayload refuses a keyed submission whose payload is not the one the
+// key was first used with: 409, field idempotency_key, naming the first
+// field that differs by its request wire name (as Stripe and the IETF
+// Idempotency-Key draft do; silently answering the first task would hand
+// the caller a task that is not what it asked for).
+//
+// The payload compared is the request as the log records it, after
+// validation (trimmed name and team, the priority's canonical spelling,
+// defaults filled in): every field of the submitted event but task_id,
+// submitted_at and the key itself. The original is the submitted event
+// itself, read back by its sequence — not the task in the fold, which
+// amends change — so records written before this check compare too and the
+// log needs no digest. allow_unplaceable is not recorded and not compared:
+// it decides whether a request is accepted, not what the task is.
+func samePayload(orig, req events.Submitted) error {
+	diff := ""
+	switch {
+	case orig.Name != req.Name:
+		diff = "name"
+	case orig.Team != req.Team:
+		diff = "team"
+	case orig.Priority != req.Priority:
+		diff = "priority"
+	case orig.GPUs != req.GPUs:
+		diff = "gpus"
+	case orig.Hours != req.Hours:
+		diff = "hours"
+	case orig.Hypothesis != req.Hypothesis:
+		diff = "hypothesis"
+	case orig.Command != req.Command:
+		diff = "command"
+	case orig.Preemptible != req.Preemptible:
+		diff = "no_preempt"
+	case orig.PreemptSignal != req.PreemptSignal:
+		diff = "preempt_signal"
+	case orig.GraceS != req.GraceS:
+		diff = "grace_s"
+	case orig.GPUModel != req.GPUModel:
+		diff = "gpu_model"
+	case orig.MinGPUMemMiB != req.MinGPUMemMiB:
+		diff = "min_gpu_mem_mib"
+	case !maps.Equal(orig.Env, req.Env):
+		diff = "env"
+	case orig.Dir != req.Dir:
+		diff = "dir"
+	default:
+		return nil
+	}
+	return &opError{Status: http.StatusConflict, Field: "idempotency_key",
+		Msg: fmt.Sprintf("%q was used for task %s with another payload (%s differs); send the same request to get that task, or use a new key for a new task",
+			req.IdempotencyKey, orig.TaskID, diff)}
 }
 
 // submitMsgID is the Nats-Msg-Id of a keyed submission.
@@ -193,20 +264,32 @@ func submitMsgIDLong(team, key string) string {
 	return "submit#" + strconv.Itoa(len(team)) + ":" + team + ":" + key
 }
 
-// submittedAt reads the submitted event at seq.
+// submittedAt reads the submitted event at seq: by a direct get where the
+// log has one (no consumer), else by a read from seq.
 func (s *server) submittedAt(ctx context.Context, seq uint64) (events.Submitted, error) {
 	var rec events.Record
 	found := false
-	_, err := s.log.Read(ctx, seq, "", func(m events.Stored) error {
-		r, err := events.Decode(m)
-		if err != nil {
-			return err
+	if g, ok := s.log.(events.Getter); ok {
+		m, err := g.Get(ctx, seq)
+		if err == nil {
+			rec, err = events.Decode(m)
 		}
-		rec, found = r, true
-		return errStop
-	})
-	if err != nil && !errors.Is(err, errStop) {
-		return events.Submitted{}, fmt.Errorf("reading the original submission at %d: %w", seq, err)
+		if err != nil {
+			return events.Submitted{}, fmt.Errorf("reading the original submission at %d: %w", seq, err)
+		}
+		found = true
+	} else {
+		_, err := s.log.Read(ctx, seq, "", func(m events.Stored) error {
+			r, err := events.Decode(m)
+			if err != nil {
+				return err
+			}
+			rec, found = r, true
+			return errStop
+		})
+		if err != nil && !errors.Is(err, errStop) {
+			return events.Submitted{}, fmt.Errorf("reading the original submission at %d: %w", seq, err)
+		}
 	}
 	sub, ok := rec.Event.(events.Submitted)
 	if !found || rec.Seq != seq || !ok {
@@ -387,12 +470,26 @@ func (s *server) cancel(ctx context.Context, req api.IDRequest) (api.TaskView, e
 		if t.State.Terminal() {
 			return decision{}, invalid("task_id", "task is already "+string(t.State))
 		}
-		reason := "cancelled"
-		if req.By != "" {
-			reason = "cancelled by " + req.By
-		}
-		return decision{events.Cancelled{TaskID: t.ID, By: req.By, Reason: reason}, expectTask(t)}, nil
+		return decision{cancelled(ctx, t.ID, req.By), expectTask(t)}, nil
 	})
+}
+
+// cancelled is the event of a cancel: by is the authenticated credential
+// (actor) and what the caller said goes into note; without
+// authentication by is what the caller said, as before.
+func cancelled(ctx context.Context, id, said string) events.Cancelled {
+	e := events.Cancelled{TaskID: id, By: said}
+	if who, ok := actor(ctx); ok {
+		e.By, e.Note = who, said
+	}
+	e.Reason = "cancelled"
+	if e.By != "" {
+		e.Reason = "cancelled by " + e.By
+	}
+	if e.Note != "" {
+		e.Reason += fmt.Sprintf(" (note: %q)", e.Note)
+	}
+	return e
 }
 
 // amend changes a queued task's gpus, priority, hours or hypothesis. The

@@ -191,9 +191,7 @@ func TestIdempotencyDedupeAck(t *testing.T) {
 	}
 	winner := uuid.Must(uuid.NewV7()).String()
 	il.set(func(m events.Msg) bool { return m.MsgID != "" }, func(ctx context.Context, inner events.Log, m events.Msg) {
-		e := events.Submitted{TaskID: winner, Name: req.Name, Team: req.Team, Priority: req.Priority, GPUs: req.GPUs,
-			Hours: req.Hours, Hypothesis: req.Hypothesis, Command: req.Command, IdempotencyKey: req.IdempotencyKey,
-			SubmittedAt: t0}
+		e := submittedOf(req, winner, t0) // the same request, retried
 		if _, err := events.Append(ctx, inner, e, events.Meta{Time: t0}, m.MsgID, nil); err != nil {
 			t.Errorf("competitor: %v", err)
 		}

@@ -40,8 +40,24 @@ type Config struct {
 	Health func() error
 	// Tokens, when set, are the HTTP API's bearer tokens: every route but
 	// /healthz needs one (401), and a team's token reaches only its team's
-	// tasks (403). nil: the HTTP API is open.
+	// tasks (403); /metrics needs the admin's. nil: the HTTP API is open.
 	Tokens *auth.Tokens
+	// HTTPHosts are Host names the HTTP API answers to besides the listen
+	// address's own (browser.go); "*" admits any Host (a proxy in front
+	// checks it). HTTPOrigins are browser origins (scheme://host[:port])
+	// allowed besides the request's own.
+	HTTPHosts   []string
+	HTTPOrigins []string
+	// MetricsAddr, when set, also serves /metrics (and a plain /healthz)
+	// there, without a token: a listener the operator keeps off the
+	// network on purpose. /metrics on the HTTP API stays, behind the admin
+	// token when Tokens are set.
+	MetricsAddr string
+	// NATSAuth says the NATS server enforces gpuq's roles (`gpuq auth
+	// init`): a request on an unscoped API subject is the admin's, one on
+	// gpuq.api.v1.team.<team>.> the team's, and a cancel records that
+	// credential as its `by`. false: a cancel's by is what the caller said.
+	NATSAuth bool
 	// TLS, when set, serves the HTTP API over TLS.
 	TLS *tls.Config
 	// SnapshotEvery: applied events between two snapshots of the read
@@ -86,6 +102,9 @@ type server struct {
 	ready       atomic.Bool
 	snaps       *service.Snapshots // nil: no snapshots
 	metrics     *prometheus.Registry
+	hosts       *hostPolicy     // the Host names the HTTP API answers to
+	origins     map[string]bool // browser origins allowed besides the request's own
+	natsAuth    bool
 }
 
 func newServer(cfg Config) *server {
@@ -93,7 +112,11 @@ func newServer(cfg Config) *server {
 	if now == nil {
 		now = time.Now
 	}
+	origins, _ := originSet(cfg.HTTPOrigins) // Run refuses a bad one
 	return &server{
+		hosts:       newHostPolicy(cfg.HTTPAddr, cfg.HTTPHosts),
+		origins:     origins,
+		natsAuth:    cfg.NATSAuth,
 		log:         cfg.Log,
 		nc:          cfg.NC,
 		limits:      cfg.Limits,
@@ -116,6 +139,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Log == nil {
 		return errors.New("submitter: Config.Log is required")
 	}
+	if _, err := originSet(cfg.HTTPOrigins); err != nil {
+		return fmt.Errorf("submitter: %w", err)
+	}
 	s := newServer(cfg)
 	lg := s.logger
 	if cfg.Metrics != nil {
@@ -132,7 +158,15 @@ func Run(ctx context.Context, cfg Config) error {
 		s.m = &model{f: service.New("submitter", cfg.Log, lg, st)}
 	}
 
-	// 1. Listen for HTTP first, so /healthz answers 503 while catching up.
+	// 1. Listen for HTTP first, so /healthz answers 503 while catching up;
+	// the operator's own metrics listener likewise.
+	if cfg.MetricsAddr != "" && cfg.Metrics != nil {
+		addr, err := metrics.Serve(ctx, cfg.MetricsAddr, cfg.Metrics, nil)
+		if err != nil {
+			return fmt.Errorf("submitter: metrics listen %s: %w", cfg.MetricsAddr, err)
+		}
+		lg.Info().Str("addr", addr).Msg("metrics listening")
+	}
 	var (
 		srv     *http.Server
 		httpErr = make(chan error, 1)

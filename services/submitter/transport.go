@@ -225,7 +225,7 @@ func (s *server) handleNATS(ctx context.Context, op string, data []byte) (r api.
 
 // serveNATS answers one NATS request.
 func (s *server) serveNATS(ctx context.Context, msg *nats.Msg) {
-	ctx, op := natsCaller(ctx, msg.Subject)
+	ctx, op := s.natsContext(ctx, msg.Subject)
 	r := s.handleNATS(ctx, op, msg.Data)
 	if msg.Reply == "" {
 		return
