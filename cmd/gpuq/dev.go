@@ -58,6 +58,7 @@ type devFlags struct {
 	auth       string
 	natsTLS    auth.TLSFiles
 	httpTLS    auth.TLSFiles
+	httpHosts  []string
 }
 
 func newDev() *cobra.Command {
@@ -131,6 +132,7 @@ func newDev() *cobra.Command {
 	fl.StringVar(&f.natsTLS.Key, "nats-key", "", "PEM key of --nats-cert")
 	fl.StringVar(&f.httpTLS.Cert, "http-cert", "", "PEM certificate of the HTTP API: HTTPS (with --http-key)")
 	fl.StringVar(&f.httpTLS.Key, "http-key", "", "PEM key of --http-cert")
+	fl.StringSliceVar(&f.httpHosts, "http-host", nil, `more Host names the HTTP API answers to besides --http's own (e.g. a machine name for --http 0.0.0.0:8080; "*": any); repeatable or comma-separated`)
 	fl.StringArrayVar(&f.injectXid, "inject-xid", nil, "NODE:GPU_INDEX:AFTER — a critical Xid (79) on that mock GPU AFTER the start (e.g. node-1:0:30s); repeatable")
 	return c
 }
@@ -250,7 +252,8 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	spawn("submitter", func() error {
 		return submitter.Run(ctx, submitter.Config{NC: subNC, Log: subLog, HTTPAddr: f.http, Logger: logger.With().Str("svc", "submitter").Logger(),
 			Limits: domain.Limits{MaxGPUs: f.maxGPUs, MaxHours: f.maxHours}, Ready: readyFn(0), Health: health,
-			Tokens: tokens, TLS: httpTLS, Metrics: reg})
+			Tokens: tokens, TLS: httpTLS, Metrics: reg,
+			HTTPHosts: f.httpHosts, NATSAuth: f.auth != ""})
 	})
 	if withScheduler {
 		_, schedLog, err := conns.open(ctx, "scheduler")

@@ -232,3 +232,10 @@ func originSet(origins []string) (map[string]bool, error) {
 	}
 	return out, nil
 }
+
+// CheckOrigins reports the first entry of Config.HTTPOrigins that is not an
+// origin, for a flag's error.
+func CheckOrigins(origins []string) error {
+	_, err := originSet(origins)
+	return err
+}
