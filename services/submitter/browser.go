@@ -185,7 +185,7 @@ func (s *server) browserCheck(r *http.Request) error {
 			got = "none"
 		}
 		return &opError{Status: http.StatusMisdirectedRequest, Field: "Host",
-			Msg: fmt.Sprintf("must name this server: one of %s (got %s); add a name with --http-host (GPUQ_HTTP_HOSTS)", s.hosts, got)}
+			Msg: fmt.Sprintf("must name this server: one of %s (got %s); add a name with --http-host", s.hosts, got)}
 	}
 	// 2. Origin, when a browser sent one.
 	if o := r.Header.Values("Origin"); len(o) > 0 {
