@@ -1,6 +1,7 @@
 package submitter
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuq/gpuq/pkg/api"
+	"github.com/gpuq/gpuq/pkg/events/memlog"
 	"github.com/gpuq/gpuq/pkg/metrics"
 )
 
@@ -261,6 +263,8 @@ func TestCancelBy(t *testing.T) {
 			want: want{"admin", "bob", `cancelled by admin (note: "bob")`}},
 		"nats without roles: as before": {via: "nats:", said: "bob",
 			want: want{"bob", "", "cancelled by bob"}},
+		"nats without roles, a team's subject: as before": {via: "nats:vision", said: "bob",
+			want: want{"bob", "", "cancelled by bob"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -306,6 +310,48 @@ func TestCancelBy(t *testing.T) {
 			}
 			if v := h.show(id); v.Reason != tc.want.reason {
 				t.Errorf("show's reason %q, want %q", v.Reason, tc.want.reason)
+			}
+		})
+	}
+}
+
+// TestMetricsListener: with tokens, /metrics on the API wants the admin's
+// token, while a --metrics listener the operator chose serves it without
+// one; the API's own routes are not on that listener.
+func TestMetricsListener(t *testing.T) {
+	h, _ := tokenHarness(t) // its tokens
+	apiAddr, mAddr := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{Log: memlog.New(), HTTPAddr: apiAddr, MetricsAddr: mAddr, Tokens: h.s.tokens, Limits: testLimits,
+			Logger: testLogger(t), Metrics: metrics.New(), Ready: func() { close(ready) }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	<-ready
+	cases := map[string]struct {
+		url  string
+		want int
+	}{
+		"API /metrics without a token":     {"http://" + apiAddr + "/metrics", 401},
+		"--metrics /metrics without token": {"http://" + mAddr + "/metrics", 200},
+		"--metrics has no API":             {"http://" + mAddr + "/v1/tasks", 404},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			resp, err := http.Get(tc.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Errorf("GET %s: %d, want %d", tc.url, resp.StatusCode, tc.want)
 			}
 		})
 	}
