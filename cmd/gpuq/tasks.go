@@ -152,17 +152,22 @@ func attach(f *clientFlags) (*jetstream.Log, func(), error) {
 	}
 	if f.team != "" {
 		nc.Close()
-		return nil, nil, fmt.Errorf("the credentials %s act for team %s through the request API and may not read the log itself: use an auditor or admin credential", f.creds, f.team)
+		return nil, nil, refused("the credentials %s act for team %s through the request API and may not read the log itself: use an auditor or admin credential", f.creds, f.team)
 	}
 	if f.job != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("the credentials %s are task %s's job's: they reach only its checkpoint and history, not the log", f.creds, f.job.Task)
+		return nil, nil, refused("the credentials %s are task %s's job's: they reach only its checkpoint and history, not the log", f.creds, f.job.Task)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	l, err := jetstream.Attach(ctx, nc, "")
 	if err != nil {
 		nc.Close()
+		select {
+		case rerr := <-f.refused:
+			return nil, nil, refused("the NATS server refused reading the log to the credentials %s: %v", f.creds, rerr)
+		default:
+		}
 		return nil, nil, err
 	}
 	return l, nc.Close, nil
