@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -59,7 +58,7 @@ func taskElapsed(v api.TaskView, now time.Time) (time.Duration, bool) {
 // printTask prints one task as `show` does: what was asked, then when it
 // ran, where, where its output is and how it ended.
 func printTask(out io.Writer, v api.TaskView, tf timeFmt, now time.Time) {
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	w := newTable(out)
 	row := func(k string, val any) { fmt.Fprintf(w, "%s:\t%v\n", k, val) }
 	row("task", v.TaskID)
 	row("name", v.Name)
