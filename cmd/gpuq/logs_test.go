@@ -205,3 +205,56 @@ func TestLogsFollowRidesStall(t *testing.T) {
 		})
 	}
 }
+
+// TestLogsFollowAcrossRestart: `logs -f` of a running task goes on, and
+// prints all of its output, while the submitter or the node's log service
+// is away for two seconds (no responder: a restart), as watch would.
+func TestLogsFollowAcrossRestart(t *testing.T) {
+	s, _ := logsStack(t)
+	restart := map[string]func(){
+		"the submitter": s.submitter,
+		"logs node-1": func() {
+			s.start("logs node-1", func(ctx context.Context, ready func()) error {
+				stop, err := gpuagent.StartLogs(gpuagent.LogsConfig{NC: s.nc, Node: "node-1", DataDir: filepath.Join(s.dir, "node-1"), Logger: quiet})
+				if err != nil {
+					return err
+				}
+				ready()
+				<-ctx.Done()
+				stop()
+				return nil
+			})
+		},
+	}
+	for _, away := range []string{"the submitter", "logs node-1"} {
+		t.Run(away+" restarts", func(t *testing.T) {
+			id := s.submitCmd(`for i in 1 2 3 4 5 6 7 8; do echo "step $i"; sleep 0.4; done`)
+			s.waitState(id, "running", 30*time.Second)
+			type result struct {
+				code int
+				out  string
+			}
+			got := make(chan result, 1)
+			go func() {
+				c, o := runCLI(t, "logs", "-f", id, "--nats", s.srv.URL())
+				got <- result{c, o}
+			}()
+			time.Sleep(600 * time.Millisecond)
+			name := away
+			if away == "the submitter" {
+				name = "submitter"
+			}
+			s.kill(name)
+			time.Sleep(2 * time.Second)
+			restart[away]()
+			select {
+			case r := <-got:
+				if want := "step 1\nstep 2\nstep 3\nstep 4\nstep 5\nstep 6\nstep 7\nstep 8\n"; r.code != 0 || r.out != want {
+					t.Errorf("logs -f across %s away: exit %d, %q; want 0, %q", away, r.code, r.out, want)
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatal("logs -f did not end with the task")
+			}
+		})
+	}
+}
