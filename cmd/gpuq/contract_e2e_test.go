@@ -80,6 +80,8 @@ func TestRefusedExitsTwo(t *testing.T) {
 		"the auditor drains a node":     {[]string{"node", "drain", "node-1", "--creds", auditor}, exitInvalid, "refused"},
 		"the admin drains no such node": {[]string{"node", "drain", "node-9", "--creds", admin}, exitInvalid, "node node-9 not found"},
 		"the admin replays (allowed)":   {[]string{"replay", "--seq", "1", "--creds", admin}, 0, ""},
+		"the auditor replays (allowed)": {[]string{"replay", "--seq", "1", "--creds", auditor}, 0, ""},
+		"an agent drains a node":        {[]string{"node", "drain", "node-1", "--creds", auth.CredsPath(authDir, "agent-node-1")}, exitInvalid, "refused"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var stdout, stderr strings.Builder
