@@ -6,7 +6,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -132,7 +131,7 @@ func printQueue(out io.Writer, vs []api.TaskView, output string, tf timeFmt, now
 	}
 	wide := output == "wide"
 	ends := wide || slices.ContainsFunc(vs, func(v api.TaskView) bool { return v.EndedAt != nil })
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	w := newTable(out)
 	cols := []string{"TASK", "NAME", "TEAM", "PRIORITY", "GPUS", "STATE", "NODE", "SUBMITTED"}
 	if wide {
 		cols = append(cols, "STARTED")

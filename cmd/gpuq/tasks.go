@@ -152,17 +152,22 @@ func attach(f *clientFlags) (*jetstream.Log, func(), error) {
 	}
 	if f.team != "" {
 		nc.Close()
-		return nil, nil, fmt.Errorf("the credentials %s act for team %s through the request API and may not read the log itself: use an auditor or admin credential", f.creds, f.team)
+		return nil, nil, refused("the credentials %s act for team %s through the request API and may not read the log itself: use an auditor or admin credential", f.creds, f.team)
 	}
 	if f.job != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("the credentials %s are task %s's job's: they reach only its checkpoint and history, not the log", f.creds, f.job.Task)
+		return nil, nil, refused("the credentials %s are task %s's job's: they reach only its checkpoint and history, not the log", f.creds, f.job.Task)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	l, err := jetstream.Attach(ctx, nc, "")
 	if err != nil {
 		nc.Close()
+		select {
+		case rerr := <-f.refused:
+			return nil, nil, refused("the NATS server refused reading the log to the credentials %s: %v", f.creds, rerr)
+		default:
+		}
 		return nil, nil, err
 	}
 	return l, nc.Close, nil
@@ -525,11 +530,29 @@ func newCheckpoint() *cobra.Command {
 // FOO=1). A value cannot contain a comma. A NAME that is not set here is
 // left out, with a note in notes. A value with credentials in a URL is
 // refused, naming the variable: the log keeps every submission forever.
+// Without --export and with ALL, each secret-looking name of environ is
+// named in a note of its own, with why and what to do instead.
 func exportEnv(spec string, environ []string) (env map[string]string, notes []string, err error) {
 	all := map[string]string{}
+	secrets := map[string]string{} // secret-looking name → why
 	for _, kv := range environ {
-		if k, v, ok := strings.Cut(kv, "="); ok && !domain.ExportExcluded(k) {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
+		}
+		if why, secret := domain.SecretName(k); secret {
+			secrets[k] = why
+		}
+		if !domain.ExportExcluded(k) {
 			all[k] = v
+		}
+	}
+	// leftOut names each secret-looking variable of the environment that
+	// a mode sending "yours" leaves out, one note each.
+	leftOut := func() {
+		for _, k := range sortedNames(secrets) {
+			notes = append(notes, fmt.Sprintf("export: %s left out: its name looks like a secret's (it %s), and the log keeps every submission forever; "+
+				"no --export sends such a name: give the job its credentials another way (a file on the node, a secret store)", k, secrets[k]))
 		}
 	}
 	items := strings.Split(spec, ",")
@@ -540,6 +563,7 @@ func exportEnv(spec string, environ []string) (env map[string]string, notes []st
 		// --export=ALL gives it, without what looks like a secret — by
 		// name, or by a value carrying credentials in a URL. Nothing of
 		// that reaches the log, which keeps every submission forever.
+		leftOut()
 		for _, k := range sortedNames(all) {
 			if domain.CredentialInURL(all[k]) {
 				notes = append(notes, fmt.Sprintf("export: %s left out: its value carries credentials in a URL, and the log keeps every submission forever", k))
@@ -557,6 +581,7 @@ func exportEnv(spec string, environ []string) (env map[string]string, notes []st
 		items = items[1:]
 	case "ALL":
 		out, items = all, items[1:]
+		leftOut()
 		notes = append(notes, "export: ALL sends your whole environment but secret-looking names into the audit log, which keeps it forever; the default sends only "+strings.Join(domain.DefaultExport, " ")+" (add others with --export DEFAULT,NAME)")
 	case "NONE":
 		items = items[1:]

@@ -7,7 +7,10 @@
 // a Field is the caller's fault (CLI exit code 2, HTTP 400, or 409 when the
 // task's state does not allow the operation, e.g. a checkpoint of a queued
 // task); without one it is the server's (exit 1, HTTP 5xx) or NotFound
-// (HTTP 404).
+// (HTTP 404). Status, when set, is the HTTP status the same answer has over
+// HTTP: any 4xx is a refusal (CLI exit 2, or 3 for a task not found), with
+// a field or without (a team's credentials asking for an admin's
+// operation: 403).
 package api
 
 import (
@@ -75,6 +78,7 @@ type Reply struct {
 	Error    string          `json:"error,omitempty"`
 	Field    string          `json:"field,omitempty"`
 	NotFound bool            `json:"not_found,omitempty"`
+	Status   int             `json:"status,omitempty"`
 }
 
 // SubmitReply answers a submit.

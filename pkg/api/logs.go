@@ -66,7 +66,7 @@ func (c *Client) Logs(node string, req LogsRequest) (LogsReply, error) {
 			return out, err
 		}
 		if errors.Is(err, nats.ErrNoResponders) {
-			return out, fmt.Errorf("no gpuq agent is answering for node %s on %s (is its gpuq-agent running?)", node, LogsSubject(node))
+			return out, &unanswered{fmt.Sprintf("no gpuq agent is answering for node %s on %s (is its gpuq-agent running?)", node, LogsSubject(node)), err}
 		}
 		return out, fmt.Errorf("asking node %s for the output: %w", node, err)
 	}
@@ -75,7 +75,7 @@ func (c *Client) Logs(node string, req LogsRequest) (LogsReply, error) {
 		return out, fmt.Errorf("bad reply from node %s: %w", node, err)
 	}
 	if r.Error != "" {
-		return out, &Error{Msg: r.Error, Field: r.Field, NotFound: r.NotFound}
+		return out, &Error{Msg: r.Error, Field: r.Field, NotFound: r.NotFound, Status: r.Status}
 	}
 	return out, json.Unmarshal(r.Result, &out)
 }

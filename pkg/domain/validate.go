@@ -54,21 +54,36 @@ const MaxEnvBytes = 64 << 10
 
 // ExportExcluded reports whether an environment variable is never
 // exported with a task: what the agent sets itself, and names that look
-// like secrets — the audit log keeps every submission forever.
+// like secrets (SecretName) — the audit log keeps every submission forever.
 func ExportExcluded(name string) bool {
 	u := strings.ToUpper(name)
 	if strings.HasPrefix(u, "GPUQ_") || u == "CUDA_VISIBLE_DEVICES" || u == "NVIDIA_VISIBLE_DEVICES" {
 		return true
 	}
-	if u == "KEY" || strings.HasSuffix(u, "_KEY") || strings.HasSuffix(u, "_KEYS") {
-		return true
-	}
+	_, secret := SecretName(name)
+	return secret
+}
+
+// SecretName reports whether an environment variable's name looks like a
+// secret's, in any case, and why: it contains TOKEN, SECRET, PASSWORD,
+// PASSWD, CREDENTIAL, PRIVATE, API_KEY, ACCESS_KEY, AUTH, COOKIE, SESSION
+// or DSN, or is KEY or ends in _KEY or _KEYS.
+func SecretName(name string) (why string, ok bool) {
+	u := strings.ToUpper(name)
 	for _, s := range []string{"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE", "API_KEY", "ACCESS_KEY", "AUTH", "COOKIE", "SESSION", "DSN"} {
 		if strings.Contains(u, s) {
-			return true
+			return "contains " + s, true
 		}
 	}
-	return false
+	switch {
+	case u == "KEY":
+		return "is KEY", true
+	case strings.HasSuffix(u, "_KEY"):
+		return "ends in _KEY", true
+	case strings.HasSuffix(u, "_KEYS"):
+		return "ends in _KEYS", true
+	}
+	return "", false
 }
 
 // DefaultExport is what `gpuq submit` exports by default: an allowlist of

@@ -203,7 +203,7 @@ func reply(res any, err error) api.Reply {
 		err = merr
 	}
 	oe := asOpError(err)
-	return api.Reply{Error: oe.Msg, Field: oe.Field, NotFound: oe.NotFound}
+	return api.Reply{Error: oe.Msg, Field: oe.Field, NotFound: oe.NotFound, Status: oe.Status}
 }
 
 // handleNATS answers one request body for op; it never panics.
