@@ -290,6 +290,7 @@ func (d *dev) creds(role string) string { return filepath.Join(d.authDir, "creds
 // reply is an HTTP answer.
 type reply struct {
 	Status int
+	Header http.Header
 	Body   []byte
 	Err    error // transport error (Status 0)
 }
@@ -351,7 +352,7 @@ func (d *dev) req(method, path string, hdr map[string]string, body []byte) reply
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	return reply{Status: resp.StatusCode, Body: b, Err: err}
+	return reply{Status: resp.StatusCode, Header: resp.Header, Body: b, Err: err}
 }
 
 // auth is the Authorization header of who on an --auth dev (nil without).
@@ -447,30 +448,41 @@ func (d *dev) waitState(t *testing.T, id string, states ...string) view {
 }
 
 // everything is the raw answer of the whole queue over HTTP, every page
-// of it when the answer names a next page.
+// of it: pages of ?limit= follow the Link rel="next" header (or a next
+// cursor in the body); a server without pages answers all at once.
 func (d *dev) everything(t *testing.T) string {
 	t.Helper()
 	var all strings.Builder
-	path := "/v1/tasks?all=true"
-	for range 1000 {
+	path := "/v1/tasks?all=true&limit=1000"
+	for range 10000 {
 		r := d.req("GET", path, d.admin(t), nil)
 		if r.Status != http.StatusOK {
 			t.Fatalf("GET %s: %s", path, r)
 		}
 		all.Write(r.Body)
-		var page struct {
-			Next  string `json:"next"`
-			After string `json:"after"`
+		next := ""
+		for _, l := range r.Header.Values("Link") {
+			for _, part := range strings.Split(l, ",") {
+				if u, rest, ok := strings.Cut(strings.TrimSpace(part), ">"); ok && strings.Contains(rest, `rel="next"`) {
+					next = strings.TrimPrefix(u, "<")
+				}
+			}
 		}
-		_ = json.Unmarshal(r.Body, &page)
-		next := page.Next
 		if next == "" {
-			next = page.After
+			var page struct {
+				Next string `json:"next"`
+			}
+			if json.Unmarshal(r.Body, &page) == nil && page.Next != "" {
+				next = "/v1/tasks?all=true&limit=1000&after=" + page.Next
+			}
 		}
 		if next == "" {
 			break
 		}
-		path = "/v1/tasks?all=true&after=" + next
+		if i := strings.Index(next, "/v1/"); i > 0 {
+			next = next[i:] // an absolute URL
+		}
+		path = next
 	}
 	return all.String()
 }
