@@ -42,7 +42,7 @@ func TestReaderDurableConsumers(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 					defer cancel()
 					_, err = js.CreateOrUpdateConsumer(ctx, eventStream, jetstream.ConsumerConfig{Durable: n, AckPolicy: jetstream.AckNonePolicy})
 					return err
@@ -83,7 +83,7 @@ func TestReaderDurableConsumers(t *testing.T) {
 // returns its error, or nil when it says it created one.
 func jsAPI(nc *nats.Conn, subj, n string) error {
 	req := fmt.Sprintf(`{"stream_name":%q,"config":{"durable_name":%q,"deliver_policy":"all","ack_policy":"none"}}`, eventStream, n)
-	m, err := nc.Request(subj, []byte(req), 3*time.Second)
+	m, err := nc.Request(subj, []byte(req), time.Second)
 	if err != nil {
 		return err
 	}
