@@ -15,7 +15,7 @@ HTTP ?= 127.0.0.1:8180
 AUTH ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test test-race test-faults fuzz lint bench contract check-metrics compose-up compose-down compose-smoke test-compose images clean
+.PHONY: help build run test test-race test-faults test-hostile fuzz lint bench contract check-metrics compose-up compose-down compose-smoke test-compose images clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -55,6 +55,16 @@ test-faults: ## Process-level fault scenarios, no Docker (kill -9, SIGSTOP, pois
 	  $(GO) test -tags faults -count=1 -timeout 25m -v -run '$(FAULTS)' ./tests/faults/ || rc=$$?; \
 	echo "== fault scenarios ($$(( $$(date +%s) - start )) s)"; cat "$$bin/summary" 2>/dev/null; exit $$rc
 
+# The hostile suite (tests/hostile, build tag hostile): what a hostile or
+# careless caller sends to bin/gpuq dev, with and without --auth, one case
+# per finding of #22; black-box (HTTP, NATS, the CLI, /proc). HOSTILE=
+# picks cases (a go test -run pattern). docs/faults.md, "Hostile suite".
+HOSTILE ?= .
+test-hostile: build ## Hostile callers against bin/gpuq dev, with and without --auth (nested JSON, consumers, pollers, browser, validation, CLI)
+	@start=$$(date +%s); rc=0; \
+	GPUQ_HOSTILE_BIN="$(CURDIR)/bin/gpuq" $(GO) test -tags hostile -count=1 -timeout 10m -v -run '$(HOSTILE)' ./tests/hostile/ || rc=$$?; \
+	echo "== hostile suite ($$(( $$(date +%s) - start )) s)"; exit $$rc
+
 # Fuzz targets, PACKAGE:TARGET; seed corpora in each package's
 # testdata/fuzz/<TARGET>/ (a failing input found here is kept there).
 FUZZTIME ?= 10s
@@ -70,6 +80,7 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags faults ./tests/faults/...
+	$(GO) vet -tags hostile ./tests/hostile/...
 
 bench: ## Go benchmarks (fold, ingest, placement)
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 $(PKGS)
