@@ -52,6 +52,7 @@ type Error struct {
 	Path   string
 	Offset int
 	Rule   string
+	Syntax bool // the document is not JSON
 }
 
 func (e *Error) Error() string {
@@ -532,7 +533,7 @@ func (c *checker) space() {
 }
 
 func (c *checker) syntax(why string) error {
-	return &Error{Offset: c.pos, Rule: fmt.Sprintf("invalid JSON at byte %d: %s", c.pos, why)}
+	return &Error{Offset: c.pos, Rule: fmt.Sprintf("invalid JSON at byte %d: %s", c.pos, why), Syntax: true}
 }
 
 // text refuses the content of a string: a value names its own path, a key
