@@ -107,6 +107,8 @@ type frame struct {
 }
 
 type checker struct {
+	lax      bool // syntax and depth only
+	maxDepth int
 	data  []byte
 	pos   int
 	stack []frame
@@ -121,12 +123,21 @@ func Check(data []byte) (*Doc, error) {
 	if len(data) > math.MaxInt32 {
 		return nil, &Error{Rule: fmt.Sprintf("must be at most %d bytes", math.MaxInt32)}
 	}
-	c := &checker{data: data, stack: make([]frame, 0, 8)}
+	c := &checker{data: data, stack: make([]frame, 0, 8), maxDepth: MaxDepth}
 	if err := c.run(); err != nil {
 		return nil, err
 	}
 	c.doc.data, c.doc.unq = data, c.unq
 	return &c.doc, nil
+}
+
+// CheckDepth checks only that data is one JSON value nested at most
+// maxDepth levels deep, in one pass that allocates nothing but its error:
+// for JSON that is kept as it is (a log record in an archive) rather than
+// decoded. Its errors are *Error.
+func CheckDepth(data []byte, maxDepth int) error {
+	c := &checker{data: data, lax: true, maxDepth: maxDepth}
+	return c.run()
 }
 
 func (c *checker) keyBytes(k keyRef) []byte { return k.bytes(c.data, c.unq) }
@@ -185,8 +196,8 @@ func (c *checker) run() error {
 		}
 		switch b := c.data[c.pos]; {
 		case b == '{' || b == '[':
-			if len(c.stack) == MaxDepth {
-				return &Error{Offset: c.pos, Rule: fmt.Sprintf("must not nest arrays and objects deeper than %d levels (the %dth opens at byte %d)", MaxDepth, MaxDepth+1, c.pos)}
+			if len(c.stack) == c.maxDepth {
+				return &Error{Offset: c.pos, Rule: fmt.Sprintf("must not nest arrays and objects deeper than %d levels (level %d opens at byte %d)", c.maxDepth, c.maxDepth+1, c.pos)}
 			}
 			c.pos++
 			if len(c.stack) == 0 && b == '{' {
@@ -292,9 +303,12 @@ func (c *checker) key() error {
 		return c.syntax(fmt.Sprintf("invalid character %s looking for the beginning of a key", quoteByte(c.data[c.pos])))
 	}
 	off := c.pos
-	k, err := c.str(true)
+	k, err := c.str(!c.lax)
 	if err != nil {
 		return err
+	}
+	if c.lax {
+		return c.colon()
 	}
 	f := &c.stack[len(c.stack)-1]
 	dup := false
@@ -321,6 +335,10 @@ func (c *checker) key() error {
 			c.insert(f.set, i)
 		}
 	}
+	return c.colon()
+}
+
+func (c *checker) colon() error {
 	c.space()
 	if c.pos >= len(c.data) || c.data[c.pos] != ':' {
 		return c.syntax("want ':' after an object key")
@@ -359,6 +377,8 @@ func (c *checker) str(key bool) (keyRef, error) {
 			}
 		case b < utf8.RuneSelf:
 			c.pos++
+		case c.lax:
+			c.pos++
 		default:
 			r, n := utf8.DecodeRune(d[c.pos:])
 			if r == utf8.RuneError && n == 1 {
@@ -390,6 +410,9 @@ func (c *checker) escape(key bool) error {
 		return c.syntax("invalid \\u escape in a string: want four hex digits")
 	}
 	c.pos += 6
+	if c.lax {
+		return nil
+	}
 	switch {
 	case r >= 0xDC00 && r <= 0xDFFF:
 		return c.text(key, fmt.Sprintf("must not contain a lone surrogate escape (\\u%04x at byte %d)", r, at))
@@ -501,7 +524,7 @@ func (c *checker) number() error {
 		}
 	}
 	// Only an exponent or more than 308 digits can overflow.
-	if exp || c.pos-start > 308 {
+	if !c.lax && (exp || c.pos-start > 308) {
 		if _, err := strconv.ParseFloat(string(d[start:c.pos]), 64); err != nil {
 			got := string(d[start:c.pos])
 			if len(got) > 32 {

@@ -148,3 +148,30 @@ func FuzzCheck(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckDepth: the syntax-and-depth check keeps what Check refuses
+// for its content (JSON kept as it is, not decoded) and refuses only
+// nesting past its limit and what is not JSON.
+func TestCheckDepth(t *testing.T) {
+	for name, tc := range map[string]struct {
+		in       string
+		max      int
+		wantRule string
+	}{
+		"repeated key":     {in: `{"a":1,"a":2}`, max: 2},
+		"invalid UTF-8":    {in: "[\"\xff\"]", max: 2},
+		"lone surrogate":   {in: `{"\ud800":"\udc00"}`, max: 2},
+		"overflow":         {in: `[1e999]`, max: 2},
+		"at the limit":     {in: `[[{"a":[]}]]`, max: 4},
+		"past the limit":   {in: `[[{"a":[]}]]`, max: 3, wantRule: "deeper than 3 levels"},
+		"not JSON":         {in: `[1,]`, max: 3, wantRule: "invalid JSON"},
+		"a million arrays": {in: strings.Repeat("[", 1<<20), max: 64, wantRule: "deeper than 64 levels"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := jsonguard.CheckDepth([]byte(tc.in), tc.max)
+			if tc.wantRule == "" && err != nil || tc.wantRule != "" && (err == nil || !strings.Contains(err.Error(), tc.wantRule)) {
+				t.Fatalf("err = %v, want …%s…", err, tc.wantRule)
+			}
+		})
+	}
+}
