@@ -109,12 +109,12 @@ type frame struct {
 type checker struct {
 	lax      bool // syntax and depth only
 	maxDepth int
-	data  []byte
-	pos   int
-	stack []frame
-	keys  []keyRef // the keys of the open objects, level after level
-	unq   []byte
-	doc   Doc
+	data     []byte
+	pos      int
+	stack    []frame
+	keys     []keyRef // the keys of the open objects, level after level
+	unq      []byte
+	doc      Doc
 }
 
 // Check checks that data is one JSON value that breaks none of the rules
