@@ -68,8 +68,8 @@ test-hostile: build ## Hostile callers against bin/gpuq dev, with and without --
 # Fuzz targets, PACKAGE:TARGET; seed corpora in each package's
 # testdata/fuzz/<TARGET>/ (a failing input found here is kept there).
 FUZZTIME ?= 10s
-FUZZ_TARGETS := pkg/events:FuzzDecodeRecord pkg/domain:FuzzValidate pkg/policy:FuzzLoadTeams services/submitter:FuzzHTTP
-fuzz: ## Run each fuzz target for FUZZTIME (10s; make fuzz FUZZTIME=30s): event decoding, submit validation, teams file, HTTP API
+FUZZ_TARGETS := pkg/events:FuzzDecodeRecord pkg/domain:FuzzValidate pkg/policy:FuzzLoadTeams services/submitter:FuzzHTTP services/submitter:FuzzNATS pkg/jsonguard:FuzzCheck
+fuzz: ## Run each fuzz target for FUZZTIME (10s; make fuzz FUZZTIME=30s): event decoding, submit validation, teams file, HTTP and NATS API, the bounded JSON pass
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
 	  echo "== $$name ($$pkg, $(FUZZTIME))"; \
 	  out=$$($(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) ./$$pkg/ 2>&1) || { echo "$$out"; exit 1; }; \

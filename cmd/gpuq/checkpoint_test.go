@@ -109,7 +109,8 @@ func TestCheckpointCLI(t *testing.T) {
 		"queued rejected":        {task: queued, args: []string{"--ref", "/ck/6"}, wantCode: exitInvalid},
 		"dispatched rejected":    {task: func() string { return task() }, args: []string{"--ref", "/ck/7"}, wantCode: exitInvalid},
 		"completed rejected":     {task: func() string { return task(started, events.Completed{}) }, args: []string{"--ref", "/ck/8"}, wantCode: exitInvalid},
-		"unknown task":           {task: func() string { return "no-such-task" }, args: []string{"--ref", "/ck/9"}, wantCode: exitNotFound},
+		"unknown task":           {task: func() string { return "00000000-0000-7000-8000-000000000000" }, args: []string{"--ref", "/ck/9"}, wantCode: exitNotFound},
+		"task id not a UUID":     {task: func() string { return "no-such-task" }, args: []string{"--ref", "/ck/9"}, wantCode: exitInvalid},
 		"empty ref":              {task: func() string { return task(started) }, args: []string{"--ref", " "}, wantCode: exitInvalid},
 		"no ref":                 {task: func() string { return task(started) }, wantCode: exitInvalid},
 		"ref with a newline":     {task: func() string { return task(started) }, args: []string{"--ref", "/ck\n10"}, wantCode: exitInvalid},
@@ -158,7 +159,7 @@ func TestCheckpointCLI(t *testing.T) {
 			} else if out != "" {
 				t.Errorf("printed %q, want nothing", out)
 			}
-			if !events.ValidKey(id) || id == "" {
+			if !api.IsTaskID(id) {
 				return
 			}
 			var v api.TaskView

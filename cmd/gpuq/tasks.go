@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -33,6 +34,9 @@ func newSubmit() *cobra.Command {
 		Short: "Submit a task; prints its id",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			if err := hoursFlag(r.Hours); err != nil {
+				return err
+			}
 			r.GraceS = grace.Seconds()
 			env, notes, err := exportEnv(export, os.Environ())
 			if err != nil {
@@ -94,6 +98,15 @@ func newSubmit() *cobra.Command {
 	fl.BoolVar(&r.AllowUnplaceable, "allow-unplaceable", false, "queue the task even if no node of the cluster as it is could hold it (for a cluster about to grow)")
 	fl.StringVar(&export, "export", "", "environment for the job. Default: yours, minus GPUQ_*, CUDA_VISIBLE_DEVICES, secret-looking names and values with credentials in a URL (each left out with a note). DEFAULT: an allowlist (PATH, HOME, USER, LANG, LC_*, TZ, PYTHONPATH, VIRTUAL_ENV, CONDA_*, …; docs/cli.md). ALL: yours minus the excluded names (warns; a value with credentials in a URL is refused). NONE. Or NAME and NAME=VALUE items joined by commas, after DEFAULT, ALL or NONE if given (DEFAULT,SEED=2)")
 	return c
+}
+
+// hoursFlag refuses an estimate no server could take (NaN, an infinity,
+// under a second) before it is sent: JSON cannot carry the first two.
+func hoursFlag(h float64) error {
+	if math.IsNaN(h) || math.IsInf(h, 0) || h < domain.MinHours {
+		return invalid("--hours", fmt.Sprintf("must be a finite number of hours, at least 1 s (%.6f) (got %g)", domain.MinHours, h))
+	}
+	return nil
 }
 
 func oneID(c *cobra.Command, args []string) error {
@@ -379,8 +392,10 @@ func newAmend() *cobra.Command {
 			if c.Flags().Changed("gpus") && r.GPUs < 1 {
 				return invalid("gpus", fmt.Sprintf("must be ≥ 1 (got %d)", r.GPUs))
 			}
-			if c.Flags().Changed("hours") && !(r.Hours > 0) {
-				return invalid("hours", fmt.Sprintf("must be > 0 (got %g)", r.Hours))
+			if c.Flags().Changed("hours") {
+				if err := hoursFlag(r.Hours); err != nil {
+					return err
+				}
 			}
 			if c.Flags().Changed("priority") {
 				if _, err := domain.ParsePriority(r.Priority); err != nil {

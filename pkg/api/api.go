@@ -269,3 +269,44 @@ type EstimateRequest struct {
 	WhatIfGPUs     int    `json:"what_if_gpus,omitempty"`
 	WhatIfPriority string `json:"what_if_priority,omitempty"`
 }
+
+// TaskIDRule is what a task id in a request must be.
+const TaskIDRule = "must be a task id as submit gives it: a UUID in lower case, such as 0190a5b2-3c4d-7e8f-9a0b-1c2d3e4f5a6b"
+
+// IsTaskID reports whether id has the shape of the ids submit mints: a
+// UUID in its canonical text form, in lower case (36 characters).
+func IsTaskID(id string) bool {
+	if len(id) != 36 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// CheckTaskID refuses a request's task id that is empty or not of the
+// shape IsTaskID says, naming the field task_id.
+func CheckTaskID(id string) error {
+	if id == "" {
+		return &domain.FieldError{Field: "task_id", Rule: "is required"}
+	}
+	if !IsTaskID(id) {
+		got := id
+		if len(got) > 40 {
+			got = got[:40] + "…"
+		}
+		return &domain.FieldError{Field: "task_id", Rule: fmt.Sprintf("%s (got %q)", TaskIDRule, got)}
+	}
+	return nil
+}

@@ -75,6 +75,28 @@ func ValidKey(s string) bool {
 	return s != "" && !strings.ContainsAny(s, ".*> \t\r\n")
 }
 
+// MaxTaskIDBytes bounds a task id in the log.
+const MaxTaskIDBytes = 64
+
+// ValidTaskID reports whether id may name a task in the log: 1 to
+// MaxTaskIDBytes ASCII letters, digits, '-' and '_', the first a letter
+// or a digit. What submit mints (a UUID; requests to the API must carry
+// one, api.IsTaskID) is one, as are the ids of the simulators and tests;
+// each is one subject token and one plain directory name on a node. Every
+// fold skips a task's record whose id is not (DecodeRecord: Invalid).
+func ValidTaskID(id string) bool {
+	if id == "" || len(id) > MaxTaskIDBytes {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || i > 0 && (c == '-' || c == '_')) {
+			return false
+		}
+	}
+	return true
+}
+
 // Envelope is the wire form of every event.
 type Envelope struct {
 	ID          string    `json:"id"`

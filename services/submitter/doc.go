@@ -60,9 +60,25 @@
 // body is wrong), 404 (no such task or route), 405, 409 (a checkpoint of a
 // task that is not running or preempting, with field task_id; or, without a
 // field, the task kept changing under a cancel, amend or checkpoint), 413
-// (body over 1 MiB), 415, 421, 503 (starting, or the read model is behind
+// (field body: a body over events.MaxRecordBytes, 512 KiB, or a submission
+// whose encoded submitted record would be — nothing is acknowledged that the
+// log would refuse), 415, 421, 503 (starting, or the read model is behind
 // the log) or 500. A 409 with field idempotency_key refuses a key reused
 // with another payload. Over NATS the same errors carry the same field and not_found.
+//
+// # Bounded decoding
+//
+// Every request body, HTTP and NATS, goes first through one pass of
+// pkg/jsonguard, with work and memory linear in its length: nesting deeper
+// than 64 levels (field body), a repeated key, invalid UTF-8, a lone
+// surrogate escape and a number beyond a float64 are refused naming the
+// field, before encoding/json decodes it (which would keep the last key and
+// turn bad text into U+FFFD). Decoding a 1 MiB body of any adversarial
+// shape allocates at most 32 times its size (TestDecodeMemory). A
+// submission that leaves out gpus or hours gets domain.DefaultGPUs (1) and
+// domain.DefaultHours (4.0), as `gpuq submit` does; an explicit 0 is
+// refused. A task id in a request must be of the shape submit mints
+// (api.IsTaskID: a lower-case UUID), else 400 naming task_id.
 //
 // # Read model and consistency
 //

@@ -242,3 +242,9 @@ func (l *interceptLog) set(match func(events.Msg) bool, hook func(context.Contex
 	defer l.mu.Unlock()
 	l.match, l.hook, l.fired = match, hook, false
 }
+
+// Task ids of the shape submit mints that no test submits.
+const (
+	unknownID = "00000000-0000-7000-8000-000000000000"
+	earlyID   = "0190a5b2-3c4d-7e8f-9a0b-1c2d3e4f5a6b"
+)

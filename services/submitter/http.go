@@ -135,15 +135,25 @@ func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
 
 // readBody decodes the request body (at most maxBody bytes) into v.
 func readBody(w http.ResponseWriter, r *http.Request, v any) error {
+	data, err := bodyOf(w, r)
+	if err != nil {
+		return err
+	}
+	_, err = decodeBody(data, v)
+	return err
+}
+
+// bodyOf reads the request body, at most maxBody bytes.
+func bodyOf(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return &opError{Status: http.StatusRequestEntityTooLarge, Field: "body", Msg: fmt.Sprintf("is larger than %d bytes", maxBody)}
+			return nil, tooLarge(-1)
 		}
-		return invalid("body", "could not be read: "+err.Error())
+		return nil, invalid("body", "could not be read: "+err.Error())
 	}
-	return decodeBody(data, v)
+	return data, nil
 }
 
 // pathID puts the path's task id into a body's task_id, which may be empty
@@ -158,9 +168,12 @@ func pathID(r *http.Request, bodyID *string) error {
 }
 
 func (s *server) httpSubmit(w http.ResponseWriter, r *http.Request) {
+	data, err := bodyOf(w, r)
 	var req domain.Request
-	err := readBody(w, r, &req)
 	fromHeader := false
+	if err == nil {
+		req, err = decodeSubmit(data)
+	}
 	if err == nil {
 		fromHeader, err = idempotencyHeader(r, &req)
 	}

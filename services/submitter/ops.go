@@ -40,6 +40,16 @@ func invalid(field, rule string) error {
 	return &opError{Status: http.StatusBadRequest, Field: field, Msg: rule}
 }
 
+// tooLarge refuses a body of n bytes (n < 0: unknown, over the limit)
+// larger than maxBody.
+func tooLarge(n int) error {
+	msg := fmt.Sprintf("is larger than the limit of %d bytes (the log's record limit)", maxBody)
+	if n >= 0 {
+		msg = fmt.Sprintf("is %d bytes, larger than the limit of %d bytes (the log's record limit)", n, maxBody)
+	}
+	return &opError{Status: http.StatusRequestEntityTooLarge, Field: "body", Msg: msg}
+}
+
 func notFound(id string) error {
 	return &opError{Status: http.StatusNotFound, NotFound: true, Msg: "task " + id + " not found"}
 }
@@ -74,16 +84,10 @@ func (s *server) sync(ctx context.Context) error {
 	return s.m.waitFor(ctx, last, s.syncTimeout)
 }
 
-// checkID rejects an empty id; an id that cannot be a subject token cannot
-// name a task, so it is not found.
+// checkID refuses an empty id or one that submit could not have given
+// (field task_id).
 func checkID(id string) error {
-	if id == "" {
-		return invalid("task_id", "is required")
-	}
-	if !events.ValidKey(id) {
-		return notFound(id)
-	}
-	return nil
+	return api.CheckTaskID(id)
 }
 
 // view renders a task; call it with the state locked. The checklist map is
@@ -158,12 +162,22 @@ func (s *server) submit(ctx context.Context, req domain.Request) (api.SubmitRepl
 	}
 	now := s.now()
 	e := submittedOf(req, id.String(), now)
+	// The record, as the log would hold it, must fit the log's limit: a
+	// record the log refuses is never acknowledged.
+	subj, data, _, err := events.Encode(e, events.Meta{Time: now})
+	if err != nil {
+		return api.SubmitReply{}, err
+	}
+	if len(data) > events.MaxRecordBytes {
+		return api.SubmitReply{}, &opError{Status: http.StatusRequestEntityTooLarge, Field: "body",
+			Msg: fmt.Sprintf("makes a record of %d bytes, larger than the log's limit of %d bytes: shorten the command, the environment or the text", len(data), events.MaxRecordBytes)}
+	}
 	msgIDs := []string{""}
 	if key != "" {
 		msgIDs = []string{submitMsgID(req.Team, key), submitMsgIDLong(req.Team, key)}
 	}
 	for _, msgID := range msgIDs {
-		ack, err := events.Append(ctx, s.log, e, events.Meta{Time: now}, msgID, nil)
+		ack, err := s.log.Append(ctx, events.Msg{Subject: subj, Data: data, MsgID: msgID})
 		if err != nil {
 			return api.SubmitReply{}, err
 		}

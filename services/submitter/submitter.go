@@ -82,8 +82,10 @@ const (
 	shutdownTimeout = 5 * time.Second
 	// maxInFlight bounds concurrently handled NATS requests.
 	maxInFlight = 64
-	// maxBody bounds request bodies, HTTP and NATS.
-	maxBody = 1 << 20
+	// maxBody bounds request bodies, HTTP and NATS: the log's record
+	// limit, as no request needs more than a submission, and a submission
+	// larger than a record could not be recorded.
+	maxBody = events.MaxRecordBytes
 	// appendAttempts bounds retries of a conditional append after conflicts.
 	appendAttempts = 5
 )
