@@ -26,6 +26,28 @@ func newLog(t *testing.T) events.Log {
 
 func TestConformance(t *testing.T) { logtest.Run(t, newLog) }
 
+// TestConformanceDirect: a Log that reads and follows by direct gets
+// passes the same suite, and leaves no consumer on the stream.
+func TestConformanceDirect(t *testing.T) {
+	logtest.Run(t, func(t *testing.T) events.Log {
+		l := newLog(t).(*jetstream.Log).Direct()
+		t.Cleanup(func() {
+			s, err := l.JetStream().Stream(context.Background(), events.StreamName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := s.Info(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.State.Consumers != 0 {
+				t.Errorf("direct reads left %d consumers on the stream, want 0", info.State.Consumers)
+			}
+		})
+		return l
+	})
+}
+
 func TestStreamDeniesDeleteAndPurge(t *testing.T) {
 	l := newLog(t).(*jetstream.Log)
 	ctx := context.Background()
