@@ -84,6 +84,29 @@ type Fold struct {
 	StallAfter time.Duration
 	// Counters of this fold.
 	Counters Counters
+	// problem is why the last read or follow of the log could not be
+	// opened (nil once one works again): health checks report it.
+	problem atomic.Pointer[string]
+}
+
+// Problem is why the fold could not read or follow the log the last time
+// it tried (a consumer the server refused: "maximum consumers limit
+// reached", a permission), or nil when the read or follow works: a fold
+// that cannot follow answers from an old state, and its health says so.
+func (f *Fold) Problem() error {
+	if p := f.problem.Load(); p != nil {
+		return errors.New(*p)
+	}
+	return nil
+}
+
+func (f *Fold) setProblem(what string, err error) {
+	if err == nil {
+		f.problem.Store(nil)
+		return
+	}
+	msg := f.name + ": " + what + ": " + err.Error()
+	f.problem.Store(&msg)
 }
 
 // New returns a fold of log named for the service, from st (a restored
@@ -128,10 +151,15 @@ func (f *Fold) Lag(now time.Time) (seqs uint64, behind time.Duration) {
 	return seqs, behind
 }
 
-// Healthz answers 200 once the fold has caught up, 503 before.
+// Healthz answers 200 once the fold has caught up, 503 before, and 503
+// with the reason while the log cannot be followed (Problem).
 func (f *Fold) Healthz(w http.ResponseWriter, _ *http.Request) {
 	if !f.Ready() {
 		http.Error(w, f.name+": folding the log", http.StatusServiceUnavailable)
+		return
+	}
+	if err := f.Problem(); err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
 	_, _ = w.Write([]byte("ok\n"))
@@ -282,6 +310,9 @@ func (f *Fold) CatchUp(ctx context.Context, h *Hooks) error {
 		h = &Hooks{}
 	}
 	last, err := events.ReadAll(ctx, f.log, f.Seq()+1, "", func(r events.Record) error { f.applyRecord(r, h); return nil })
+	if ctx.Err() == nil {
+		f.setProblem("reading the log", err)
+	}
 	if err == nil && last > f.Counters.StreamLast.Load() {
 		f.Counters.StreamLast.Store(last)
 	}
@@ -304,6 +335,9 @@ func (f *Fold) follow(ctx context.Context, recs chan<- events.Stored) {
 	next := f.Seq() + 1
 	for ctx.Err() == nil {
 		fl, err := f.log.Follow(ctx, next, "")
+		if ctx.Err() == nil {
+			f.setProblem("following the log", err)
+		}
 		stalled := false
 		if err == nil {
 			var waiting, want atomic.Int64 // since when Next waits (Unix ns, 0: not waiting); the sequence it waits for

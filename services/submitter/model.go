@@ -46,3 +46,17 @@ func (m *model) waitFor(ctx context.Context, seq uint64, bound time.Duration) er
 // read runs fn with the state locked. fn must not block and must not keep
 // pointers into the state after it returns.
 func (m *model) read(fn func(st *domain.State)) { m.f.Read(fn) }
+
+// problem is why the fold cannot read or follow the log now (nil: it
+// can): /healthz reports it.
+func (m *model) problem() error { return m.f.Problem() }
+
+// starting is /healthz's answer before the fold is ready, with why it is
+// not getting there when it knows.
+func starting(problem error) map[string]string {
+	out := map[string]string{"status": "starting"}
+	if problem != nil {
+		out["error"] = problem.Error()
+	}
+	return out
+}

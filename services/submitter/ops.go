@@ -66,7 +66,7 @@ var errStop = errors.New("stop")
 // sync waits until the fold has reached the log's last sequence: every
 // write acknowledged before the call is visible afterwards.
 func (s *server) sync(ctx context.Context) error {
-	last, err := s.log.LastSeq(ctx)
+	last, err := s.lastSeq.get(ctx, s.log)
 	if err != nil {
 		return fmt.Errorf("reading the log's last sequence: %w", err)
 	}
@@ -197,7 +197,7 @@ func submitMsgIDLong(team, key string) string {
 func (s *server) submittedAt(ctx context.Context, seq uint64) (events.Submitted, error) {
 	var rec events.Record
 	found := false
-	_, err := s.log.Read(ctx, seq, "", func(m events.Stored) error {
+	_, err := s.reads.Read(ctx, seq, "", func(m events.Stored) error {
 		r, err := events.Decode(m)
 		if err != nil {
 			return err
@@ -537,7 +537,7 @@ func (s *server) history(ctx context.Context, id string) ([]api.HistoryEntry, er
 		}
 	}
 	out := []api.HistoryEntry{}
-	_, err := s.log.Read(ctx, 0, events.TaskSubjects(id), func(m events.Stored) error {
+	_, err := s.reads.Read(ctx, 0, events.TaskSubjects(id), func(m events.Stored) error {
 		var env events.Envelope
 		if err := json.Unmarshal(m.Data, &env); err != nil || !json.Valid(env.Data) {
 			s.logger.Error().Err(err).Uint64("seq", m.Seq).Msg("history: skipping undecodable record")

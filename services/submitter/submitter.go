@@ -75,6 +75,9 @@ const (
 // server holds what the operations share.
 type server struct {
 	log         events.Log
+	reads       events.Log // log, reading by direct gets where it can (reads.go)
+	lastSeq     lastSeqFlight
+	queueCache  queueCache
 	nc          *nats.Conn // asks agents for task output; nil: no logs
 	limits      domain.Limits
 	now         func() time.Time
@@ -95,6 +98,7 @@ func newServer(cfg Config) *server {
 	}
 	return &server{
 		log:         cfg.Log,
+		reads:       directReads(cfg.Log),
 		nc:          cfg.NC,
 		limits:      cfg.Limits,
 		now:         now,
@@ -219,6 +223,16 @@ func Run(ctx context.Context, cfg Config) error {
 				if sub, err = cfg.NC.QueueSubscribe(subj, api.QueueGroup, serve); err != nil {
 					break subscribe
 				}
+				subs = append(subs, sub)
+			}
+		}
+		// Ops answered for teams only (teamOps).
+		for _, op := range teamOps {
+			if err != nil {
+				break
+			}
+			var sub *nats.Subscription
+			if sub, err = cfg.NC.QueueSubscribe(api.TeamPrefix+"*."+op, api.QueueGroup, serve); err == nil {
 				subs = append(subs, sub)
 			}
 		}
