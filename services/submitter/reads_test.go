@@ -1,0 +1,366 @@
+package submitter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+
+	"github.com/gpuq/gpuq/pkg/api"
+	"github.com/gpuq/gpuq/pkg/embedded/embeddedtest"
+	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/events/jetstream"
+)
+
+// jsSubmitter is a submitter run on an embedded JetStream server, with
+// NATS and HTTP, after the given messages were appended to its log.
+type jsSubmitter struct {
+	connect func(name string) (*nats.Conn, error)
+	nc      *nats.Conn // a client's connection
+	log     *jetstream.Log
+	base    string // http://addr
+}
+
+func startJSSubmitter(t *testing.T, before []events.Msg) *jsSubmitter {
+	t.Helper()
+	srv := embeddedtest.Server(t)
+	svcNC := embeddedtest.Connect(t, srv, "submitter")
+	ctx, cancel := context.WithCancel(context.Background())
+	log, err := jetstream.Open(ctx, svcNC, jetstream.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for from := 0; from < len(before); from += 10000 {
+		for _, r := range log.AppendBatch(ctx, before[from:min(from+10000, len(before))]) {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+	}
+	addr := freeAddr(t)
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{NC: svcNC, Log: log, HTTPAddr: addr, Limits: testLimits, Logger: testLogger(t),
+			Now: (&clock{t: t0}).Now, Ready: func() { close(ready) }})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Run returned before ready: %v", err)
+	case <-time.After(120 * time.Second):
+		t.Fatal("not ready after 120s")
+	}
+	nc, err := srv.Connect("cli")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return &jsSubmitter{connect: srv.Connect, nc: nc, log: log, base: "http://" + addr}
+}
+
+// consumers is the audit stream's consumer count.
+func (j *jsSubmitter) consumers(t *testing.T) int {
+	t.Helper()
+	s, err := j.log.JetStream().Stream(context.Background(), events.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Consumers
+}
+
+// submittedMsgs are n submitted events of distinct tasks, of two teams
+// and four classes.
+func submittedMsgs(t testing.TB, n int) ([]events.Msg, []string) {
+	t.Helper()
+	prios := []string{"critical", "high", "medium", "low"}
+	msgs := make([]events.Msg, n)
+	ids := make([]string, n)
+	for i := range msgs {
+		ids[i] = uuid.NewString()
+		e := events.Submitted{TaskID: ids[i], Name: fmt.Sprintf("task-%d", i), Team: []string{"nlp", "vision"}[i%2],
+			Priority: prios[i%4], GPUs: 1 + i%4, Hours: 2, Hypothesis: "h", Command: "python train.py --seed " + fmt.Sprint(i),
+			SubmittedAt: t0.Add(time.Duration(i) * time.Millisecond)}
+		subj, data, _, err := events.Encode(e, events.Meta{Time: t0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs[i] = events.Msg{Subject: subj, Data: data}
+	}
+	return msgs, ids
+}
+
+// TestQueueAllPagesOverNATSAndHTTP: `gpuq queue --all` of a queue far
+// larger than one NATS message (the #22 finding: 2,800 tasks, past 1 MB,
+// timed out) comes back whole, a page at a time, over NATS (api.Client.Queue,
+// what the CLI uses) and over HTTP (?limit=&after=, Link rel="next"), in
+// the order of the unpaginated listing; every page is under
+// api.QueuePageBytes and api.QueuePage tasks.
+func TestQueueAllPagesOverNATSAndHTTP(t *testing.T) {
+	n := 100_000
+	if testing.Short() {
+		n = 10_000
+	}
+	msgs, ids := submittedMsgs(t, n)
+	j := startJSSubmitter(t, msgs)
+
+	start := time.Now()
+	cl := &api.Client{NC: j.nc, Timeout: 30 * time.Second}
+	got, err := cl.Queue(true)
+	if err != nil {
+		t.Fatalf("queue over NATS: %v", err)
+	}
+	t.Logf("%d tasks over NATS in %s", len(got), time.Since(start))
+	gotIDs := make([]string, len(got))
+	for i, v := range got {
+		gotIDs[i] = v.TaskID
+	}
+	want := slices.Clone(ids)
+	sort.Strings(want)
+	sorted := slices.Clone(gotIDs)
+	sort.Strings(sorted)
+	if !slices.Equal(sorted, want) {
+		t.Fatalf("queue over NATS listed %d tasks (%d distinct), want the %d submitted", len(got), len(slices.Compact(sorted)), n)
+	}
+
+	// The unpaginated HTTP listing has the same order.
+	resp, err := http.Get(j.base + "/v1/tasks?all=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var whole []api.TaskView
+	if err := json.NewDecoder(resp.Body).Decode(&whole); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for i := range whole {
+		if i >= len(gotIDs) || whole[i].TaskID != gotIDs[i] {
+			t.Fatalf("task %d: NATS pages list %s, the whole listing %s", i, gotIDs[i], whole[i].TaskID)
+		}
+	}
+
+	// Over HTTP, page by page, following Link.
+	start = time.Now()
+	next := "/v1/tasks?all=true&limit=" + fmt.Sprint(api.QueuePage)
+	var httpIDs []string
+	linkRE := regexp.MustCompile(`^<([^>]+)>; rel="next"$`)
+	pages := 0
+	for next != "" {
+		resp, err := http.Get(j.base + next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", next, resp.StatusCode, body)
+		}
+		if len(body) > api.QueuePageBytes+2 {
+			t.Fatalf("GET %s: a page of %d bytes, want at most %d", next, len(body), api.QueuePageBytes)
+		}
+		var page []api.TaskView
+		if err := json.Unmarshal(body, &page); err != nil {
+			t.Fatal(err)
+		}
+		if len(page) > api.QueuePage || len(page) == 0 {
+			t.Fatalf("GET %s: %d tasks", next, len(page))
+		}
+		for _, v := range page {
+			httpIDs = append(httpIDs, v.TaskID)
+		}
+		pages++
+		next = ""
+		if l := resp.Header.Get("Link"); l != "" {
+			m := linkRE.FindStringSubmatch(l)
+			if m == nil {
+				t.Fatalf("Link %q", l)
+			}
+			next = m[1]
+		}
+	}
+	t.Logf("%d tasks over HTTP in %d pages in %s", len(httpIDs), pages, time.Since(start))
+	if !slices.Equal(httpIDs, gotIDs) {
+		t.Fatalf("HTTP pages listed %d tasks, NATS pages %d, or in another order", len(httpIDs), len(gotIDs))
+	}
+}
+
+// TestQueuePageRequests: the limit and the cursor are checked, each error
+// naming its field.
+func TestQueuePageRequests(t *testing.T) {
+	h := newHarness(t, nil)
+	var ids []string
+	for range 5 {
+		ids = append(ids, h.submit(validReq()).TaskID)
+	}
+	tests := map[string]struct {
+		req       api.QueueRequest
+		wantField string
+		wantN     int
+		wantNext  bool
+	}{
+		"default page":     {req: api.QueueRequest{}, wantN: 5},
+		"a page of two":    {req: api.QueueRequest{Limit: 2}, wantN: 2, wantNext: true},
+		"after the fourth": {req: api.QueueRequest{Limit: 2, After: ids[3]}, wantN: 1},
+		"after the last":   {req: api.QueueRequest{After: ids[4]}, wantN: 0},
+		"limit too large":  {req: api.QueueRequest{Limit: api.QueuePage + 1}, wantField: "limit"},
+		"negative limit":   {req: api.QueueRequest{Limit: -1}, wantField: "limit"},
+		"unknown cursor":   {req: api.QueueRequest{After: uuid.NewString()}, wantField: "after"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			r := h.natsCall(api.OpQueue, tc.req)
+			if tc.wantField != "" {
+				if r.Field != tc.wantField {
+					t.Fatalf("reply %+v, want an error on %s", r, tc.wantField)
+				}
+				return
+			}
+			var page []api.TaskView
+			if err := json.Unmarshal(r.Result, &page); err != nil || r.Error != "" {
+				t.Fatalf("reply %+v: %v", r, err)
+			}
+			if len(page) != tc.wantN || (r.Next != "") != tc.wantNext {
+				t.Fatalf("%d tasks, next %q; want %d, next %v", len(page), r.Next, tc.wantN, tc.wantNext)
+			}
+		})
+	}
+	if w := h.httpCall("GET", "/v1/tasks?limit=0", ""); w.Code != http.StatusBadRequest || errReply(t, w).Field != "limit" {
+		t.Errorf("limit=0 over HTTP: %d %s", w.Code, w.Body)
+	}
+	w := h.httpCall("GET", "/v1/tasks?limit=2", "")
+	if w.Code != http.StatusOK || w.Header().Get("Link") != fmt.Sprintf(`</v1/tasks?after=%s&limit=2>; rel="next"`, url.QueryEscape(ids[1])) {
+		t.Errorf("limit=2 over HTTP: %d, Link %q", w.Code, w.Header().Get("Link"))
+	}
+}
+
+// TestPollersOverHTTP: a thousand clients polling show, history and logs
+// of a running task over HTTP at once (the #22 finding: every request
+// opened a JetStream consumer; 65 % of 1,000 pollers of logs got 500s, p99
+// 8 s). No answer is a 5xx, and the stream has no more consumers than the
+// submitter's own follow afterwards. The latencies are measured and
+// logged, not asserted (this machine's load varies).
+func TestPollersOverHTTP(t *testing.T) {
+	pollers := 1000
+	if testing.Short() {
+		pollers = 200
+	}
+	id := uuid.NewString()
+	var msgs []events.Msg
+	add := func(e events.Event) {
+		subj, data, _, err := events.Encode(e, events.Meta{Time: t0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, events.Msg{Subject: subj, Data: data})
+	}
+	add(events.Submitted{TaskID: id, Name: "polled", Team: "nlp", Priority: "high", GPUs: 1, Hours: 2, Hypothesis: "h",
+		Command: "python train.py", SubmittedAt: t0})
+	add(events.Available{Node: "node-a", GPUs: []events.GPU{{UUID: "GPU-a", Model: "H100", MemoryMiB: 81920, Healthy: true}}, FreeGPUs: 1})
+	add(events.Dispatched{TaskID: id, Placements: []events.Placement{{Node: "node-a", GPUs: []string{"GPU-a"}}}})
+	add(events.Started{TaskID: id, Node: "node-a", PID: 42, LogDir: "/runs/" + id})
+	j := startJSSubmitter(t, msgs)
+
+	// The node's agent answers log requests.
+	agentNC, err := j.connect("agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agentNC.Close()
+	if _, err := agentNC.Subscribe(api.LogsSubject("node-a"), func(m *nats.Msg) {
+		var req api.LogsRequest
+		_ = json.Unmarshal(m.Data, &req)
+		b, _ := json.Marshal(api.LogsReply{TaskID: req.TaskID, Node: "node-a", Next: 6, Size: 6, Data: "hello\n"})
+		out, _ := json.Marshal(api.Reply{Result: b})
+		_ = m.Respond(out)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := agentNC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	consumersBefore := j.consumers(t)
+
+	paths := []string{"/v1/tasks/" + id, "/v1/tasks/" + id + "/history", "/v1/tasks/" + id + "/logs"}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: pollers, MaxConnsPerHost: 0}, Timeout: 60 * time.Second}
+	type result struct {
+		path   string
+		status int
+		took   time.Duration
+		err    error
+	}
+	results := make([]result, pollers*len(paths))
+	var wg sync.WaitGroup
+	startGate := make(chan struct{})
+	for p := range pollers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-startGate
+			for k := range paths {
+				path := paths[(p+k)%len(paths)]
+				s := time.Now()
+				resp, err := client.Get(j.base + path)
+				r := result{path: path, err: err}
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					r.status = resp.StatusCode
+				}
+				r.took = time.Since(s)
+				results[p*len(paths)+k] = r
+			}
+		}()
+	}
+	start := time.Now()
+	close(startGate)
+	wg.Wait()
+	wall := time.Since(start)
+
+	byPath := map[string][]time.Duration{}
+	var all []time.Duration
+	fivexx, failed := 0, 0
+	for _, r := range results {
+		switch {
+		case r.err != nil:
+			failed++
+			t.Errorf("GET %s: %v", r.path, r.err)
+		case r.status >= 500:
+			fivexx++
+		case r.status != http.StatusOK:
+			t.Errorf("GET %s: %d", r.path, r.status)
+		}
+		byPath[r.path] = append(byPath[r.path], r.took)
+		all = append(all, r.took)
+	}
+	pct := func(ds []time.Duration, p float64) time.Duration {
+		slices.Sort(ds)
+		return ds[min(len(ds)-1, int(float64(len(ds))*p))]
+	}
+	t.Logf("%d pollers x %d requests in %s: %d 5xx, %d transport errors; p50 %s, p99 %s, max %s",
+		pollers, len(paths), wall.Round(time.Millisecond), fivexx, failed, pct(all, 0.50), pct(all, 0.99), pct(all, 1))
+	for _, p := range paths {
+		t.Logf("  %-60s p50 %s p99 %s", p, pct(byPath[p], 0.50), pct(byPath[p], 0.99))
+	}
+	if fivexx > 0 {
+		t.Errorf("%d answers were 5xx, want none", fivexx)
+	}
+	if n := j.consumers(t); n > consumersBefore {
+		t.Errorf("the stream has %d consumers after the pollers, %d before: reads opened consumers", n, consumersBefore)
+	}
+}
