@@ -49,11 +49,16 @@ func (s *server) withLog(ctx context.Context, v *api.TaskView) error {
 	if err != nil || !ok {
 		return err
 	}
+	setLog(v, node, dir)
+	return nil
+}
+
+// setLog fills the view's log location from a start's node and directory.
+func setLog(v *api.TaskView, node, dir string) {
 	v.LogNode = node
 	if dir != "" {
 		v.LogPath = filepath.Join(dir, "output.log")
 	}
-	return nil
 }
 
 // httpLogs answers GET /v1/tasks/{id}/logs[?offset=N|tail=N][&max_bytes=N]:

@@ -20,6 +20,27 @@ import (
 // reached a sequence.
 type model struct {
 	f *service.Fold
+	// starts is where each task last started (node, log directory), from
+	// the started records folded since this process began; guarded by the
+	// fold's lock (written by the Applied hook, read in read). The fold's
+	// state does not keep it; a task that started before a restored
+	// snapshot is looked up in the log (lastStart).
+	starts map[string]startAt
+}
+
+// startAt is a task's latest start.
+type startAt struct{ node, dir string }
+
+// saw keeps a folded record's start (called with the fold's lock held).
+func (m *model) saw(r events.Record, skipped string) {
+	st, ok := r.Event.(events.Started)
+	if !ok || skipped != "" || st.Node == "" {
+		return
+	}
+	if m.starts == nil {
+		m.starts = map[string]startAt{}
+	}
+	m.starts[st.TaskID] = startAt{node: st.Node, dir: st.LogDir}
 }
 
 func newModel(log events.Log, logger zerolog.Logger) *model {

@@ -224,12 +224,17 @@ func (s *server) show(ctx context.Context, id string) (api.TaskView, error) {
 		return api.TaskView{}, err
 	}
 	var (
-		v  api.TaskView
-		ok bool
+		v       api.TaskView
+		ok      bool
+		started bool    // the task has started at least once
+		at      startAt // where it last started, when the read model knows
+		known   bool
 	)
 	s.m.read(func(st *domain.State) {
 		if t := st.Tasks[id]; t != nil {
 			v, ok = view(t), true
+			started = !t.FirstStarted.IsZero()
+			at, known = s.m.starts[id]
 		}
 	})
 	if !ok {
@@ -238,8 +243,13 @@ func (s *server) show(ctx context.Context, id string) (api.TaskView, error) {
 	if err := mayTask(ctx, id, v.Team); err != nil {
 		return api.TaskView{}, err
 	}
-	if err := s.withLog(ctx, &v); err != nil {
-		return api.TaskView{}, err
+	switch {
+	case known:
+		setLog(&v, at.node, at.dir)
+	case started: // before a restored snapshot: one direct get
+		if err := s.withLog(ctx, &v); err != nil {
+			return api.TaskView{}, err
+		}
 	}
 	return v, nil
 }
@@ -537,7 +547,14 @@ func (s *server) history(ctx context.Context, id string) ([]api.HistoryEntry, er
 		}
 	}
 	out := []api.HistoryEntry{}
-	_, err := s.reads.Read(ctx, 0, events.TaskSubjects(id), func(m events.Stored) error {
+	var from, to uint64 // the task's records are from its submission on, up to what the fold has seen
+	s.m.read(func(st *domain.State) {
+		if t := st.Tasks[id]; t != nil {
+			from = t.SubmitSeq
+		}
+		to = st.Seq
+	})
+	err := s.readTo(ctx, from, to, events.TaskSubjects(id), func(m events.Stored) error {
 		var env events.Envelope
 		if err := json.Unmarshal(m.Data, &env); err != nil || !json.Valid(env.Data) {
 			s.logger.Error().Err(err).Uint64("seq", m.Seq).Msg("history: skipping undecodable record")
@@ -551,4 +568,25 @@ func (s *server) history(ctx context.Context, id string) ([]api.HistoryEntry, er
 		return nil, err
 	}
 	return out, nil
+}
+
+// readTo reads the records from sequence from up to to (which the fold
+// has reached) matching filter: by direct gets when the log can, with no
+// consumer and without asking the log for its last sequence.
+func (s *server) readTo(ctx context.Context, from, to uint64, filter string, fn func(events.Stored) error) error {
+	if r, ok := s.reads.(interface {
+		ReadTo(ctx context.Context, from, last uint64, filter string, fn func(events.Stored) error) error
+	}); ok {
+		return r.ReadTo(ctx, from, to, filter, fn)
+	}
+	_, err := s.reads.Read(ctx, from, filter, func(m events.Stored) error {
+		if m.Seq > to {
+			return errStop
+		}
+		return fn(m)
+	})
+	if errors.Is(err, errStop) {
+		return nil
+	}
+	return err
 }

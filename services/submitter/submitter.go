@@ -318,7 +318,7 @@ func (s *server) catchUp(ctx context.Context) error { return s.m.f.CatchUp(ctx, 
 // once the log present at the start has been folded.
 func (s *server) follow(ctx context.Context, caughtUp chan<- struct{}) {
 	_ = s.m.f.Run(ctx, service.Hooks{
-		Applied: func(_ *domain.State, r events.Record, _ string) { s.snaps.Saw(r) },
+		Applied: func(_ *domain.State, r events.Record, skipped string) { s.snaps.Saw(r); s.m.saw(r, skipped) },
 		CaughtUp: func(ctx context.Context) error {
 			s.m.f.Read(func(st *domain.State) { s.snaps.Take(ctx, st, nil) }) // a long fold is worth a snapshot at once
 			if caughtUp != nil {

@@ -211,6 +211,13 @@ func (l *Log) readDirect(ctx context.Context, from uint64, filter string, fn fun
 	if err != nil {
 		return 0, err
 	}
+	return last, l.ReadTo(ctx, from, last, filter, fn)
+}
+
+// ReadTo is Read up to sequence last, which the caller knows (the log
+// is not asked for its last sequence), always by direct gets: what a
+// service reading for a request uses, which must create no consumer.
+func (l *Log) ReadTo(ctx context.Context, from, last uint64, filter string, fn func(events.Stored) error) error {
 	if from == 0 {
 		from = 1
 	}
@@ -225,14 +232,14 @@ func (l *Log) readDirect(ctx context.Context, from uint64, filter string, fn fun
 		})
 		switch {
 		case errors.Is(err, errPast):
-			return last, nil
+			return nil
 		case err != nil:
-			return last, err
+			return err
 		case n == 0:
-			return last, nil
+			return nil
 		}
 	}
-	return last, nil
+	return nil
 }
 
 // Last implements events.LastGetter: the last message on subject (no
