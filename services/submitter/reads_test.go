@@ -3,6 +3,7 @@ package submitter
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"github.com/gpuq/gpuq/pkg/embedded/embeddedtest"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/events/jetstream"
+	"github.com/gpuq/gpuq/pkg/events/memlog"
 )
 
 // jsSubmitter is a submitter run on an embedded JetStream server, with
@@ -362,5 +365,74 @@ func TestPollersOverHTTP(t *testing.T) {
 	}
 	if n := j.consumers(t); n > consumersBefore {
 		t.Errorf("the stream has %d consumers after the pollers, %d before: reads opened consumers", n, consumersBefore)
+	}
+}
+
+// refusingLog refuses every follow, as a server whose stream is at its
+// consumer limit refuses the submitter's consumer.
+type refusingLog struct{ events.Log }
+
+func (refusingLog) Follow(context.Context, uint64, string) (events.Follower, error) {
+	return nil, errors.New("nats: maximum consumers limit reached")
+}
+
+// TestHealthzNamesARefusedFollow: a submitter whose follow of the log the
+// server refuses answers /healthz 503 naming why (not "ok").
+func TestHealthzNamesARefusedFollow(t *testing.T) {
+	h := newHarness(t, refusingLog{memlog.New()})
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		w := h.httpCall("GET", "/healthz", "")
+		if w.Code == http.StatusServiceUnavailable && strings.Contains(w.Body.String(), "maximum consumers limit reached") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz: %d %s, want 503 naming the refused consumer", w.Code, w.Body)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestTeamLogsOverNATS: a team's client (api.Client with Team, what
+// `gpuq logs` uses with a team's credential, which may not ask the agents
+// itself) reads its own task's output through the submitter's
+// team-scoped logs operation; another team is refused.
+func TestTeamLogsOverNATS(t *testing.T) {
+	id := uuid.NewString()
+	var msgs []events.Msg
+	for _, e := range []events.Event{
+		events.Submitted{TaskID: id, Name: "mine", Team: "nlp", Priority: "high", GPUs: 1, Hours: 2, Hypothesis: "h", Command: "c", SubmittedAt: t0},
+		events.Available{Node: "node-a", GPUs: []events.GPU{{UUID: "GPU-a", Model: "H100", MemoryMiB: 81920, Healthy: true}}, FreeGPUs: 1},
+		events.Dispatched{TaskID: id, Placements: []events.Placement{{Node: "node-a", GPUs: []string{"GPU-a"}}}},
+		events.Started{TaskID: id, Node: "node-a", PID: 42, LogDir: "/runs/" + id},
+	} {
+		subj, data, _, err := events.Encode(e, events.Meta{Time: t0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, events.Msg{Subject: subj, Data: data})
+	}
+	j := startJSSubmitter(t, msgs)
+	agentNC, err := j.connect("agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agentNC.Close()
+	if _, err := agentNC.Subscribe(api.LogsSubject("node-a"), func(m *nats.Msg) {
+		b, _ := json.Marshal(api.LogsReply{TaskID: id, Node: "node-a", Next: 6, Size: 6, Data: "hello\n"})
+		out, _ := json.Marshal(api.Reply{Result: b})
+		_ = m.Respond(out)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_ = agentNC.Flush()
+
+	nlp := &api.Client{NC: j.nc, Team: "nlp", Timeout: 5 * time.Second}
+	out, err := nlp.Logs("node-a", api.LogsRequest{TaskID: id})
+	if err != nil || out.Data != "hello\n" {
+		t.Fatalf("team nlp's logs of its task: %+v, %v", out, err)
+	}
+	vision := &api.Client{NC: j.nc, Team: "vision", Timeout: 5 * time.Second}
+	if _, err := vision.Logs("node-a", api.LogsRequest{TaskID: id}); err == nil {
+		t.Fatal("team vision read team nlp's task's output")
 	}
 }
