@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	js "github.com/nats-io/nats.go/jetstream"
+
 	"github.com/gpuq/gpuq/pkg/embedded/embeddedtest"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/events/jetstream"
@@ -117,5 +119,77 @@ func TestReadStalledConsumer(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatalf("the read of a silent consumer hung (got %d of %d)", got, n)
+	}
+}
+
+// TestDirectReadsWithoutAllowDirect: on a stream made before direct gets
+// were asked for (no allow_direct) whose user may not update it, a
+// direct Log still reads, follows and gets the last of a subject, one
+// message at a time through the stream's message get — and creates no
+// consumer either. A user that may update the stream turns direct gets
+// on when it opens the log.
+func TestDirectReadsWithoutAllowDirect(t *testing.T) {
+	srv := embeddedtest.Server(t)
+	nc := embeddedtest.Connect(t, srv, "old")
+	ctx := context.Background()
+	j, err := js.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := events.AuditStream("", 1, 0)
+	cfg.AllowDirect = false
+	if _, err := j.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	l, err := jetstream.Attach(ctx, nc, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := l.Append(ctx, events.Msg{Subject: fmt.Sprintf("gpuq.task.t%d.submitted", i%2), Data: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seqs []uint64
+	if _, err := l.Read(ctx, 2, "gpuq.task.t0.>", func(m events.Stored) error { seqs = append(seqs, m.Seq); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(seqs) != "[3 5]" {
+		t.Errorf("read t0 from 2: %v, want [3 5]", seqs)
+	}
+	if m, ok, err := l.Last(ctx, "gpuq.task.t1.submitted"); err != nil || !ok || m.Seq != 4 {
+		t.Errorf("last t1: %+v %v %v, want seq 4", m, ok, err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	fl, err := l.Follow(fctx, 5, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	if m, err := fl.Next(fctx); err != nil || m.Seq != 5 {
+		t.Fatalf("follow: %+v %v", m, err)
+	}
+	if _, err := l.Append(ctx, events.Msg{Subject: "gpuq.node.n.available", Data: []byte("y")}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := fl.Next(fctx); err != nil || m.Seq != 6 || string(m.Data) != "y" {
+		t.Fatalf("follow after an append: %+v %v", m, err)
+	}
+	s, err := j.Stream(ctx, events.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.CachedInfo().State.Consumers; n != 0 {
+		t.Errorf("%d consumers, want 0", n)
+	}
+
+	// Opening the log as a user that may update the stream turns direct
+	// gets on.
+	if _, err := jetstream.Open(ctx, nc, jetstream.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = j.Stream(ctx, events.StreamName); err != nil || !s.CachedInfo().Config.AllowDirect {
+		t.Errorf("after Open: allow_direct %v (%v), want true", err == nil && s.CachedInfo().Config.AllowDirect, err)
 	}
 }
