@@ -279,7 +279,6 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 		if err != nil {
 			return err
 		}
-		agentLog = agentLog.Direct() // an agent's credential creates no consumer
 		spawn("gpuagent logs "+node, func() error {
 			return gpuagent.ServeLogs(ctx, gpuagent.LogsConfig{NC: agentNC, Node: node, DataDir: agentData, Logger: logger})
 		})

@@ -112,14 +112,11 @@ func main() {
 }
 
 func run(ctx context.Context, c *svcmain.Common, a config, signer *auth.JobSigner, logger zerolog.Logger) error {
-	nc, jlog, err := svcmain.Connect(ctx, name+"-"+a.node, c, notify(logger))
+	nc, log, err := svcmain.Connect(ctx, name+"-"+a.node, c, notify(logger))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	// An agent reads the log by direct gets and creates no consumer: its
-	// credential (which its jobs' user may be able to read) may create none.
-	log := jlog.Direct()
 	// The task output is served beside the agent, on the same connection.
 	stopLogs, err := gpuagent.StartLogs(gpuagent.LogsConfig{NC: nc, Node: a.node, DataDir: a.dataDir, Logger: logger})
 	if err != nil {
