@@ -107,43 +107,48 @@ func (l *Log) fetch(ctx context.Context, from uint64, filter string, fn func(eve
 		return 1, fn(m)
 	}
 	req, _ := json.Marshal(getRequest{Seq: from, NextFor: nextFor(filter), Batch: directBatch, MaxBytes: directMaxBytes})
+	// A synchronous subscription without pending limits queues the whole
+	// batch (at most directMaxBytes) however slow fn is: a channel
+	// subscription would drop what does not fit, leaving a gap.
 	inbox := l.nc.NewInbox()
-	ch := make(chan *nats.Msg, 256)
-	sub, err := l.nc.ChanSubscribe(inbox, ch)
+	sub, err := l.nc.SubscribeSync(inbox)
 	if err != nil {
 		return 0, err
 	}
 	defer sub.Unsubscribe()
-	_ = sub.SetPendingLimits(-1, -1)
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return 0, err
+	}
 	if err := l.nc.PublishRequest("$JS.API.DIRECT.GET."+l.stream, inbox, req); err != nil {
 		return 0, err
 	}
-	wait := time.NewTimer(directTimeout)
-	defer wait.Stop()
 	n := 0
 	for {
-		select {
-		case <-ctx.Done():
+		wctx, cancel := context.WithTimeout(ctx, directTimeout)
+		m, err := sub.NextMsgWithContext(wctx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() != nil:
 			return n, ctx.Err()
-		case <-wait.C:
+		case errors.Is(err, context.DeadlineExceeded):
 			return n, fmt.Errorf("events/jetstream: direct get of %s from %d: no answer in %s", l.stream, from, directTimeout)
-		case m := <-ch:
-			switch status := m.Header.Get("Status"); status {
-			case "":
-			case "204", "404": // end of batch; nothing at or after from
-				return n, nil
-			default:
-				return n, fmt.Errorf("events/jetstream: direct get of %s from %d: status %s %s", l.stream, from, status, m.Header.Get("Description"))
-			}
-			s, err := directStored(m)
-			if err != nil {
-				return n, err
-			}
-			n++
-			if err := fn(s); err != nil {
-				return n, err
-			}
-			wait.Reset(directTimeout)
+		case err != nil:
+			return n, err
+		}
+		switch status := m.Header.Get("Status"); status {
+		case "":
+		case "204", "404": // end of batch; nothing at or after from
+			return n, nil
+		default:
+			return n, fmt.Errorf("events/jetstream: direct get of %s from %d: status %s %s", l.stream, from, status, m.Header.Get("Description"))
+		}
+		s, err := directStored(m)
+		if err != nil {
+			return n, err
+		}
+		n++
+		if err := fn(s); err != nil {
+			return n, err
 		}
 	}
 }

@@ -193,3 +193,37 @@ func TestDirectReadsWithoutAllowDirect(t *testing.T) {
 		t.Errorf("after Open: allow_direct %v (%v), want true", err == nil && s.CachedInfo().Config.AllowDirect, err)
 	}
 }
+
+// TestDirectReadSlowReader: a direct read whose callback is slow still
+// gets every record, in order, without a gap: a batch waits for it
+// however long it takes.
+func TestDirectReadSlowReader(t *testing.T) {
+	l := newLog(t).(*jetstream.Log)
+	ctx := context.Background()
+	const n = 3000 // several batches
+	msgs := make([]events.Msg, n)
+	for i := range msgs {
+		msgs[i] = events.Msg{Subject: "gpuq.task.a.submitted", Data: []byte("x")}
+	}
+	for _, r := range l.AppendBatch(ctx, msgs) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	var next uint64 = 1
+	if _, err := l.Direct().Read(ctx, 1, "", func(m events.Stored) error {
+		if m.Seq != next {
+			return fmt.Errorf("got seq %d, want %d", m.Seq, next)
+		}
+		next++
+		if m.Seq%1024 < 300 {
+			time.Sleep(100 * time.Microsecond) // slower than the server sends
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if next != n+1 {
+		t.Fatalf("read up to %d, want %d", next-1, n)
+	}
+}
