@@ -73,9 +73,19 @@ func TestHealthzNamesARefusedFollow(t *testing.T) {
 	if err := f.Problem(); err == nil || !strings.Contains(err.Error(), "following the log") {
 		t.Errorf("Problem() = %v, want the refused follow", err)
 	}
+	w := httptest.NewRecorder()
+	service.HealthzProcess(w, httptest.NewRequest("GET", "/healthz", nil))
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "maximum consumers limit reached") {
+		t.Errorf("the process's /healthz: %d %q, want 503 naming the refused follow", w.Code, w.Body)
+	}
 	l.refuse.Store(false)
 	waitFor("follow open again", func(code int, _ string) bool { return code == http.StatusOK })
 	if err := f.Problem(); err != nil {
 		t.Errorf("Problem() = %v after the follow opened, want nil", err)
+	}
+	w = httptest.NewRecorder()
+	service.HealthzProcess(w, httptest.NewRequest("GET", "/healthz", nil))
+	if w.Code != http.StatusOK {
+		t.Errorf("the process's /healthz after the follow opened: %d %q", w.Code, w.Body)
 	}
 }

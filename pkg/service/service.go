@@ -100,6 +100,35 @@ func (f *Fold) Problem() error {
 	return nil
 }
 
+// running are the folds whose Run is under way in this process, for
+// Problems.
+var running sync.Map // *Fold → struct{}
+
+// Problems are the problems (Problem) of every fold running in this
+// process, in no particular order: what a process's /healthz reports (one
+// service, or all of them under gpuq dev).
+func Problems() []error {
+	var out []error
+	running.Range(func(k, _ any) bool {
+		if err := k.(*Fold).Problem(); err != nil {
+			out = append(out, err)
+		}
+		return true
+	})
+	return out
+}
+
+// HealthzProcess answers 503 naming the problems of the folds running in
+// this process (Problems), 200 "ok" otherwise: the /healthz of a service's
+// metrics listener.
+func HealthzProcess(w http.ResponseWriter, _ *http.Request) {
+	if errs := Problems(); len(errs) > 0 {
+		http.Error(w, errors.Join(errs...).Error(), http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
 func (f *Fold) setProblem(what string, err error) {
 	if err == nil {
 		f.problem.Store(nil)
@@ -236,6 +265,8 @@ const (
 // read or a follow that fails is retried from the next unfolded sequence
 // with backoff, forever: NATS going away is never a reason to exit.
 func (f *Fold) Run(ctx context.Context, h Hooks) error {
+	running.Store(f, struct{}{})
+	defer running.Delete(f)
 	backoff := minBackoff
 	// 1. The initial read, retried until it succeeds.
 	for {

@@ -68,9 +68,15 @@ func (m *model) waitFor(ctx context.Context, seq uint64, bound time.Duration) er
 // pointers into the state after it returns.
 func (m *model) read(fn func(st *domain.State)) { m.f.Read(fn) }
 
-// problem is why the fold cannot read or follow the log now (nil: it
-// can): /healthz reports it.
-func (m *model) problem() error { return m.f.Problem() }
+// problem is why the fold cannot read or follow the log now, or another
+// fold of this process (gpuq dev runs every service in one): nil when
+// they can. /healthz reports it.
+func (m *model) problem() error {
+	if err := m.f.Problem(); err != nil {
+		return err
+	}
+	return errors.Join(service.Problems()...)
+}
 
 // starting is /healthz's answer before the fold is ready, with why it is
 // not getting there when it knows.
