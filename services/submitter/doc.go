@@ -62,8 +62,9 @@
 // from the read model (which also keeps where each task last started),
 // history and a duplicate submission's original are read by direct gets
 // (pkg/events/jetstream: batched $JS.API.DIRECT.GET, nothing left on the
-// server), and concurrent requests share one ask of the log's last
-// sequence. The service's one consumer is its fold's follow; when the
+// server) — a task's history is kept for its last sequence, so polling an
+// unchanged task reads nothing — and concurrent requests share one ask of
+// the log's last sequence. The service's one consumer is its fold's follow; when the
 // server refuses it (its consumer limit, a permission) /healthz answers
 // 503 naming why while the fold retries.
 //

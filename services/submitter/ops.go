@@ -546,28 +546,27 @@ func (s *server) history(ctx context.Context, id string) ([]api.HistoryEntry, er
 			return nil, err
 		}
 	}
-	out := []api.HistoryEntry{}
-	var from, to uint64 // the task's records are from its submission on, up to what the fold has seen
+	var last, to uint64 // the task's last record; what the fold has seen
 	s.m.read(func(st *domain.State) {
 		if t := st.Tasks[id]; t != nil {
-			from = t.SubmitSeq
+			last = t.LastSeq
 		}
 		to = st.Seq
 	})
-	err := s.readTo(ctx, from, to, events.TaskSubjects(id), func(m events.Stored) error {
-		var env events.Envelope
-		if err := json.Unmarshal(m.Data, &env); err != nil || !json.Valid(env.Data) {
-			s.logger.Error().Err(err).Uint64("seq", m.Seq).Msg("history: skipping undecodable record")
+	return s.histories.get(id, last, func() ([]api.HistoryEntry, error) {
+		out := []api.HistoryEntry{}
+		err := s.readTo(ctx, 0, to, events.TaskSubjects(id), func(m events.Stored) error {
+			var env events.Envelope
+			if err := json.Unmarshal(m.Data, &env); err != nil || !json.Valid(env.Data) {
+				s.logger.Error().Err(err).Uint64("seq", m.Seq).Msg("history: skipping undecodable record")
+				return nil
+			}
+			out = append(out, api.HistoryEntry{Seq: m.Seq, Type: string(env.Type), Time: env.Time, ID: env.ID,
+				CausationID: env.CausationID, Data: env.Data})
 			return nil
-		}
-		out = append(out, api.HistoryEntry{Seq: m.Seq, Type: string(env.Type), Time: env.Time, ID: env.ID,
-			CausationID: env.CausationID, Data: env.Data})
-		return nil
+		})
+		return out, err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // readTo reads the records from sequence from up to to (which the fold

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/events/jetstream"
 )
@@ -74,4 +75,62 @@ func (f *lastSeqFlight) ask(a *seqAsk, log events.Log) {
 		f.running = a
 		f.mu.Unlock()
 	}
+}
+
+// historyCache keeps the latest histories read, each for the task's last
+// sequence it was read at (domain.Task.LastSeq): while the task has no
+// new record, its history is answered from memory, and concurrent
+// requests for it share one read (a request whose shared read failed
+// reads on its own). At most historyCacheSize tasks are
+// kept (an arbitrary one is dropped to make room).
+type historyCache struct {
+	mu sync.Mutex
+	m  map[string]*historyRead
+}
+
+const historyCacheSize = 1024
+
+type historyRead struct {
+	last uint64
+	done chan struct{}
+	out  []api.HistoryEntry // read-only once done
+	err  error
+}
+
+// get is the history of task id at its last sequence last, read with read
+// when it is not kept (or being read) for that sequence. A failed read is
+// not kept.
+func (c *historyCache) get(id string, last uint64, read func() ([]api.HistoryEntry, error)) ([]api.HistoryEntry, error) {
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[string]*historyRead{}
+	}
+	h := c.m[id]
+	if h != nil && h.last == last {
+		c.mu.Unlock()
+		<-h.done
+		if h.err != nil { // the reader's own failure (its request's end): read for this one
+			return read()
+		}
+		return h.out, nil
+	}
+	if h == nil && len(c.m) >= historyCacheSize {
+		for k := range c.m {
+			delete(c.m, k)
+			break
+		}
+	}
+	h = &historyRead{last: last, done: make(chan struct{})}
+	c.m[id] = h
+	c.mu.Unlock()
+	h.out, h.err = read()
+	if h.err != nil {
+		c.mu.Lock()
+		if c.m[id] == h {
+			delete(c.m, id)
+		}
+		c.mu.Unlock()
+	}
+	close(h.done)
+	return h.out, h.err
 }

@@ -462,3 +462,37 @@ func BenchmarkQueuePage(b *testing.B) {
 		}
 	}
 }
+
+// TestHistoryCache: a task's history is read once while the task has no
+// new record, again once it has one, and a failed read is not kept.
+func TestHistoryCache(t *testing.T) {
+	var c historyCache
+	reads := 0
+	read := func(n int) func() ([]api.HistoryEntry, error) {
+		return func() ([]api.HistoryEntry, error) {
+			reads++
+			return make([]api.HistoryEntry, n), nil
+		}
+	}
+	fail := func() ([]api.HistoryEntry, error) { reads++; return nil, errors.New("gone") }
+	steps := []struct {
+		name      string
+		last      uint64
+		read      func() ([]api.HistoryEntry, error)
+		wantN     int
+		wantErr   bool
+		wantReads int
+	}{
+		{"first read", 5, read(2), 2, false, 1},
+		{"same sequence: kept", 5, read(9), 2, false, 1},
+		{"a new record: read again", 7, read(3), 3, false, 2},
+		{"a failed read", 9, fail, 0, true, 3},
+		{"not kept after failing", 9, read(4), 4, false, 4},
+	}
+	for _, st := range steps {
+		got, err := c.get("a", st.last, st.read)
+		if (err != nil) != st.wantErr || len(got) != st.wantN || reads != st.wantReads {
+			t.Fatalf("%s: %d entries, err %v, %d reads; want %d, err %v, %d reads", st.name, len(got), err, reads, st.wantN, st.wantErr, st.wantReads)
+		}
+	}
+}

@@ -78,6 +78,7 @@ type server struct {
 	reads       events.Log // log, reading by direct gets where it can (reads.go)
 	lastSeq     lastSeqFlight
 	queueCache  queueCache
+	histories   historyCache
 	nc          *nats.Conn // asks agents for task output; nil: no logs
 	limits      domain.Limits
 	now         func() time.Time
