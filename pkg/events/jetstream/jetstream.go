@@ -173,17 +173,14 @@ func (l *Log) awaitAcks(ctx context.Context, futures []js.PubAckFuture, out []ev
 	}
 }
 
-// LastSeq implements events.Log.
+// LastSeq implements events.Log: one stream info request (the info that
+// Stream fetches is current; asking Info again was a second round trip).
 func (l *Log) LastSeq(ctx context.Context) (uint64, error) {
 	s, err := l.js.Stream(ctx, l.stream)
 	if err != nil {
 		return 0, err
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return info.State.LastSeq, nil
+	return s.CachedInfo().State.LastSeq, nil
 }
 
 func (l *Log) consumer(ctx context.Context, from uint64, filter string) (js.Consumer, error) {
