@@ -52,11 +52,15 @@ func (l *Log) Direct() *Log {
 // IsDirect reports whether l reads by direct gets.
 func (l *Log) IsDirect() bool { return l.direct }
 
-// allowDirect is whether the stream answers direct gets (cached after the
-// first look).
+// allowDirect is whether the stream answers direct gets. A yes is kept
+// until a direct get finds no responder (the admin turned them off); a no
+// for a minute (the admin may turn them on: `nats stream edit`).
 func (l *Log) allowDirect(ctx context.Context) (bool, error) {
-	if v := l.directOK.Load(); v != 0 {
-		return v == 1, nil
+	switch v := l.directOK.Load(); {
+	case v == 1:
+		return true, nil
+	case v < 0 && time.Since(time.Unix(0, -v)) < time.Minute:
+		return false, nil
 	}
 	s, err := l.js.Stream(ctx, l.stream)
 	if err != nil {
@@ -66,7 +70,7 @@ func (l *Log) allowDirect(ctx context.Context) (bool, error) {
 	if ok {
 		l.directOK.Store(1)
 	} else {
-		l.directOK.Store(2)
+		l.directOK.Store(-time.Now().UnixNano())
 	}
 	return ok, nil
 }
@@ -139,6 +143,9 @@ func (l *Log) fetch(ctx context.Context, from uint64, filter string, fn func(eve
 		case "":
 		case "204", "404": // end of batch; nothing at or after from
 			return n, nil
+		case "503": // no responders: direct gets were turned off
+			l.directOK.Store(0)
+			return n, fmt.Errorf("events/jetstream: direct get of %s from %d: no responders (direct gets turned off?)", l.stream, from)
 		default:
 			return n, fmt.Errorf("events/jetstream: direct get of %s from %d: status %s %s", l.stream, from, status, m.Header.Get("Description"))
 		}
@@ -264,6 +271,9 @@ func (l *Log) Last(ctx context.Context, subject string) (events.Stored, bool, er
 	}
 	req, _ := json.Marshal(getRequest{LastFor: subject})
 	m, err := l.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+l.stream, req)
+	if errors.Is(err, nats.ErrNoResponders) {
+		l.directOK.Store(0) // direct gets were turned off: look again next time
+	}
 	if err != nil {
 		return events.Stored{}, false, err
 	}

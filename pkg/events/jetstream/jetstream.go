@@ -38,9 +38,10 @@ type Log struct {
 	stream string
 	// direct: reads and follows by direct gets, no consumer (direct.go).
 	direct bool
-	// directOK caches whether the stream allows direct gets: 0 not known
-	// yet, 1 yes, 2 no. Shared by a Log and its Direct copy.
-	directOK *atomic.Int32
+	// directOK caches whether the stream allows direct gets: 0 not known,
+	// 1 yes, negative: no, as of that Unix time in ns, negated. Shared by
+	// a Log and its Direct copies.
+	directOK *atomic.Int64
 }
 
 var (
@@ -66,7 +67,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg StreamConfig) (*Log, error) {
 	if _, err := events.EnsureStream(ctx, ensuring{j}, sc); err != nil {
 		return nil, fmt.Errorf("events/jetstream: %w", err)
 	}
-	return &Log{nc: nc, js: ensuring{j}, stream: sc.Name, direct: cfg.Direct, directOK: new(atomic.Int32)}, nil
+	return &Log{nc: nc, js: ensuring{j}, stream: sc.Name, direct: cfg.Direct, directOK: new(atomic.Int64)}, nil
 }
 
 // JetStream returns the underlying context, for KV buckets and streams
@@ -460,5 +461,5 @@ func Attach(ctx context.Context, nc *nats.Conn, stream string) (*Log, error) {
 	if _, err := j.Stream(ctx, stream); err != nil {
 		return nil, fmt.Errorf("event stream %s: %w (is gpuq running on this NATS server?)", stream, err)
 	}
-	return &Log{nc: nc, js: ensuring{j}, stream: stream, direct: true, directOK: new(atomic.Int32)}, nil
+	return &Log{nc: nc, js: ensuring{j}, stream: stream, direct: true, directOK: new(atomic.Int64)}, nil
 }
