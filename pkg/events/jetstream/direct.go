@@ -301,6 +301,8 @@ type directFollower struct {
 	sub    *nats.Subscription
 	once   sync.Once
 	closed chan struct{}
+	ended  context.Context // done once closed
+	end    context.CancelFunc
 }
 
 func (l *Log) followDirect(from uint64, filter string) (events.Follower, error) {
@@ -308,6 +310,7 @@ func (l *Log) followDirect(from uint64, filter string) (events.Follower, error) 
 		from = 1
 	}
 	f := &directFollower{l: l, filter: filter, next: from, wake: make(chan struct{}, 1), closed: make(chan struct{})}
+	f.ended, f.end = context.WithCancel(context.Background())
 	subj := filter
 	if subj == "" {
 		subj = ">"
@@ -350,14 +353,22 @@ func (f *directFollower) Next(ctx context.Context) (events.Stored, error) {
 		default:
 		}
 		f.buf = f.buf[:0]
-		n, err := f.l.fetch(ctx, f.next, f.filter, func(m events.Stored) error {
+		// A Close (the runtime's stall watchdog) ends a get under way.
+		fctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(f.ended, cancel)
+		n, err := f.l.fetch(fctx, f.next, f.filter, func(m events.Stored) error {
 			f.buf = append(f.buf, m)
 			f.next = m.Seq + 1
 			return nil
 		})
+		stop()
+		cancel()
 		if err != nil && n == 0 {
-			if ctx.Err() != nil {
+			switch {
+			case ctx.Err() != nil:
 				return events.Stored{}, ctx.Err()
+			case f.ended.Err() != nil:
+				return events.Stored{}, events.ErrClosed
 			}
 			return events.Stored{}, err
 		}
@@ -388,6 +399,7 @@ func (f *directFollower) Next(ctx context.Context) (events.Stored, error) {
 func (f *directFollower) Close() {
 	f.once.Do(func() {
 		close(f.closed)
+		f.end()
 		if f.sub != nil {
 			_ = f.sub.Unsubscribe()
 		}
