@@ -127,7 +127,7 @@ func newStats() *cobra.Command {
 				return nil
 			}
 			var vs []api.TaskView
-			if err := cl.Call(api.OpQueue, api.QueueRequest{All: true}, &vs); err != nil {
+			if vs, err = cl.Queue(true); err != nil {
 				return err
 			}
 			sum := summarise(vs)

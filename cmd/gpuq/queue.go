@@ -92,8 +92,10 @@ func newQueue() *cobra.Command {
 				return err
 			}
 			defer done()
-			var vs []api.TaskView
-			if err := cl.Call(api.OpQueue, api.QueueRequest{All: all || filter.needsAll()}, &vs); err != nil {
+			// A page at a time (api.QueueRequest): a long queue does not
+			// fit one NATS message.
+			vs, err := cl.Queue(all || filter.needsAll())
+			if err != nil {
 				return err
 			}
 			kept := []api.TaskView{}

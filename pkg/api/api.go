@@ -79,6 +79,9 @@ type Reply struct {
 	Field    string          `json:"field,omitempty"`
 	NotFound bool            `json:"not_found,omitempty"`
 	Status   int             `json:"status,omitempty"`
+	// Next, on a page of a paginated answer (queue), is the cursor of the
+	// next page (the request's after); "" on the last page.
+	Next string `json:"next,omitempty"`
 }
 
 // SubmitReply answers a submit.
@@ -94,10 +97,25 @@ type IDRequest struct {
 	By     string `json:"by,omitempty"`
 }
 
-// QueueRequest lists tasks.
+// QueueRequest lists tasks, one page at a time: at most Limit tasks
+// (0: QueuePage; more than QueuePage: refused) and at most QueuePageBytes
+// of them, the first after the task After names (""; from the start).
+// The reply's Next is the After of the next page. A task that changes
+// group between two pages (starts, ends) may be listed twice or not at
+// all: each page is a view of the queue as it is when it is asked for.
 type QueueRequest struct {
-	All bool `json:"all,omitempty"`
+	All   bool   `json:"all,omitempty"`
+	Limit int    `json:"limit,omitempty"`
+	After string `json:"after,omitempty"`
 }
+
+// Queue pages: a page holds at most QueuePage tasks and, encoded, at most
+// QueuePageBytes (but always one task), well under NATS's default 1 MiB
+// maximum payload.
+const (
+	QueuePage      = 1000
+	QueuePageBytes = 512 << 10
+)
 
 // AmendRequest changes a queued task without losing its place.
 type AmendRequest struct {

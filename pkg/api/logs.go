@@ -59,7 +59,14 @@ func (c *Client) Logs(node string, req LogsRequest) (LogsReply, error) {
 	if to == 0 {
 		to = 10 * time.Second
 	}
-	m, err := c.request(LogsSubject(node), "logs", body, to)
+	subj := LogsSubject(node)
+	if c.Team != "" {
+		// A team's credential may not ask the agents itself: the
+		// submitter asks for it, for the team's own tasks
+		// (gpuq.api.v1.team.<team>.logs).
+		subj = Subject(c.Team, OpLogs)
+	}
+	m, err := c.request(subj, "logs", body, to)
 	if err != nil {
 		var ae *Error
 		if errors.As(err, &ae) {

@@ -55,6 +55,7 @@ import (
 	"github.com/gpuq/gpuq/pkg/auth"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
+	evjs "github.com/gpuq/gpuq/pkg/events/jetstream"
 	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/service"
 	"github.com/gpuq/gpuq/services/gpuagent/inventory"
@@ -207,6 +208,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.JobCredsTTL == 0 {
 		cfg.JobCredsTTL = DefaultJobCredsTTL
+	}
+	// An agent reads the log by direct gets and creates no consumer: its
+	// credential (which its jobs' user can read) may create none
+	// (auth.Roles).
+	if d, ok := cfg.Log.(interface{ Direct() *evjs.Log }); ok {
+		cfg.Log = d.Direct()
 	}
 	unlock, err := lockDataDir(cfg.DataDir)
 	if err != nil {

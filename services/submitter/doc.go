@@ -7,11 +7,16 @@
 //
 // The same internal operations are served two ways. Over NATS,
 // request/reply on gpuq.api.v1.<op> (queue group api.QueueGroup), ops
-// submit, show, queue, cancel, amend, checklist, checkpoint and history;
-// every answer is an api.Reply. Over HTTP, when Config.HTTPAddr is set:
+// submit, show, queue, cancel, amend, checklist, checkpoint and history,
+// and logs on the team-scoped subjects only (a team's credential may not
+// ask the agents itself; the unscoped gpuq.api.v1.logs.<node> are the
+// agents'); every answer is an api.Reply. queue answers a page
+// (api.QueueRequest: limit, after; the reply's next is the next page's
+// after). Over HTTP, when Config.HTTPAddr is set:
 //
 //	POST /v1/tasks                 submit      201, 200 for a duplicate
-//	GET  /v1/tasks[?all=true]      queue
+//	GET  /v1/tasks[?all=true]      queue       every task
+//	GET  /v1/tasks?limit=N&after=ID            a page; Link rel="next"
 //	GET  /v1/tasks/{id}            show
 //	POST /v1/tasks/{id}/cancel     cancel      body optional: {"by": "..."} (see Who acted)
 //	POST /v1/tasks/{id}/amend      amend
@@ -89,6 +94,16 @@
 // right after `submit` sees the task, on any replica of the service.
 // Records that do not decode are skipped, logged and counted; the fold still
 // advances past them.
+//
+// No request opens a JetStream consumer: show, queue and logs are answered
+// from the read model (which also keeps where each task last started),
+// history and a duplicate submission's original are read by direct gets
+// (pkg/events/jetstream: batched $JS.API.DIRECT.GET, nothing left on the
+// server) — a task's history is kept for its last sequence, so polling an
+// unchanged task reads nothing — and concurrent requests share one ask of
+// the log's last sequence. The service's one consumer is its fold's follow; when the
+// server refuses it (its consumer limit, a permission) /healthz answers
+// 503 naming why while the fold retries.
 //
 // # Writes
 //

@@ -121,7 +121,11 @@ func (s *server) guard(next http.Handler) http.Handler {
 
 func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
 	if !s.ready.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting"})
+		writeJSON(w, http.StatusServiceUnavailable, starting(s.m.problem()))
+		return
+	}
+	if err := s.m.problem(); err != nil { // e.g. the server refused its consumer
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
 		return
 	}
 	if s.health != nil {
@@ -235,6 +239,10 @@ func (s *server) httpQueue(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		all = b
+	}
+	if q := r.URL.Query(); q.Has("limit") || q.Has("after") {
+		s.httpQueuePage(w, r, all)
+		return
 	}
 	res, err := s.queue(r.Context(), all)
 	s.respond(w, "queue", res, err)

@@ -77,7 +77,7 @@ var errStop = errors.New("stop")
 // sync waits until the fold has reached the log's last sequence: every
 // write acknowledged before the call is visible afterwards.
 func (s *server) sync(ctx context.Context) error {
-	last, err := s.log.LastSeq(ctx)
+	last, err := s.lastSeq.get(ctx, s.log)
 	if err != nil {
 		return fmt.Errorf("reading the log's last sequence: %w", err)
 	}
@@ -283,27 +283,16 @@ func submitMsgIDLong(team, key string) string {
 func (s *server) submittedAt(ctx context.Context, seq uint64) (events.Submitted, error) {
 	var rec events.Record
 	found := false
-	if g, ok := s.log.(events.Getter); ok {
-		m, err := g.Get(ctx, seq)
-		if err == nil {
-			rec, err = events.Decode(m)
-		}
+	_, err := s.reads.Read(ctx, seq, "", func(m events.Stored) error {
+		r, err := events.Decode(m)
 		if err != nil {
-			return events.Submitted{}, fmt.Errorf("reading the original submission at %d: %w", seq, err)
+			return err
 		}
-		found = true
-	} else {
-		_, err := s.log.Read(ctx, seq, "", func(m events.Stored) error {
-			r, err := events.Decode(m)
-			if err != nil {
-				return err
-			}
-			rec, found = r, true
-			return errStop
-		})
-		if err != nil && !errors.Is(err, errStop) {
-			return events.Submitted{}, fmt.Errorf("reading the original submission at %d: %w", seq, err)
-		}
+		rec, found = r, true
+		return errStop
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return events.Submitted{}, fmt.Errorf("reading the original submission at %d: %w", seq, err)
 	}
 	sub, ok := rec.Event.(events.Submitted)
 	if !found || rec.Seq != seq || !ok {
@@ -321,12 +310,17 @@ func (s *server) show(ctx context.Context, id string) (api.TaskView, error) {
 		return api.TaskView{}, err
 	}
 	var (
-		v  api.TaskView
-		ok bool
+		v       api.TaskView
+		ok      bool
+		started bool    // the task has started at least once
+		at      startAt // where it last started, when the read model knows
+		known   bool
 	)
 	s.m.read(func(st *domain.State) {
 		if t := st.Tasks[id]; t != nil {
 			v, ok = view(t), true
+			started = !t.FirstStarted.IsZero()
+			at, known = s.m.starts[id]
 		}
 	})
 	if !ok {
@@ -335,8 +329,13 @@ func (s *server) show(ctx context.Context, id string) (api.TaskView, error) {
 	if err := mayTask(ctx, id, v.Team); err != nil {
 		return api.TaskView{}, err
 	}
-	if err := s.withLog(ctx, &v); err != nil {
-		return api.TaskView{}, err
+	switch {
+	case known:
+		setLog(&v, at.node, at.dir)
+	case started: // before a restored snapshot: one direct get
+		if err := s.withLog(ctx, &v); err != nil {
+			return api.TaskView{}, err
+		}
 	}
 	return v, nil
 }
@@ -647,19 +646,46 @@ func (s *server) history(ctx context.Context, id string) ([]api.HistoryEntry, er
 			return nil, err
 		}
 	}
-	out := []api.HistoryEntry{}
-	_, err := s.log.Read(ctx, 0, events.TaskSubjects(id), func(m events.Stored) error {
-		var env events.Envelope
-		if err := json.Unmarshal(m.Data, &env); err != nil || !json.Valid(env.Data) {
-			s.logger.Error().Err(err).Uint64("seq", m.Seq).Msg("history: skipping undecodable record")
-			return nil
+	var last, to uint64 // the task's last record; what the fold has seen
+	s.m.read(func(st *domain.State) {
+		if t := st.Tasks[id]; t != nil {
+			last = t.LastSeq
 		}
-		out = append(out, api.HistoryEntry{Seq: m.Seq, Type: string(env.Type), Time: env.Time, ID: env.ID,
-			CausationID: env.CausationID, Data: env.Data})
-		return nil
+		to = st.Seq
 	})
-	if err != nil {
-		return nil, err
+	return s.histories.get(id, last, func() ([]api.HistoryEntry, error) {
+		out := []api.HistoryEntry{}
+		err := s.readTo(ctx, 0, to, events.TaskSubjects(id), func(m events.Stored) error {
+			var env events.Envelope
+			if err := json.Unmarshal(m.Data, &env); err != nil || !json.Valid(env.Data) {
+				s.logger.Error().Err(err).Uint64("seq", m.Seq).Msg("history: skipping undecodable record")
+				return nil
+			}
+			out = append(out, api.HistoryEntry{Seq: m.Seq, Type: string(env.Type), Time: env.Time, ID: env.ID,
+				CausationID: env.CausationID, Data: env.Data})
+			return nil
+		})
+		return out, err
+	})
+}
+
+// readTo reads the records from sequence from up to to (which the fold
+// has reached) matching filter: by direct gets when the log can, with no
+// consumer and without asking the log for its last sequence.
+func (s *server) readTo(ctx context.Context, from, to uint64, filter string, fn func(events.Stored) error) error {
+	if r, ok := s.reads.(interface {
+		ReadTo(ctx context.Context, from, last uint64, filter string, fn func(events.Stored) error) error
+	}); ok {
+		return r.ReadTo(ctx, from, to, filter, fn)
 	}
-	return out, nil
+	_, err := s.reads.Read(ctx, from, filter, func(m events.Stored) error {
+		if m.Seq > to {
+			return errStop
+		}
+		return fn(m)
+	})
+	if errors.Is(err, errStop) {
+		return nil
+	}
+	return err
 }

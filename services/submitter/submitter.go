@@ -93,6 +93,10 @@ const (
 // server holds what the operations share.
 type server struct {
 	log         events.Log
+	reads       events.Log // log, reading by direct gets where it can (reads.go)
+	lastSeq     lastSeqFlight
+	queueCache  queueCache
+	histories   historyCache
 	nc          *nats.Conn // asks agents for task output; nil: no logs
 	limits      domain.Limits
 	now         func() time.Time
@@ -120,6 +124,7 @@ func newServer(cfg Config) *server {
 		origins:     origins,
 		natsAuth:    cfg.NATSAuth,
 		log:         cfg.Log,
+		reads:       directReads(cfg.Log),
 		nc:          cfg.NC,
 		limits:      cfg.Limits,
 		now:         now,
@@ -258,6 +263,16 @@ func Run(ctx context.Context, cfg Config) error {
 				subs = append(subs, sub)
 			}
 		}
+		// Ops answered for teams only (teamOps).
+		for _, op := range teamOps {
+			if err != nil {
+				break
+			}
+			var sub *nats.Subscription
+			if sub, err = cfg.NC.QueueSubscribe(api.TeamPrefix+"*."+op, api.QueueGroup, serve); err == nil {
+				subs = append(subs, sub)
+			}
+		}
 		if err == nil {
 			err = cfg.NC.Flush()
 		}
@@ -340,7 +355,7 @@ func (s *server) catchUp(ctx context.Context) error { return s.m.f.CatchUp(ctx, 
 // once the log present at the start has been folded.
 func (s *server) follow(ctx context.Context, caughtUp chan<- struct{}) {
 	_ = s.m.f.Run(ctx, service.Hooks{
-		Applied: func(_ *domain.State, r events.Record, _ string) { s.snaps.Saw(r) },
+		Applied: func(_ *domain.State, r events.Record, skipped string) { s.snaps.Saw(r); s.m.saw(r, skipped) },
 		CaughtUp: func(ctx context.Context) error {
 			s.m.f.Read(func(st *domain.State) { s.snaps.Take(ctx, st, nil) }) // a long fold is worth a snapshot at once
 			if caughtUp != nil {

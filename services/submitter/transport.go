@@ -154,7 +154,7 @@ func (s *server) dispatch(ctx context.Context, op string, data []byte) (res any,
 	case api.OpShow:
 		return call(data, func(r api.IDRequest) (api.TaskView, error) { return s.show(ctx, r.TaskID) })
 	case api.OpQueue:
-		return call(data, func(r api.QueueRequest) ([]api.TaskView, error) { return s.queue(ctx, r.All) })
+		return call(data, func(r api.QueueRequest) (queuePage, error) { return s.queuePaged(ctx, r) })
 	case api.OpCancel:
 		return call(data, func(r api.IDRequest) (api.TaskView, error) { return s.cancel(ctx, r) })
 	case api.OpAmend:
@@ -169,6 +169,8 @@ func (s *server) dispatch(ctx context.Context, op string, data []byte) (res any,
 		return call(data, func(struct{}) ([]api.NodeView, error) { return s.nodes(ctx) })
 	case api.OpDrain:
 		return call(data, func(r api.DrainRequest) (api.NodeView, error) { return s.drain(ctx, r, false) })
+	case api.OpLogs: // team-scoped only (teamOps)
+		return call(data, func(r api.LogsRequest) (api.LogsReply, error) { return s.logs(ctx, r) })
 	case api.OpUndrain:
 		return call(data, func(r api.DrainRequest) (api.NodeView, error) { return s.drain(ctx, r, true) })
 	}
@@ -177,10 +179,14 @@ func (s *server) dispatch(ctx context.Context, op string, data []byte) (res any,
 
 // reply builds the api.Reply of a result or an error.
 func reply(res any, err error) api.Reply {
+	next := ""
+	if p, ok := res.(queuePage); ok { // a page: its tasks, and the next's cursor
+		res, next = p.Tasks, p.Next
+	}
 	if err == nil {
 		b, merr := json.Marshal(res)
 		if merr == nil {
-			return api.Reply{Result: b}
+			return api.Reply{Result: b, Next: next}
 		}
 		err = merr
 	}
