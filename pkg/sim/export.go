@@ -88,7 +88,7 @@ func ReadExport(r io.Reader) ([]trace.Job, trace.Report, error) {
 		secs := max(1, int64(work+0.5))
 		job := trace.Job{ID: t.ID, VC: t.Team, SubmitTime: t.SubmittedAt.UTC(), Duration: time.Duration(secs) * time.Second,
 			GPUs: t.GPUs, GPUMilli: 1000, Status: string(t.State), GPUModel: t.GPUModel,
-			Class: strings.ToLower(t.Priority.String()), Estimate: time.Duration(t.Hours * float64(time.Hour)), NotPreemptible: !t.Preemptible}
+			Class: t.Priority.String(), Estimate: time.Duration(t.Hours * float64(time.Hour)), NotPreemptible: !t.Preemptible}
 		if first.IsZero() || job.SubmitTime.Before(first) {
 			first = job.SubmitTime
 		}
