@@ -623,7 +623,7 @@ func (a *Agent) signalPreempt(pr *proc, t *domain.Task, grace time.Duration) {
 		}
 	}
 	pr.signalled, pr.preempt, pr.termAt = true, true, a.cfg.Now().Add(grace)
-	_ = pr.p.SignalJob(sig)
+	_ = pr.p.Preempt(sig)
 }
 
 // fence stops every run when NATS has not taken a heartbeat for the node
@@ -710,7 +710,7 @@ func (a *Agent) stop() {
 					return false
 				}
 			}
-			_ = pr.p.SignalJob(sig)
+			_ = pr.p.Preempt(sig)
 			if wait(grace) {
 				return
 			}
