@@ -1292,6 +1292,9 @@ func (s *scan) checkpointed() (Event, bool) {
 		case "ref":
 			ok = s.text(&t, 1)
 			return 1 << 1, ok
+		case "step":
+			e.Step, ok = s.int()
+			return 1 << 2, ok
 		}
 		return 0, true
 	})
@@ -1330,11 +1333,14 @@ func (s *scan) preempted() (Event, bool) {
 			v, ok = s.int()
 			e.ExitCode = int(v)
 			return 1 << 5, ok
+		case "reason":
+			ok = s.text(&t, 2)
+			return 1 << 6, ok
 		}
 		return 0, true
 	})
 	if ok {
-		t.into(&e.TaskID, &e.Checkpoint)
+		t.into(&e.TaskID, &e.Checkpoint, &e.Reason)
 	}
 	return e, ok
 }

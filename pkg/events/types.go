@@ -124,10 +124,12 @@ type PreemptRequested struct {
 	Epoch      uint64  `json:"epoch,omitempty"` // as Dispatched.Epoch
 }
 
-// Checkpointed: the job saved a checkpoint it can resume from.
+// Checkpointed: the job saved a checkpoint it can resume from. Step is
+// the training step it holds, when the job said (0: not given).
 type Checkpointed struct {
 	TaskID string `json:"task_id"`
 	Ref    string `json:"ref"`
+	Step   int64  `json:"step,omitempty"`
 }
 
 // Preempted: the task's process has exited after a preemption request.
@@ -140,6 +142,10 @@ type Preempted struct {
 	Forced         bool    `json:"forced,omitempty"`
 	LostGPUSeconds float64 `json:"lost_gpu_seconds,omitempty"`
 	ExitCode       int     `json:"exit_code"`
+	// Reason says why the node stopped a run no preemption request of
+	// this attempt asked to stop (its agent cut off from NATS or shut
+	// down, a GPU failed); empty after a request.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Requeued: the task went back to the queue at its original place.

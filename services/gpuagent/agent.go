@@ -882,10 +882,11 @@ func (a *Agent) exited(x exit) {
 	msgID := fmt.Sprintf("exit:%s:%d", pr.task, pr.dispatch)
 	forced := pr.forced || res.Forced
 	var ev events.Event
+	preempted, why := preemptedOutcome(t, pr, res, a.gpuDied(pr))
 	switch {
-	case t.State != domain.Cancelled && (t.State == domain.Preempting || pr.preempt || res.Stopped || a.gpuDied(pr)):
+	case preempted:
 		ev = events.Preempted{TaskID: pr.task, Node: a.cfg.Node, Checkpoint: t.Checkpoint, Forced: forced,
-			LostGPUSeconds: map[bool]float64{true: a.lost(t), false: 0}[forced], ExitCode: res.ExitCode}
+			LostGPUSeconds: map[bool]float64{true: a.lost(t), false: 0}[forced], ExitCode: res.ExitCode, Reason: why}
 		msgID = fmt.Sprintf("preempted:%s:%d", pr.task, pr.dispatch)
 	case res.ExitCode == 0 && !pr.cancelled && !res.Lost:
 		ev = events.Completed{TaskID: pr.task, Node: a.cfg.Node}
