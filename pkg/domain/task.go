@@ -88,8 +88,8 @@ type Task struct {
 	PreemptFor    string
 	PreemptPolicy string
 	PreemptAt     time.Time
-	LostGPUSecs  float64
-	RunSeconds   float64 // accumulated over finished runs (preempted or ended)
+	LostGPUSecs   float64
+	RunSeconds    float64 // accumulated over finished runs (preempted or ended)
 
 	ExitCode   int
 	Error      string
