@@ -59,6 +59,7 @@ import (
 	"github.com/gpuq/gpuq/pkg/service"
 	"github.com/gpuq/gpuq/services/gpuagent/inventory"
 	"github.com/gpuq/gpuq/services/gpuagent/runner"
+	"github.com/gpuq/gpuq/services/gpuagent/tasksock"
 )
 
 // Config of one agent.
@@ -176,6 +177,7 @@ type Agent struct {
 	liveRuns []bool         // what countLive saw, for the heartbeat
 	util     map[string]int // GPU UUID → utilization %, for the heartbeat
 	fold     atomic.Pointer[service.Fold]
+	socks    *tasksock.Server // the runs' task sockets (socket.go)
 }
 
 func runKey(task string, dispatch uint64) string { return fmt.Sprintf("%s/%d", task, dispatch) }
@@ -235,6 +237,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	a := &Agent{cfg: cfg, inv: inv, st: domain.NewState(), procs: map[string]*proc{}, pending: map[string]report{},
 		exits: make(chan exit, 64), wake: make(chan struct{}, 1), boot: uuid.NewString(), reported: map[string]bool{}}
+	a.socks = tasksock.NewServer(socketBackend{a})
 	if cfg.Metrics != nil {
 		metrics.NodeFold(cfg.Metrics, "gpuagent", cfg.Node, a.fold.Load, cfg.Log.LastSeq)
 	}
@@ -364,6 +367,7 @@ func (a *Agent) run(ctx context.Context) error {
 		a.stop()
 		snaps.Final(st, nil)
 	})
+	a.socks.CloseAll()
 	return err
 }
 
@@ -427,6 +431,7 @@ func (a *Agent) adopt() {
 		}
 		a.procs[pr.key] = pr
 		a.watch(pr)
+		a.reopenSocket(pr)
 		a.cfg.Logger.Info().Str("task_id", s.TaskID).Uint64("dispatch", s.Dispatch).Int("pid", p.PID()).Bool("live", !p.Exited()).
 			Msg("gpuagent: adopted a run of an earlier agent")
 	}
@@ -624,6 +629,7 @@ func (a *Agent) signalPreempt(pr *proc, t *domain.Task, grace time.Duration) {
 	}
 	pr.signalled, pr.preempt, pr.termAt = true, true, a.cfg.Now().Add(grace)
 	_ = pr.p.Preempt(sig)
+	a.notePreempt(pr, t, grace)
 }
 
 // fence stops every run when NATS has not taken a heartbeat for the node
@@ -787,6 +793,7 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 	// 3. Start the process under its supervisor, with a credential of its
 	//    own when the node has a job signing key.
 	creds := a.jobCreds(t, runDir)
+	sock, bindSocket := a.openSocket(key, a.socketTask(t, t.DispatchSeq, pl.GPUs), runDir)
 	placements, _ := json.Marshal(t.Placements)
 	var env []string
 	for _, k := range sortedKeys(sub.Env) {
@@ -802,6 +809,7 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 		// Never the agent's own credentials (issue 15): the run's own
 		// (jobCreds), or none.
 		"GPUQ_NATS_CREDS="+creds, "GPUQ_NATS_KEY=",
+		"GPUQ_TASK_SOCKET="+sock,
 	)
 	if t.ResumeFrom != "" {
 		env = append(env, "GPUQ_RESUME_FROM="+t.ResumeFrom)
@@ -822,12 +830,14 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 			Grace: time.Duration(t.GraceS * float64(time.Second)), KillAfter: a.cfg.KillAfter}}
 	p, err := runner.Start(spec)
 	if err != nil {
+		a.socks.Close(key)
 		a.reported[key] = true
 		a.append(ctx, events.Failed{TaskID: t.ID, Node: a.cfg.Node, ExitCode: -1, Error: "could not start: " + err.Error()},
 			fmt.Sprintf("exit:%s:%d", t.ID, t.DispatchSeq))
 		_ = os.RemoveAll(runDir)
 		return
 	}
+	bindSocket(p)
 	a.cfg.Logger.Info().Str("task_id", t.ID).Str("run", runDir).Str("gpus", strings.Join(pl.GPUs, ",")).Msg("gpuagent: started")
 	pr := &proc{key: key, p: p, task: t.ID, dispatch: t.DispatchSeq, gpus: pl.GPUs}
 	a.procs[key] = pr
@@ -867,6 +877,7 @@ func (a *Agent) jobCreds(t *domain.Task, runDir string) string {
 func (a *Agent) exited(x exit) {
 	pr := a.procs[x.key]
 	delete(a.procs, x.key)
+	a.socks.Close(x.key)
 	a.countLive()
 	if pr == nil {
 		return
@@ -973,14 +984,14 @@ func (a *Agent) spooled(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		ref := strings.TrimSpace(string(b))
+		ref, step := readSpool(b)
 		t := a.st.Tasks[task]
 		if ref == "" || t == nil || !t.HoldsGPUs() || t.Checkpoint == ref {
 			_ = os.Remove(path)
 			continue
 		}
 		sum := sha256.Sum256([]byte(ref))
-		_, err = events.Append(ctx, a.cfg.Log, events.Checkpointed{TaskID: task, Ref: ref}, events.Meta{Time: a.cfg.Now()},
+		_, err = events.Append(ctx, a.cfg.Log, events.Checkpointed{TaskID: task, Ref: ref, Step: step}, events.Meta{Time: a.cfg.Now()},
 			fmt.Sprintf("ckpt:%s:%x", task, sum[:8]), nil)
 		if err != nil {
 			continue

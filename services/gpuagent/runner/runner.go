@@ -416,6 +416,24 @@ func (p *Proc) PID() int {
 	return pgid
 }
 
+// SupervisorPID is the pid of the run's supervisor, every process of the
+// task descending from it; 0 while it is not known yet, or when it is no
+// longer alive. It never waits.
+func (p *Proc) SupervisorPID() int {
+	select {
+	case <-p.ready:
+	default:
+		return 0
+	}
+	p.mu.Lock()
+	sup := p.rec.Supervisor
+	p.mu.Unlock()
+	if p.Exited() || !sup.Alive() {
+		return 0
+	}
+	return sup.PID
+}
+
 // RunDir is the run's directory.
 func (p *Proc) RunDir() string { return p.spec.RunDir }
 
