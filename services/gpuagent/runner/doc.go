@@ -21,7 +21,9 @@
 // of a shell chain never runs after it; Stop is the escalation (first
 // signal, grace, SIGTERM, SIGKILL). A command that ends by itself takes
 // what is left of its task with it; a task being stopped ends when its
-// last process ends.
+// last process ends. The supervisor records the task's processes every
+// 2 s (procs.json): should it be killed, its orphans go to init, and the
+// agent sweeps them from that record (by pid and start ticks).
 //
 // What the command runs with (GPU assignment, GPUQ_* variables, checkpoint
 // directories) is decided by the caller and passed in Spec.Env; reporting

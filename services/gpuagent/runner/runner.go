@@ -94,6 +94,9 @@ const (
 	procFile    = "proc.json"
 	exitFile    = "exit.json"
 	stoppedFile = "stopped"
+	// procsFile lists the task's processes as its supervisor last saw
+	// them (identities), for an agent to sweep when the supervisor died.
+	procsFile = "procs.json"
 	// preemptedFile holds when the preemption signal was sent (RFC 3339).
 	preemptedFile = "preempted"
 	forcedFile    = "stopped.forced"
@@ -369,6 +372,7 @@ func (p *Proc) watch() {
 			if p.rec.Job.Alive() {
 				_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
 			}
+			killRecorded(p.spec.RunDir)
 			why := "its supervisor is gone without an exit record"
 			if p.rec.Supervisor.Boot != BootID() {
 				why = "the machine rebooted while it ran"

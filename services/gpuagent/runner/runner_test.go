@@ -547,3 +547,38 @@ func TestNothingOutlivesTheJob(t *testing.T) {
 		})
 	}
 }
+
+// A supervisor killed outright leaves its task's processes to init, out
+// of its tree: the agent sweeps them from the supervisor's last record,
+// those that left the job's process group included.
+func TestSupervisorKilledStrayIsSwept(t *testing.T) {
+	old := recordEvery
+	recordEvery = 50 * time.Millisecond
+	t.Cleanup(func() { recordEvery = old })
+	dir := t.TempDir()
+	log := filepath.Join(dir, "task.log")
+	p := start(t, Spec{Dir: dir, LogPath: log,
+		Command: `setsid sh -c 'echo $$ > pid.txt; exec sleep 1000' & while [ ! -s pid.txt ]; do sleep 0.01; done; echo ready; sleep 1000`})
+	waitFile(t, log, "ready")
+	pid, err := strconv.Atoi(strings.TrimSpace(readFile(t, filepath.Join(dir, "pid.txt"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(p.RunDir(), procsFile), fmt.Sprintf(`"pid":%d,`, pid))
+	sup := p.SupervisorPID()
+	if sup <= 0 {
+		t.Fatal("no supervisor pid")
+	}
+	if err := syscall.Kill(sup, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if r := result(t, p); !r.Lost {
+		t.Errorf("Result = %+v, want Lost", r)
+	}
+	for deadline := time.Now().Add(5 * time.Second); alive(pid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("process %d that left the group outlived its killed supervisor", pid)
+		}
+	}
+}

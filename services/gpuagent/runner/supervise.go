@@ -104,6 +104,9 @@ func supervise(dir string) int {
 	if s.Fence != nil && s.Fence.AgentFile != "" && s.Fence.After > 0 {
 		go fence(dir, self, job, *s.Fence, done)
 	}
+	if subreaper {
+		go recordProcs(dir, self, done)
+	}
 	var leaderWS, lastWS syscall.WaitStatus
 	var werr error
 	if subreaper {

@@ -1,11 +1,14 @@
 package runner
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // A task is every process its supervisor's `sh -c` started, wherever they
@@ -144,4 +147,50 @@ func signalTask(sup Identity, leader Identity, sig syscall.Signal) error {
 		return os.ErrProcessDone
 	}
 	return nil
+}
+
+// recordEvery is how often a supervisor records its task's processes.
+var recordEvery = 2 * time.Second
+
+// recordProcs keeps procs.json, the identities of the task's processes
+// (the supervisor's descendants), current until done: should the
+// supervisor be killed, its orphans go to init, out of the process tree,
+// and the agent sweeps them from this record (killRecorded).
+func recordProcs(dir string, self Identity, done <-chan struct{}) {
+	path := filepath.Join(dir, procsFile)
+	var last string
+	t := time.NewTicker(recordEvery)
+	defer t.Stop()
+	for {
+		var ids []Identity
+		for _, p := range descendants(self.PID) {
+			if st := startTicks(p.pid); st != 0 {
+				ids = append(ids, Identity{PID: p.pid, Start: st, Boot: self.Boot})
+			}
+		}
+		if b, err := json.Marshal(ids); err == nil && string(b) != last {
+			if writeJSON(path, ids) == nil {
+				last = string(b)
+			}
+		}
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// killRecorded kills every process of the run's last record that still
+// runs (the same pid, start ticks and boot: never a reused pid).
+func killRecorded(dir string) {
+	var ids []Identity
+	if readJSON(filepath.Join(dir, procsFile), &ids) != nil {
+		return
+	}
+	for _, id := range ids {
+		if id.Alive() {
+			_ = syscall.Kill(id.PID, syscall.SIGKILL)
+		}
+	}
 }
