@@ -156,3 +156,68 @@ func TestTaskSocket(t *testing.T) {
 
 // dtGrace is the grace domaintest's tasks get.
 const dtGrace = 120.0
+
+// TestPythonClient: a job using the Python client (python/gpuq) against a
+// real agent learns of its preemption through the socket, with its
+// deadline and preemptor, reports its checkpoint with its step and exits 0:
+// the task is preempted and resumes from that checkpoint.
+func TestPythonClient(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no python3")
+	}
+	root, err := filepath.Abs("../../python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newNode(t)
+	out := t.TempDir()
+	n.start(false)
+	script := `import gpuq, json, sys, time
+task = gpuq.current()
+open("` + out + `/ready", "w").close()
+while not task.should_checkpoint():
+    time.sleep(0.01)  # one training step
+p = task.preemption
+path = task.checkpoint_dir + "/step-5"
+open(path, "w").write("weights")
+r = task.checkpoint_committed(path, step=5)
+json.dump({"reason": p.reason, "by_task": p.by_task, "left": p.seconds_left(), "seq": r.get("seq")}, open("` + out + `/seen", "w"))
+sys.exit(0)`
+	n.run("t1", "cd /tmp && PYTHONPATH="+root+" python3 -c '"+script+"'", 0)
+	n.waitState("t1", domain.Running, 10*time.Second)
+	waitFile(t, filepath.Join(out, "ready"), 10*time.Second)
+	n.append(events.Submitted{TaskID: "crit", Name: "crit", Team: "vision", Priority: "critical", GPUs: 1, Hours: 1, Hypothesis: "h", Command: "true",
+		SubmittedAt: time.Now()})
+	n.append(events.PreemptRequested{TaskID: "t1", For: "crit", Policy: "priority", Reason: "crit waits", GraceS: 120, BasedOnSeq: n.fold().Seq})
+	for deadline := time.Now().Add(20 * time.Second); n.count("t1", events.TypePreempted) == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not preempted: %s", n.types("t1"))
+		}
+	}
+	task := n.fold().Tasks["t1"]
+	b := waitFile(t, filepath.Join(out, "seen"), 5*time.Second)
+	var got map[string]any
+	if err := json.Unmarshal([]byte(b), &got); err != nil {
+		t.Fatalf("%q: %v", b, err)
+	}
+	if got["reason"] != "crit waits" || got["by_task"] != "crit" || got["seq"] == nil {
+		t.Errorf("the job saw %v", got)
+	}
+	if left, _ := got["left"].(float64); left < 100 || left > 120 {
+		t.Errorf("seconds left %v, want about 120", got["left"])
+	}
+	if task.Checkpoint != filepath.Join(n.dir, "ckpt", "t1", "step-5") || task.CheckpointStep != 5 {
+		t.Errorf("checkpoint %q step %d", task.Checkpoint, task.CheckpointStep)
+	}
+	if n.count("t1", events.TypePreempted) != 1 {
+		t.Errorf("history: %s", n.types("t1"))
+	}
+	// The shell (cd …&& python3) died of the signal; the job's status is
+	// its last process's, the client's exit 0.
+	_, _ = events.ReadAll(context.Background(), n.log, 1, events.TaskSubjects("t1"), func(r events.Record) error {
+		if p, ok := r.Event.(events.Preempted); ok && (p.ExitCode != 0 || p.Forced) {
+			t.Errorf("preempted %+v, want exit 0, not forced", p)
+		}
+		return nil
+	})
+}
