@@ -2,6 +2,7 @@ package gpuagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -120,8 +121,10 @@ func (b socketBackend) Checkpoint(ctx context.Context, task tasksock.Task, c tas
 	a := b.a
 	out := tasksock.Committed{TaskID: task.ID, Ref: c.Ref, Step: c.Step}
 	var refuse error
+	fenced := false
 	if f := a.fold.Load(); f != nil {
 		f.Read(func(st *domain.State) {
+			fenced = a.fenced
 			t := st.Tasks[task.ID]
 			switch {
 			case t == nil:
@@ -134,12 +137,18 @@ func (b socketBackend) Checkpoint(ctx context.Context, task tasksock.Task, c tas
 	if refuse != nil {
 		return out, refuse
 	}
-	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	ack, err := events.Append(actx, a.cfg.Log, events.Checkpointed{TaskID: task.ID, Ref: c.Ref, Step: c.Step}, events.Meta{Time: a.cfg.Now()}, "", nil)
-	if err == nil {
-		out.Seq = ack.Seq
-		return out, nil
+	err := errors.New("the node is cut off from NATS")
+	if !fenced {
+		// Cut off for less than the node timeout, the append waits at most
+		// 5 s before the checkpoint goes to the spool.
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		var ack events.Ack
+		ack, err = events.Append(actx, a.cfg.Log, events.Checkpointed{TaskID: task.ID, Ref: c.Ref, Step: c.Step}, events.Meta{Time: a.cfg.Now()}, "", nil)
+		if err == nil {
+			out.Seq = ack.Seq
+			return out, nil
+		}
 	}
 	if serr := spoolCheckpoint(filepath.Join(a.cfg.CheckpointRoot, task.ID), c.Ref, c.Step); serr != nil {
 		return out, fmt.Errorf("the log refused it (%v) and the spool too: %w", err, serr)

@@ -46,7 +46,7 @@ func call(t *testing.T, c *http.Client, method, path, body string) (int, map[str
 // probe is a job that writes its socket's path, then asks the socket at
 // $TARGET (its own when unset) for its task from inside the job and
 // writes the status it got, then sleeps.
-const probe = `echo -n "$GPUQ_TASK_SOCKET" > "$OUT/sock.$GPUQ_TASK_ID"
+const probe = `echo -n "$GPUQ_TASK_SOCKET" > "$OUT/tmp.$GPUQ_TASK_ID" && mv "$OUT/tmp.$GPUQ_TASK_ID" "$OUT/sock.$GPUQ_TASK_ID"
 while [ -n "$TARGET_FILE" ] && [ ! -s "$TARGET_FILE" ]; do sleep 0.05; done
 target=$GPUQ_TASK_SOCKET; [ -n "$TARGET_FILE" ] && target=$(cat "$TARGET_FILE")
 python3 - "$target" > "$OUT/status.$GPUQ_TASK_ID" <<'PY'
@@ -220,4 +220,31 @@ sys.exit(0)`
 		}
 		return nil
 	})
+}
+
+// TestSocketWhileCutOff: cut off from NATS, the node still answers the
+// job's socket, with the preemption its fence sent, and keeps a checkpoint
+// in the spool (with its step) for the log.
+func TestSocketWhileCutOff(t *testing.T) {
+	n := newNode(t)
+	n.timeout = 1500 * time.Millisecond
+	out := t.TempDir()
+	n.start(false)
+	n.run("t1", `echo -n "$GPUQ_TASK_SOCKET" > `+out+`/tmp && mv `+out+`/tmp `+out+`/sock; trap 'touch `+out+`/sig' USR1; while [ ! -f `+out+`/done ]; do sleep 0.05; done`, 0)
+	n.waitState("t1", domain.Running, 10*time.Second)
+	path := waitFile(t, filepath.Join(out, "sock"), 10*time.Second)
+	n.srv.Shutdown() // heartbeats fail from now on
+	n.natsOff = true
+	waitFile(t, filepath.Join(out, "sig"), 15*time.Second)
+	defer os.WriteFile(filepath.Join(out, "done"), nil, 0o644)
+	c := sockClient(path)
+	if s, got := call(t, c, "GET", "/v1/preemption", ""); s != 200 || got["requested"] != true || got["policy"] != "fence" || got["deadline"] == nil {
+		t.Errorf("GET /v1/preemption while cut off = %d %v", s, got)
+	}
+	if s, got := call(t, c, "POST", "/v1/checkpoint", `{"ref": "/c/9", "step": 9}`); s != 202 || got["spooled"] != true {
+		t.Errorf("POST /v1/checkpoint while cut off = %d %v", s, got)
+	}
+	if b, err := os.ReadFile(filepath.Join(n.dir, "ckpt", "t1", pendingRefFile)); string(b) != "/c/9\nstep 9\n" {
+		t.Errorf("spool = %q (%v)", b, err)
+	}
 }
