@@ -252,6 +252,17 @@ func (s *State) Apply(r events.Record) (skipped string) {
 			return s.ignore("checkpointed: task is " + string(t.State) + "; a checkpoint is accepted only while it runs")
 		}
 		t.Checkpoint, t.CheckpointAt, t.CheckpointStep = e.Ref, at, e.Step
+	case events.ProgressReported:
+		if t.State != Running && t.State != Preempting {
+			return s.ignore("progress_reported: task is " + string(t.State) + ", not running")
+		}
+		if why := s.fromNode(t, "progress_reported", e.Node); why != "" {
+			return why
+		}
+		if !(e.Fraction >= 0 && e.Fraction <= 1) || e.Step < 0 || e.Total < 0 || (e.Total > 0 && e.Step > e.Total) {
+			return s.ignore(fmt.Sprintf("progress_reported: step %d of %d, fraction %v out of range", e.Step, e.Total, e.Fraction))
+		}
+		t.ProgressStep, t.ProgressTotal, t.ProgressFraction, t.ProgressAt = e.Step, e.Total, e.Fraction, at
 	case events.Preempted:
 		if !t.HoldsGPUs() {
 			return s.ignore("preempted: task holds no GPUs (a duplicate or a stray report)")

@@ -88,8 +88,13 @@ type Task struct {
 	PreemptFor    string
 	PreemptPolicy string
 	PreemptAt     time.Time
-	LostGPUSecs   float64
-	RunSeconds    float64 // accumulated over finished runs (preempted or ended)
+	// Progress is the latest progress its job reported (progress_reported;
+	// ProgressAt zero: none).
+	ProgressStep, ProgressTotal int64
+	ProgressFraction            float64
+	ProgressAt                  time.Time
+	LostGPUSecs                 float64
+	RunSeconds                  float64 // accumulated over finished runs (preempted or ended)
 
 	ExitCode   int
 	Error      string

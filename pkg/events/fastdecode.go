@@ -274,6 +274,8 @@ func wireType(b []byte) Type {
 		return TypeCompleted
 	case "failed":
 		return TypeFailed
+	case "progress_reported":
+		return TypeProgressReported
 	case "available":
 		return TypeAvailable
 	case "unhealthy":
@@ -965,6 +967,8 @@ func (s *scan) payload(t Type) (Event, bool) {
 		return s.completed()
 	case TypeFailed:
 		return s.failed()
+	case TypeProgressReported:
+		return s.progressReported()
 	case TypeAvailable:
 		return s.available()
 	case TypeUnhealthy:
@@ -1427,6 +1431,39 @@ func (s *scan) failed() (Event, bool) {
 	})
 	if ok {
 		t.into(&e.TaskID, &e.Error, &e.StderrTail)
+	}
+	return e, ok
+}
+
+var progressReportedKeys = wireNames[ProgressReported]()
+
+func (s *scan) progressReported() (Event, bool) {
+	var (
+		e ProgressReported
+		t texts
+	)
+	ok := s.members(progressReportedKeys, func(k []byte) (bit uint32, ok bool) {
+		switch string(k) {
+		case "task_id":
+			ok = s.text(&t, 0)
+			return 1 << 0, ok
+		case "node":
+			e.Node, ok = s.str(true)
+			return 1 << 1, ok
+		case "step":
+			e.Step, ok = s.int()
+			return 1 << 2, ok
+		case "total":
+			e.Total, ok = s.int()
+			return 1 << 3, ok
+		case "fraction":
+			e.Fraction, ok = s.float()
+			return 1 << 4, ok
+		}
+		return 0, true
+	})
+	if ok {
+		t.into(&e.TaskID)
 	}
 	return e, ok
 }

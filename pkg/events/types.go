@@ -19,6 +19,7 @@ const (
 	TypeRequeued         Type = "requeued"
 	TypeCompleted        Type = "completed"
 	TypeFailed           Type = "failed"
+	TypeProgressReported Type = "progress_reported"
 )
 
 // Node events, on gpuq.node.<node>.<type>.
@@ -172,6 +173,18 @@ type Failed struct {
 	StderrTail string `json:"stderr_tail,omitempty"`
 }
 
+// ProgressReported: the job reported its progress through its task socket;
+// the agent of its node records it when it moved, at most once per
+// interval (--progress-every). Step of Total, or a Fraction in [0, 1]
+// alone; Fraction is always set.
+type ProgressReported struct {
+	TaskID   string  `json:"task_id"`
+	Node     string  `json:"node"`
+	Step     int64   `json:"step,omitempty"`
+	Total    int64   `json:"total,omitempty"`
+	Fraction float64 `json:"fraction"`
+}
+
 // GPU is one device of a node's inventory, as NVML reports it.
 type GPU struct {
 	UUID      string `json:"uuid"`
@@ -234,6 +247,7 @@ func (Preempted) EventType() Type        { return TypePreempted }
 func (Requeued) EventType() Type         { return TypeRequeued }
 func (Completed) EventType() Type        { return TypeCompleted }
 func (Failed) EventType() Type           { return TypeFailed }
+func (ProgressReported) EventType() Type { return TypeProgressReported }
 func (Available) EventType() Type        { return TypeAvailable }
 func (Unhealthy) EventType() Type        { return TypeUnhealthy }
 func (Drained) EventType() Type          { return TypeDrained }
@@ -252,6 +266,7 @@ func (e Preempted) Key() string        { return e.TaskID }
 func (e Requeued) Key() string         { return e.TaskID }
 func (e Completed) Key() string        { return e.TaskID }
 func (e Failed) Key() string           { return e.TaskID }
+func (e ProgressReported) Key() string { return e.TaskID }
 func (e Available) Key() string        { return e.Node }
 func (e Unhealthy) Key() string        { return e.Node }
 func (e Drained) Key() string          { return e.Node }

@@ -96,6 +96,11 @@ type Config struct {
 	Heartbeat time.Duration
 	// KillAfter is the wait between SIGTERM and SIGKILL (default 10 s).
 	KillAfter time.Duration
+	// ProgressEvery: a job's progress (its task socket's POST
+	// /v1/progress) is recorded in the log when it moved, at most once per
+	// ProgressEvery per task (default 10 s; negative: never, kept in
+	// memory only).
+	ProgressEvery time.Duration
 	// NodeTimeout is the scheduler's: cut off from NATS this long, the
 	// agent stops its tasks, and gone this long, the supervisors stop
 	// them (default 30 s).
@@ -125,20 +130,22 @@ var criticalXid = map[uint64]bool{48: true, 63: true, 64: true, 74: true, 79: tr
 
 // proc is one run of a task on this node (this agent's or adopted).
 type proc struct {
-	key       string // runKey(task, dispatch)
-	p         *runner.Proc
-	task      string
-	dispatch  uint64
-	gpus      []string
-	adopted   bool
-	orphan    bool // the log no longer places the run here: stop, report nothing
-	signalled bool
-	termAt    time.Time // when to send SIGTERM (grace over)
-	killAt    time.Time // when to send SIGKILL
-	forced    bool
-	cancelled bool
-	preempt   bool
-	fenced    bool // stopped because the agent lost NATS
+	key              string // runKey(task, dispatch)
+	p                *runner.Proc
+	task             string
+	dispatch         uint64
+	gpus             []string
+	adopted          bool
+	orphan           bool // the log no longer places the run here: stop, report nothing
+	signalled        bool
+	progress         time.Time // when the last progress recorded was reported (socket.go)
+	progressAppended time.Time // when it was appended
+	termAt           time.Time // when to send SIGTERM (grace over)
+	killAt           time.Time // when to send SIGKILL
+	forced           bool
+	cancelled        bool
+	preempt          bool
+	fenced           bool // stopped because the agent lost NATS
 }
 
 // live reports whether the run's process still holds its GPUs.
@@ -194,6 +201,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.KillAfter == 0 {
 		cfg.KillAfter = 10 * time.Second
+	}
+	if cfg.ProgressEvery == 0 {
+		cfg.ProgressEvery = 10 * time.Second
 	}
 	if cfg.NodeTimeout == 0 {
 		cfg.NodeTimeout = 30 * time.Second
@@ -341,6 +351,7 @@ func (a *Agent) run(ctx context.Context) error {
 					}
 				}
 				a.flush(ctx)
+				a.recordProgress(ctx)
 				a.fence()
 				a.escalate()
 				if now := a.cfg.Now(); now.Sub(lastAnnounce) >= a.cfg.Heartbeat && !a.fenced {

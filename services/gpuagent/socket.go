@@ -188,3 +188,41 @@ func readSpool(b []byte) (ref string, step int64) {
 	}
 	return ref, step
 }
+
+// recordProgress appends the progress jobs reported through their sockets:
+// for each live run whose progress moved since it was last recorded, at
+// most once per ProgressEvery. Cut off from NATS, nothing is appended (the
+// latest stays in memory and is recorded once NATS is back).
+func (a *Agent) recordProgress(ctx context.Context) {
+	if a.cfg.ProgressEvery < 0 || a.fenced {
+		return
+	}
+	now := a.cfg.Now()
+	for _, pr := range a.procs {
+		if !pr.live() || now.Sub(pr.progressAppended) < a.cfg.ProgressEvery {
+			continue
+		}
+		k := a.socks.Get(pr.key)
+		if k == nil {
+			continue
+		}
+		p, ok := k.Progress()
+		if !ok || !p.At.After(pr.progress) {
+			continue
+		}
+		if t, placed := a.placedHere(pr.task, pr.dispatch); !placed || (t.State != domain.Running && t.State != domain.Preempting) {
+			continue
+		}
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := events.Append(actx, a.cfg.Log, events.ProgressReported{TaskID: pr.task, Node: a.cfg.Node, Step: p.Step, Total: p.Total, Fraction: p.Fraction},
+			events.Meta{Time: now}, "", nil)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				a.cfg.Logger.Warn().Err(err).Str("task_id", pr.task).Msg("gpuagent: could not record the job's progress; will retry")
+			}
+			return
+		}
+		pr.progress, pr.progressAppended = p.At, now
+	}
+}

@@ -248,3 +248,31 @@ func TestSocketWhileCutOff(t *testing.T) {
 		t.Errorf("spool = %q (%v)", b, err)
 	}
 }
+
+// TestProgressRecorded: a job's progress through its socket reaches the
+// log when it moved, at most once per ProgressEvery.
+func TestProgressRecorded(t *testing.T) {
+	n := newNode(t)
+	out := t.TempDir()
+	n.start(false)
+	n.run("t1", `echo -n "$GPUQ_TASK_SOCKET" > `+out+`/tmp && mv `+out+`/tmp `+out+`/sock; sleep 30`, 0)
+	n.waitState("t1", domain.Running, 10*time.Second)
+	c := sockClient(waitFile(t, filepath.Join(out, "sock"), 10*time.Second))
+	if s, got := call(t, c, "POST", "/v1/progress", `{"step": 300, "total": 1200}`); s != 200 {
+		t.Fatalf("POST /v1/progress = %d %v", s, got)
+	}
+	for deadline := time.Now().Add(10 * time.Second); n.fold().Tasks["t1"].ProgressFraction != 0.25; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("progress not recorded: %s", n.types("t1"))
+		}
+	}
+	// Within the interval (10 s), a new report stays in memory only.
+	call(t, c, "POST", "/v1/progress", `{"fraction": 0.5}`)
+	time.Sleep(time.Second)
+	if got := n.count("t1", events.TypeProgressReported); got != 1 {
+		t.Errorf("%d progress_reported within the interval, want 1", got)
+	}
+	if s, got := call(t, c, "GET", "/v1/progress", ""); s != 200 || got["fraction"] != 0.5 {
+		t.Errorf("GET /v1/progress = %d %v", s, got)
+	}
+}
