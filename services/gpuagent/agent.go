@@ -130,22 +130,21 @@ var criticalXid = map[uint64]bool{48: true, 63: true, 64: true, 74: true, 79: tr
 
 // proc is one run of a task on this node (this agent's or adopted).
 type proc struct {
-	key              string // runKey(task, dispatch)
-	p                *runner.Proc
-	task             string
-	dispatch         uint64
-	gpus             []string
-	adopted          bool
-	orphan           bool // the log no longer places the run here: stop, report nothing
-	signalled        bool
-	progress         time.Time // when the last progress recorded was reported (socket.go)
-	progressAppended time.Time // when it was appended
-	termAt           time.Time // when to send SIGTERM (grace over)
-	killAt           time.Time // when to send SIGKILL
-	forced           bool
-	cancelled        bool
-	preempt          bool
-	fenced           bool // stopped because the agent lost NATS
+	key       string // runKey(task, dispatch)
+	p         *runner.Proc
+	task      string
+	dispatch  uint64
+	gpus      []string
+	adopted   bool
+	orphan    bool // the log no longer places the run here: stop, report nothing
+	signalled bool
+	termAt    time.Time // when to send SIGTERM (grace over)
+	killAt    time.Time // when to send SIGKILL
+	forced    bool
+	cancelled bool
+	preempt   bool
+	fenced    bool         // stopped because the agent lost NATS
+	progress  progressMark // the job's progress last recorded (socket.go)
 }
 
 // live reports whether the run's process still holds its GPUs.

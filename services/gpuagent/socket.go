@@ -189,6 +189,10 @@ func readSpool(b []byte) (ref string, step int64) {
 	return ref, step
 }
 
+// progressMark is a run's progress last recorded: when its job reported it,
+// and when it was appended.
+type progressMark struct{ reported, appended time.Time }
+
 // recordProgress appends the progress jobs reported through their sockets:
 // for each live run whose progress moved since it was last recorded, at
 // most once per ProgressEvery. Cut off from NATS, nothing is appended (the
@@ -199,7 +203,7 @@ func (a *Agent) recordProgress(ctx context.Context) {
 	}
 	now := a.cfg.Now()
 	for _, pr := range a.procs {
-		if !pr.live() || now.Sub(pr.progressAppended) < a.cfg.ProgressEvery {
+		if !pr.live() || now.Sub(pr.progress.appended) < a.cfg.ProgressEvery {
 			continue
 		}
 		k := a.socks.Get(pr.key)
@@ -207,7 +211,7 @@ func (a *Agent) recordProgress(ctx context.Context) {
 			continue
 		}
 		p, ok := k.Progress()
-		if !ok || !p.At.After(pr.progress) {
+		if !ok || !p.At.After(pr.progress.reported) {
 			continue
 		}
 		if t, placed := a.placedHere(pr.task, pr.dispatch); !placed || (t.State != domain.Running && t.State != domain.Preempting) {
@@ -223,6 +227,6 @@ func (a *Agent) recordProgress(ctx context.Context) {
 			}
 			return
 		}
-		pr.progress, pr.progressAppended = p.At, now
+		pr.progress = progressMark{reported: p.At, appended: now}
 	}
 }
