@@ -169,7 +169,8 @@ func recordProcs(dir string, self Identity, done <-chan struct{}) {
 			}
 		}
 		if b, err := json.Marshal(ids); err == nil && string(b) != last {
-			if writeJSON(path, ids) == nil {
+			// No fsync: the record matters only while this boot lasts.
+			if os.WriteFile(path+".tmp", b, 0o644) == nil && os.Rename(path+".tmp", path) == nil {
 				last = string(b)
 			}
 		}
