@@ -15,7 +15,7 @@ HTTP ?= 127.0.0.1:8180
 AUTH ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test test-race test-faults test-hostile fuzz lint bench contract check-metrics compose-up compose-down compose-smoke test-compose images clean
+.PHONY: help build run test test-race test-python test-faults test-hostile fuzz lint bench contract check-metrics compose-up compose-down compose-smoke test-compose images clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -32,8 +32,12 @@ build: ## Build bin/gpuq
 run: build ## Start gpuq dev and submit a small demo (Ctrl-C stops it)
 	@scripts/demo.sh "$(DATA)" "$(NATS_PORT)" "$(HTTP)" "$(AUTH)"
 
-test: ## Run every module's tests
+test: ## Run every module's tests (and the Python client's)
 	$(GO) test -count=1 -timeout 15m $(PKGS)
+	$(MAKE) --no-print-directory test-python
+
+test-python: ## The Python client's tests (python/, standard library only)
+	python3 -m unittest discover -s python/tests
 
 test-race: ## Run every module's tests with the race detector
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)

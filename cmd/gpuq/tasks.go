@@ -473,8 +473,9 @@ func newChecklist() *cobra.Command {
 func newCheckpoint() *cobra.Command {
 	var f clientFlags
 	var ref, task string
+	var step int64
 	c := &cobra.Command{
-		Use:   "checkpoint --ref REF",
+		Use:   "checkpoint --ref REF [--step N]",
 		Short: "Report a saved checkpoint (from inside a job: task from GPUQ_TASK_ID)",
 		Long: "Report a saved checkpoint (from inside a job: task from GPUQ_TASK_ID).\n\n" +
 			"The submitter records it only while the task is running or preempting;\n" +
@@ -482,7 +483,11 @@ func newCheckpoint() *cobra.Command {
 			"Inside a job on a server with credentials (gpuq auth init), GPUQ_NATS_CREDS\n" +
 			"is the run's own credential: the request goes to the job API of that run\n" +
 			"(gpuq.api.v1.job.<node>.<task>.<run>.checkpoint), the only one it may use.\n" +
-			"When NATS cannot be reached the ref is kept for the node's agent to report.",
+			"When NATS cannot be reached the ref is kept for the node's agent to report.\n\n" +
+			"Inside a job with a task socket (GPUQ_TASK_SOCKET), the checkpoint of its own\n" +
+			"task goes through the socket to the node's agent: no NATS credential is needed,\n" +
+			"and the agent keeps it while NATS is out of reach. Without a reachable socket\n" +
+			"it goes over NATS as above.",
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return invalid("ref", fmt.Sprintf("give it with --ref; checkpoint takes no arguments (got %q)", args))
@@ -508,9 +513,21 @@ func newCheckpoint() *cobra.Command {
 			if !events.ValidKey(task) {
 				return invalid("task", "must not contain spaces, '.', '*' or '>'")
 			}
-			req := api.CheckpointRequest{TaskID: task, Ref: ref}
+			req := api.CheckpointRequest{TaskID: task, Ref: ref, Step: step}
 			if err := req.Validate(); err != nil {
 				return &exitError{exitInvalid, err}
+			}
+			if out, ok, err := checkpointViaSocket(req); ok || err != nil {
+				if err != nil {
+					return err
+				}
+				if f.json {
+					return printJSON(os.Stdout, out)
+				}
+				if out["spooled"] == true {
+					fmt.Fprintf(c.ErrOrStderr(), "gpuq: %v\n", out["note"])
+				}
+				return nil
 			}
 			cl, done, err := f.client()
 			if err != nil {
@@ -533,6 +550,7 @@ func newCheckpoint() *cobra.Command {
 	}
 	f.add(c)
 	c.Flags().StringVar(&ref, "ref", "", "checkpoint reference (a path or URI)")
+	c.Flags().Int64Var(&step, "step", 0, "the training step the checkpoint holds (0: not given)")
 	c.Flags().StringVar(&task, "task", "", "task id (default $GPUQ_TASK_ID)")
 	return c
 }

@@ -138,6 +138,8 @@ type ChecklistRequest struct {
 type CheckpointRequest struct {
 	TaskID string `json:"task_id"`
 	Ref    string `json:"ref"`
+	// Step is the training step the checkpoint holds (0: not given).
+	Step int64 `json:"step,omitempty"`
 }
 
 // MaxCheckpointRef bounds CheckpointRequest.Ref, in bytes (Linux's PATH_MAX).
@@ -152,6 +154,9 @@ func (r CheckpointRequest) Validate() error {
 	}
 	if len(r.Ref) > MaxCheckpointRef {
 		return &domain.FieldError{Field: "ref", Rule: fmt.Sprintf("must be at most %d bytes (got %d)", MaxCheckpointRef, len(r.Ref))}
+	}
+	if r.Step < 0 {
+		return &domain.FieldError{Field: "step", Rule: fmt.Sprintf("must be at least 0 (got %d)", r.Step)}
 	}
 	for i, c := range r.Ref {
 		if unicode.IsControl(c) {

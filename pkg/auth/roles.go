@@ -210,10 +210,10 @@ func Roles(teams, nodes []string) []Role {
 	}
 	for _, n := range nodes {
 		rs = append(rs, Role{Name: "agent-" + n, Responses: true,
-			Doc: "the agent of node " + n + ": reads the log by direct gets (no consumer); its own node's available/unhealthy and heartbeat; started, checkpointed, preempted, completed, failed (the fold accepts them only for tasks placed on " + n + "); answers log requests for " + n + "; keeps its snapshots",
+			Doc: "the agent of node " + n + ": reads the log by direct gets (no consumer); its own node's available/unhealthy and heartbeat; started, checkpointed, preempted, completed, failed, progress_reported (the fold accepts them only for tasks placed on " + n + "); answers log requests for " + n + "; keeps its snapshots",
 			PubAllow: cat(readDirect(stream), createStream(stream),
 				nodeEvents(n, events.TypeAvailable, events.TypeUnhealthy),
-				taskEvents(events.TypeStarted, events.TypeCheckpointed, events.TypePreempted, events.TypeCompleted, events.TypeFailed),
+				taskEvents(events.TypeStarted, events.TypeCheckpointed, events.TypePreempted, events.TypeCompleted, events.TypeFailed, events.TypeProgressReported),
 				[]string{"$JS.API.STREAM.INFO." + kv(events.HeartbeatBucket)}, createStream(kv(events.HeartbeatBucket)),
 				[]string{"$KV." + events.HeartbeatBucket + "." + n}, snapshotStore(events.SnapshotBucketOf("agent_"+n))),
 			SubAllow: cat([]string{apiPrefix + "logs." + n}, followWake)})

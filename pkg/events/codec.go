@@ -36,6 +36,7 @@ var taskTypes = map[Type]func() Event{
 	TypeRequeued:         func() Event { return &Requeued{} },
 	TypeCompleted:        func() Event { return &Completed{} },
 	TypeFailed:           func() Event { return &Failed{} },
+	TypeProgressReported: func() Event { return &ProgressReported{} },
 }
 
 var nodeTypes = map[Type]func() Event{
@@ -49,7 +50,7 @@ var nodeTypes = map[Type]func() Event{
 // TaskTypes and NodeTypes list every wire name, in catalogue order.
 var (
 	TaskTypes = []Type{TypeSubmitted, TypeAmended, TypeCancelled, TypeChecklistUpdated, TypeDispatched, TypeStarted,
-		TypePreemptRequested, TypeCheckpointed, TypePreempted, TypeRequeued, TypeCompleted, TypeFailed}
+		TypePreemptRequested, TypeCheckpointed, TypePreempted, TypeRequeued, TypeCompleted, TypeFailed, TypeProgressReported}
 	NodeTypes = []Type{TypeAvailable, TypeUnhealthy, TypeDrained, TypeLost, TypeUndrained}
 )
 
@@ -309,6 +310,8 @@ func deref(e Event) Event {
 	case *Completed:
 		return *v
 	case *Failed:
+		return *v
+	case *ProgressReported:
 		return *v
 	case *Available:
 		return *v

@@ -32,6 +32,7 @@ func TestWireNames(t *testing.T) {
 		"Requeued":         {events.TypeRequeued, "requeued"},
 		"Completed":        {events.TypeCompleted, "completed"},
 		"Failed":           {events.TypeFailed, "failed"},
+		"ProgressReported": {events.TypeProgressReported, "progress_reported"},
 		"Available":        {events.TypeAvailable, "available"},
 		"Unhealthy":        {events.TypeUnhealthy, "unhealthy"},
 		"Drained":          {events.TypeDrained, "drained"},
@@ -91,7 +92,7 @@ func TestEventTypeMethods(t *testing.T) {
 // only at the end) and split task from node types.
 func TestCatalogue(t *testing.T) {
 	wantTask := []events.Type{"submitted", "amended", "cancelled", "checklist_updated", "dispatched", "started",
-		"preempt_requested", "checkpointed", "preempted", "requeued", "completed", "failed"}
+		"preempt_requested", "checkpointed", "preempted", "requeued", "completed", "failed", "progress_reported"}
 	wantNode := []events.Type{"available", "unhealthy", "drained", "lost", "undrained"}
 	if diff := cmp.Diff(wantTask, events.TaskTypes); diff != "" {
 		t.Errorf("TaskTypes (-want +got):\n%s", diff)

@@ -618,7 +618,7 @@ func (s *server) checkpoint(ctx context.Context, req api.CheckpointRequest) (api
 			return decision{}, err
 		}
 		state = t.State
-		return decision{events.Checkpointed{TaskID: t.ID, Ref: req.Ref}, expectTask(t)}, nil
+		return decision{events.Checkpointed{TaskID: t.ID, Ref: req.Ref, Step: req.Step}, expectTask(t)}, nil
 	})
 	if err != nil {
 		return api.CheckpointReply{}, err

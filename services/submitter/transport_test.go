@@ -267,7 +267,9 @@ func checkpointCases() map[string]checkpointCase {
 		"empty ref":          {setup: toRunning, body: `{"ref": ""}`, wantStatus: 400, wantField: "ref"},
 		"no ref":             {setup: toRunning, body: `{}`, wantStatus: 400, wantField: "ref"},
 		"ref not a string":   {setup: toRunning, body: `{"ref": 7}`, wantStatus: 400, wantField: "ref"},
-		"unknown field":      {setup: toRunning, body: `{"ref": "/c", "step": 7}`, wantStatus: 400, wantField: "body"},
+		"unknown field":      {setup: toRunning, body: `{"ref": "/c", "steps": 7}`, wantStatus: 400, wantField: "body"},
+		"with its step":      {setup: toRunning, body: `{"ref": "/ckpt/step-7", "step": 7}`, wantStatus: 200, wantState: "running", wantEvents: 1},
+		"negative step":      {setup: toRunning, body: `{"ref": "/c", "step": -1}`, wantStatus: 400, wantField: "step"},
 	}
 }
 
