@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/rs/zerolog"
@@ -20,6 +22,8 @@ func newBench() *cobra.Command {
 		asJSON, quick bool
 		dir           string
 		logEvents     int
+		only          []string
+		adv           bench.AdvisorOptions
 	)
 	c := &cobra.Command{
 		Use:   "bench",
@@ -28,12 +32,13 @@ func newBench() *cobra.Command {
 directory, in-process connections) for each measurement; the raw replay,
 the fold and the restart share one server and its log. It reports, from
 the same run: the raw JetStream rates, gpuq's rates beside them and their
-ratios, the placement policy on 100,000 queued tasks, the heap per queued
+ratios, the placement policy on 100,000 queued tasks, the advisor's
+re-estimates on 100,000 queued tasks, the heap per queued
 task, the scheduler's cold restart and each service's restart (scheduler,
 submitter, advisor, agent) from its own snapshot with the raw replay of
 the same log beside it, with the goals of docs/performance.md met or
 missed. A missed goal is information: the exit code is 0 unless a
-measurement fails. --quick runs a smaller version (under 30 s on 2 cores).`,
+measurement fails. --only runs some groups of measurements alone. --quick runs a smaller version (under 30 s on 2 cores).`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			cfg := bench.Full()
@@ -45,6 +50,29 @@ measurement fails. --quick runs a smaller version (under 30 s on 2 cores).`,
 			}
 			if logEvents > 0 {
 				cfg.LogEvents = logEvents
+			}
+			for _, g := range only {
+				if !slices.Contains(bench.Groups, g) {
+					return &exitError{exitInvalid, fmt.Errorf("--only: %q is not a group of measurements (one of %s)", g, strings.Join(bench.Groups, ", "))}
+				}
+			}
+			cfg.Only = only
+			for _, v := range []struct {
+				name string
+				n    *int
+			}{{"--advisor-queued", &adv.Queued}, {"--advisor-nodes", &adv.Nodes}, {"--advisor-events", &adv.Events}} {
+				if *v.n < 0 {
+					return &exitError{exitInvalid, fmt.Errorf("%s: must be ≥ 1 (or 0 for the run's own size)", v.name)}
+				}
+			}
+			if adv.Queued > 0 {
+				cfg.Advisor.Queued = adv.Queued
+			}
+			if adv.Nodes > 0 {
+				cfg.Advisor.Nodes = adv.Nodes
+			}
+			if adv.Events > 0 {
+				cfg.Advisor.Events = adv.Events
 			}
 			cfg.Dir = dir
 			cfg.Scheduler = serviceScheduler
@@ -66,6 +94,10 @@ measurement fails. --quick runs a smaller version (under 30 s on 2 cores).`,
 	fl.BoolVar(&quick, "quick", false, "a smaller run: under 30 s on 2 cores; the restart is extrapolated from 50,000 events")
 	fl.StringVar(&dir, "dir", "", "parent directory of the temporary JetStream stores (default: the system's temp dir)")
 	fl.IntVar(&logEvents, "log-events", 0, "events in the log that is replayed, folded and restarted from, every service's restart included (0: 1,000,000, the figure the restart goals name; 50,000 with --quick, extrapolated to 1M)")
+	fl.StringSliceVar(&only, "only", nil, "run only these groups of measurements (comma-separated: "+strings.Join(bench.Groups, ", ")+")")
+	fl.IntVar(&adv.Queued, "advisor-queued", 0, "queued tasks of the advisor's measurement (0: 100,000; 10,000 with --quick)")
+	fl.IntVar(&adv.Nodes, "advisor-nodes", 0, "nodes of 8 busy GPUs of the advisor's measurement (0: 10,000; 1,000 with --quick)")
+	fl.IntVar(&adv.Events, "advisor-events", 0, "events after which the advisor's advice is timed (0: 40; 20 with --quick)")
 	return c
 }
 

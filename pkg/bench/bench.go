@@ -32,8 +32,32 @@ type Config struct {
 	// Scheduler, when set, runs Lifecycle a second time with it (cmd/gpuq
 	// passes services/scheduler): lifecycle_service_tasks_per_s.
 	Scheduler SchedulerFunc
+	// Advisor sizes the advisor's measurement (AdvisorMeasurement).
+	Advisor AdvisorOptions
+	// Only, when set, runs only these groups of measurements (Groups).
+	Only []string
 	// Progress, when set, is told each step as it starts.
 	Progress func(step string)
+}
+
+// Groups are the groups of measurements a run is made of, for
+// Config.Only (`gpuq bench --only`).
+var Groups = []string{"publish", "log", "lifecycle", "placement", "r3", "advisor"}
+
+// AdvisorFull is the advisor's measurement at the scale of the issue:
+// 100,000 queued on 10,000 × 8 busy GPUs.
+var AdvisorFull = AdvisorOptions{Nodes: 10_000, PerNode: 8, Queued: 100_000, Events: 40}
+
+func (c Config) runs(group string) bool {
+	if len(c.Only) == 0 {
+		return true
+	}
+	for _, g := range c.Only {
+		if g == group {
+			return true
+		}
+	}
+	return false
 }
 
 // RestartTarget is the log size restart_1m_s is named for.
@@ -44,7 +68,7 @@ func Full() Config {
 	return Config{RawMsgs: 200_000, IngestMsgs: 200_000, LogEvents: RestartTarget, LogNodes: 125, Rounds: 2,
 		Lifecycle: LifecycleOptions{Tasks: 20_000, Nodes: 125},
 		Placement: PlacementOptions{Nodes: 1000, PerNode: 8, Queued: 100_000, Events: 1000, NoEnvQueued: 20_000},
-		R3Msgs:    50_000, R3Tasks: 5_000}
+		R3Msgs:    50_000, R3Tasks: 5_000, Advisor: AdvisorFull}
 }
 
 // Quick is the smaller run (under 30 s on two cores): fewer messages, a
@@ -55,7 +79,7 @@ func Quick() Config {
 	return Config{Quick: true, RawMsgs: 30_000, IngestMsgs: 30_000, LogEvents: 50_000, LogNodes: 125, Rounds: 1,
 		Lifecycle: LifecycleOptions{Tasks: 5_000, Nodes: 125},
 		Placement: PlacementOptions{Nodes: 1000, PerNode: 8, Queued: 100_000, Events: 100},
-		R3Msgs:    10_000, R3Tasks: 2_000}
+		R3Msgs:    10_000, R3Tasks: 2_000, Advisor: AdvisorOptions{Nodes: 1000, PerNode: 8, Queued: 10_000, Events: 20}}
 }
 
 // Result is one run: the headline metrics (the names `gpuq bench --json`
@@ -125,6 +149,17 @@ type Result struct {
 	IngestVsRawCPU float64 `json:"ingest_vs_raw_cpu"`
 	FoldVsRawCPU   float64 `json:"fold_vs_raw_cpu"`
 
+	// The advisor at scale (AdvisorMeasurement): one full re-estimate of
+	// Detail.Advisor.Queued tasks, named for 100,000 (the figure is not
+	// scaled when the run is smaller: see Detail.Advisor), the p99 from an
+	// event's arrival to every changed advice computed, and the heap of the
+	// advisor's fold, estimator and advice.
+	EstimateAll100kS      float64  `json:"estimate_all_100k_s,omitempty"`
+	AdviceAfterEventP99Ms float64  `json:"advice_after_event_p99_ms,omitempty"`
+	AdvisorHeapBytes      uint64   `json:"advisor_heap_bytes,omitempty"`
+	AdvisorQueued         int      `json:"advisor_queued,omitempty"`
+	Only                  []string `json:"only,omitempty"`
+
 	Goals  []Goal  `json:"goals"`
 	Detail Detail  `json:"detail"`
 	Steps  []Step  `json:"steps"` // what ran, and how long (with its setup)
@@ -189,6 +224,7 @@ type Detail struct {
 	R3RawPublish     *Rate            `json:"r3_raw_publish,omitempty"`
 	R3Ingest         *Rate            `json:"r3_ingest,omitempty"`
 	R3Lifecycle      *LifecycleResult `json:"r3_lifecycle,omitempty"`
+	Advisor          *AdvisorResult   `json:"advisor,omitempty"`
 }
 
 // Step is one measurement of a run and its wall time, setup included.
@@ -244,48 +280,57 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	var err error
 
-	// Raw and gpuq's ingest alternate, twice; the best of each counts (the
-	// first publishes of a process run on a cold heap and page cache).
-	step(fmt.Sprintf("publish: %d raw async publishes of %d B with message ids, then %d validated submits, twice",
-		cfg.RawMsgs, RawMsgBytes, cfg.IngestMsgs))
-	for i := 0; i < 2; i++ {
-		raw, err := RawPublish(ctx, cfg.Dir, cfg.RawMsgs)
-		if err != nil {
-			return nil, fmt.Errorf("raw publish: %w", err)
+	res.Only = cfg.Only
+	if cfg.runs("publish") {
+		// Raw and gpuq's ingest alternate, twice; the best of each counts (the
+		// first publishes of a process run on a cold heap and page cache).
+		step(fmt.Sprintf("publish: %d raw async publishes of %d B with message ids, then %d validated submits, twice",
+			cfg.RawMsgs, RawMsgBytes, cfg.IngestMsgs))
+		for i := 0; i < 2; i++ {
+			raw, err := RawPublish(ctx, cfg.Dir, cfg.RawMsgs)
+			if err != nil {
+				return nil, fmt.Errorf("raw publish: %w", err)
+			}
+			res.Detail.RawPublish = faster(res.Detail.RawPublish, raw)
+			ing, err := Ingest(ctx, cfg.Dir, cfg.IngestMsgs)
+			if err != nil {
+				return nil, fmt.Errorf("ingest: %w", err)
+			}
+			res.Detail.Ingest = faster(res.Detail.Ingest, ing)
 		}
-		res.Detail.RawPublish = faster(res.Detail.RawPublish, raw)
-		ing, err := Ingest(ctx, cfg.Dir, cfg.IngestMsgs)
-		if err != nil {
-			return nil, fmt.Errorf("ingest: %w", err)
+	}
+	if cfg.runs("log") {
+		step(fmt.Sprintf("log: %d events written, replayed, folded, restarted", cfg.LogEvents))
+		if res.Detail.Log, err = History(ctx, cfg.Dir, cfg.LogNodes, cfg.LogEvents, cfg.Rounds); err != nil {
+			return nil, fmt.Errorf("log: %w", err)
 		}
-		res.Detail.Ingest = faster(res.Detail.Ingest, ing)
 	}
-	step(fmt.Sprintf("log: %d events written, replayed, folded, restarted", cfg.LogEvents))
-	if res.Detail.Log, err = History(ctx, cfg.Dir, cfg.LogNodes, cfg.LogEvents, cfg.Rounds); err != nil {
-		return nil, fmt.Errorf("log: %w", err)
-	}
-	step(fmt.Sprintf("lifecycle: %d tasks on %d GPUs", cfg.Lifecycle.Tasks, cfg.Lifecycle.Nodes*8))
-	lo := cfg.Lifecycle
-	lo.Scheduler = nil
-	if res.Detail.Lifecycle, err = Lifecycle(ctx, cfg.Dir, lo); err != nil {
-		return nil, fmt.Errorf("lifecycle: %w", err)
-	}
-	if cfg.Scheduler != nil {
-		step(fmt.Sprintf("lifecycle with services/scheduler: %d tasks", cfg.Lifecycle.Tasks))
-		lo.Scheduler = cfg.Scheduler
-		lr, err := Lifecycle(ctx, cfg.Dir, lo)
-		if err != nil {
-			return nil, fmt.Errorf("lifecycle (services/scheduler): %w", err)
+	if cfg.runs("lifecycle") {
+		step(fmt.Sprintf("lifecycle: %d tasks on %d GPUs", cfg.Lifecycle.Tasks, cfg.Lifecycle.Nodes*8))
+		lo := cfg.Lifecycle
+		lo.Scheduler = nil
+		if res.Detail.Lifecycle, err = Lifecycle(ctx, cfg.Dir, lo); err != nil {
+			return nil, fmt.Errorf("lifecycle: %w", err)
 		}
-		res.Detail.LifecycleService = &lr
-		res.LifecycleServiceTasksPerS = lr.PerS()
+		if cfg.Scheduler != nil {
+			step(fmt.Sprintf("lifecycle with services/scheduler: %d tasks", cfg.Lifecycle.Tasks))
+			lo.Scheduler = cfg.Scheduler
+			lr, err := Lifecycle(ctx, cfg.Dir, lo)
+			if err != nil {
+				return nil, fmt.Errorf("lifecycle (services/scheduler): %w", err)
+			}
+			res.Detail.LifecycleService = &lr
+			res.LifecycleServiceTasksPerS = lr.PerS()
+		}
 	}
-	step(fmt.Sprintf("placement: %d queued on %d × %d GPUs, %d events", cfg.Placement.Queued, cfg.Placement.Nodes,
-		cfg.Placement.PerNode, cfg.Placement.Events))
-	if res.Detail.Placement, err = Placement(ctx, cfg.Placement); err != nil {
-		return nil, fmt.Errorf("placement: %w", err)
+	if cfg.runs("placement") {
+		step(fmt.Sprintf("placement: %d queued on %d × %d GPUs, %d events", cfg.Placement.Queued, cfg.Placement.Nodes,
+			cfg.Placement.PerNode, cfg.Placement.Events))
+		if res.Detail.Placement, err = Placement(ctx, cfg.Placement); err != nil {
+			return nil, fmt.Errorf("placement: %w", err)
+		}
 	}
-	if cfg.R3Msgs > 0 {
+	if cfg.R3Msgs > 0 && cfg.runs("r3") {
 		step(fmt.Sprintf("r3: %d raw publishes and %d submits on a 3-server cluster at R3, best of 2", cfg.R3Msgs, cfg.R3Msgs))
 		var raw, ing Rate
 		for i := 0; i < 2; i++ {
@@ -302,7 +347,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		res.Detail.R3RawPublish, res.Detail.R3Ingest = &raw, &ing
 	}
-	if cfg.R3Tasks > 0 {
+	if cfg.R3Tasks > 0 && cfg.runs("r3") {
 		step(fmt.Sprintf("r3 lifecycle: %d tasks on %d GPUs, 3-server cluster at R3", cfg.R3Tasks, cfg.Lifecycle.Nodes*8))
 		lo := LifecycleOptions{Tasks: cfg.R3Tasks, Nodes: cfg.Lifecycle.Nodes, Replicas: 3}
 		lr, err := Lifecycle(ctx, cfg.Dir, lo)
@@ -311,7 +356,20 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		res.Detail.R3Lifecycle = &lr
 	}
-	res.Steps[len(res.Steps)-1].TookS = time.Since(last).Seconds()
+	if cfg.runs("advisor") && cfg.Advisor.Queued > 0 {
+		a := cfg.Advisor
+		step(fmt.Sprintf("advisor: %d queued on %d × %d busy GPUs, %d events", a.Queued, a.Nodes, a.PerNode, a.Events))
+		ar, err := Advisor(ctx, a)
+		if err != nil {
+			return nil, fmt.Errorf("advisor: %w", err)
+		}
+		res.Detail.Advisor = &ar
+		res.EstimateAll100kS, res.AdviceAfterEventP99Ms = ar.EstimateAll.Seconds(), ar.P99Ms
+		res.AdvisorHeapBytes, res.AdvisorQueued = ar.HeapBytes, ar.Queued
+	}
+	if len(res.Steps) > 0 {
+		res.Steps[len(res.Steps)-1].TookS = time.Since(last).Seconds()
+	}
 	runtime.GC()
 
 	d := res.Detail
@@ -349,6 +407,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.IngestVsRawCPU = ratio(float64(d.RawPublish.CPUPerOp()), float64(d.Ingest.CPUPerOp()))
 	res.FoldVsRawCPU = ratio(float64(d.Log.RawReplay.CPUPerOp()), float64(d.Log.Fold.CPUPerOp()))
 	res.Goals = Goals(res)
+	if len(cfg.Only) > 0 {
+		var kept []Goal
+		for _, g := range res.Goals {
+			if cfg.runs(goalGroup(g.Metric)) {
+				kept = append(kept, g)
+			}
+		}
+		res.Goals = kept
+	}
 	res.Machine.LoadEnd = loadavg()
 	res.TookS = time.Since(start).Seconds()
 	return res, nil
@@ -407,6 +474,12 @@ func Goals(r *Result) []Goal {
 	if r.R3LifecycleTasksPerS > 0 {
 		g = append(g, Goal{Metric: "r3_lifecycle_vs_raw", Op: ">=", Target: 0.5, Value: r.R3LifecycleVsRaw, Why: "R3 tasks/s at least half the raw R3 publish rate ÷ 4"})
 	}
+	if r.Detail.Advisor != nil {
+		g = append(g,
+			Goal{Metric: "estimate_all_100k_s", Op: "<=", Target: 1, Value: r.EstimateAll100kS, Why: "one full re-estimate, 100,000 queued on 10,000 × 8 busy GPUs"},
+			Goal{Metric: "advice_after_event_p99_ms", Op: "<=", Target: 100, Value: r.AdviceAfterEventP99Ms, Why: "from an event's arrival to every changed advice computed, same scale"},
+			Goal{Metric: "advisor_heap_bytes", Op: "<=", Target: 2 << 30, Value: float64(r.AdvisorHeapBytes), Why: "the advisor's fold, estimator and advice at that scale, ≤ 2 GiB"})
+	}
 	for i := range g {
 		if g[i].Op == ">=" {
 			g[i].Met = g[i].Value >= g[i].Target
@@ -432,7 +505,11 @@ func (r *Result) WriteTable(w io.Writer) error {
 	fmt.Fprintf(bw, "gpuq bench (%s) — %s, %d CPUs (GOMAXPROCS %d), %s, %s, nats-server %s, %s; load %s → %s%s\n\n",
 		kind, m.CPU, m.NumCPU, m.GOMAXPROCS, m.OS, m.Go, m.NATSServer, r.Transport, m.LoadStart, m.LoadEnd, rev)
 	d := r.Detail
-	row := func(name, value, note string) { fmt.Fprintf(bw, "  %-30s %14s   %s\n", name, value, note) }
+	row := func(name, value, note string) {
+		if r.ran(goalGroup(name)) {
+			fmt.Fprintf(bw, "  %-30s %14s   %s\n", name, value, note)
+		}
+	}
 	row("raw_publish_dedup_per_s", rate(r.RawPublishDedupPerS), fmt.Sprintf("%d × %d B, async, Nats-Msg-Id, best of 2; cpu %s/msg", d.RawPublish.N, RawMsgBytes, us(d.RawPublish.CPUPerOp())))
 	row("submit_ingest_per_s", rate(r.SubmitIngestPerS), fmt.Sprintf("%d submits of %.0f B, best of 2; cpu %s/submit; ingest_vs_raw %.2f (cpu %.2f)",
 		d.Ingest.N, perN(d.Ingest.Bytes, d.Ingest.N), us(d.Ingest.CPUPerOp()), r.IngestVsRaw, r.IngestVsRawCPU))
@@ -487,6 +564,13 @@ func (r *Result) WriteTable(w io.Writer) error {
 	}
 	row("snapshot_bytes", fmt.Sprintf("%d", sn.StoredBytes), fmt.Sprintf("%d tasks at seq %d: state %d B before S2; encode %.2f s, store %.2f s",
 		sn.Tasks, sn.Seq, sn.StateBytes, sn.Encode.Seconds(), sn.Store.Seconds()))
+	if a := d.Advisor; a != nil {
+		row("estimate_all_100k_s", fmt.Sprintf("%.3f", r.EstimateAll100kS), fmt.Sprintf("one full re-estimate of %d queued on %d GPUs, all busy, best of 2; full advice %.3f s",
+			a.Queued, a.GPUs, a.Advise.Seconds()))
+		row("advice_after_event_p99_ms", fmt.Sprintf("%.1f", r.AdviceAfterEventP99Ms), fmt.Sprintf("%d events (completions with their dispatches, submissions): p50 %.1f ms, max %.1f ms; %d full re-estimates, %d partial",
+			a.Events, a.P50Ms, a.MaxMs, a.Full, a.Incremental))
+		row("advisor_heap_bytes", fmt.Sprintf("%d", r.AdvisorHeapBytes), "live heap of the fold, the estimator and every queued task's advice (in-process)")
+	}
 	fmt.Fprintf(bw, "\ngoals (information; a miss is not an error):\n")
 	for _, g := range r.Goals {
 		mark := "met   "
@@ -563,3 +647,33 @@ func loadavg() string {
 }
 
 func us(d time.Duration) string { return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond)) }
+
+// goalGroup is the group of measurements a goal's metric comes from.
+func goalGroup(metric string) string {
+	switch {
+	case strings.HasPrefix(metric, "r3_"):
+		return "r3"
+	case strings.HasPrefix(metric, "estimate_all"), strings.HasPrefix(metric, "advice_"), strings.HasPrefix(metric, "advisor_"):
+		return "advisor"
+	case strings.HasPrefix(metric, "lifecycle"):
+		return "lifecycle"
+	case strings.HasPrefix(metric, "placement"), metric == "bytes_per_queued_task":
+		return "placement"
+	case strings.HasPrefix(metric, "restart"), strings.HasPrefix(metric, "fold"), metric == "raw_replay_per_s", metric == "snapshot_bytes":
+		return "log"
+	}
+	return "publish"
+}
+
+// ran is whether the run measured the group (Config.Only).
+func (r *Result) ran(group string) bool {
+	if len(r.Only) == 0 {
+		return true
+	}
+	for _, g := range r.Only {
+		if g == group {
+			return true
+		}
+	}
+	return false
+}

@@ -112,7 +112,7 @@ func (e *Estimator) advise(st *domain.State, t *domain.Task, pos int, est Estima
 	// Fewer GPUs, through amend (keeps the place), not cancel-and-resubmit.
 	if t.GPUs > 1 && waited.Seconds() > FewerGPUsFactor*t.Hours*3600 {
 		n := t.GPUs / 2
-		wi := e.WhatIf(st, t.ID, n, 0, now)
+		wi, ok := e.fewerGPUs(st, t.ID, n, now)
 		s := Suggestion{Kind: "fewer_gpus", Command: fmt.Sprintf("gpuq amend %s --gpus %d", t.ID, n),
 			Text: fmt.Sprintf("waited more than %g× its estimated run time; with %d GPUs it would start ", FewerGPUsFactor, n)}
 		if wi.Never {
@@ -125,7 +125,9 @@ func (e *Estimator) advise(st *domain.State, t *domain.Task, pos int, est Estima
 			s.Text += when + ". Amend keeps its place; cancel-and-resubmit would lose it"
 			s.P50WaitS = wi.P50Wait.Seconds()
 		}
-		a.Suggestions = append(a.Suggestions, s)
+		if ok { // else over the Live's budget: a later advice has it
+			a.Suggestions = append(a.Suggestions, s)
+		}
 	}
 	if t.Priority == domain.Low && waited > LowStillNeeded {
 		a.Suggestions = append(a.Suggestions, Suggestion{Kind: "still_needed",

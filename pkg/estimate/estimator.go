@@ -78,6 +78,7 @@ type Estimator struct {
 	jobs     chan *pending
 	recent   []arrival // recent submissions, for arrival rates
 	stats    Stats
+	live     *Live // advising through Live.Advise (its kept what-ifs)
 }
 
 type arrival struct {

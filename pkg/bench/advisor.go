@@ -1,0 +1,196 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/gpuq/gpuq/pkg/estimate"
+	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/policy"
+)
+
+// AdvisorOptions size an Advisor run.
+type AdvisorOptions struct {
+	Nodes   int // of PerNode GPUs each, all busy
+	PerNode int
+	Queued  int
+	Events  int // events after which the changed advice is computed
+}
+
+// AdvisorResult is one Advisor run.
+type AdvisorResult struct {
+	Nodes  int `json:"nodes"`
+	GPUs   int `json:"gpus"`
+	Queued int `json:"queued"`
+	Events int `json:"events"`
+	// EstimateAll is one full re-estimate (Estimator.EstimateAll: one
+	// forward simulation of the whole queue, every queued task's
+	// estimate), best of two.
+	EstimateAll time.Duration `json:"estimate_all_ns"`
+	// Advise is one full advice (Estimator.Advise: the re-estimate, the
+	// policy's explaining pass and every queued task's advice).
+	Advise time.Duration `json:"advise_ns"`
+	// After each event (a completion with the dispatches the scheduler
+	// makes of it, or a submission), from its arrival at the advisor to
+	// every changed advice computed (estimate.Live).
+	P50, P99, Max time.Duration `json:"-"`
+	P50Ms         float64       `json:"advice_after_event_p50_ms"`
+	P99Ms         float64       `json:"advice_after_event_p99_ms"`
+	MaxMs         float64       `json:"advice_after_event_max_ms"`
+	// HeapBytes is the live heap of the advisor's state: the fold, the
+	// estimator and the advice last computed for every queued task
+	// (runtime.MemStats.HeapAlloc after GC, less the heap before the
+	// cluster was built).
+	HeapBytes uint64 `json:"heap_bytes"`
+	// Full and Incremental count, over the events, the full
+	// re-estimates and the events that needed none.
+	Full        int `json:"full_reestimates"`
+	Incremental int `json:"incremental"`
+}
+
+// Advisor measures the advisor's work at scale, in-process (no server):
+// o.Nodes × o.PerNode GPUs, every one held by a running task, and o.Queued
+// queued tasks of 1–8 GPUs (powers of two) in mixed classes, folded as the
+// advisor folds them (without estimating each submission: the estimator
+// observes the log from the last submission on).
+//
+//  1. estimate_all: one full re-estimate (EstimateAll), best of two.
+//  2. advice_after_event: o.Events events, alternately a running task's
+//     completion (folded with the dispatches and starts the scheduler's
+//     pass makes of it) and a new submission, each folded and observed,
+//     then the advice kept current by estimate.Live: the time from the
+//     event's arrival to every changed advice computed.
+//  3. The heap of the fold, the estimator and the advice.
+func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
+	res := AdvisorResult{Nodes: o.Nodes, GPUs: o.Nodes * o.PerNode, Queued: o.Queued, Events: o.Events}
+	heap := func() uint64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	base := heap()
+	rng := rand.New(rand.NewPCG(7, 8))
+	f := newFolder()
+	pol := policy.New(policy.Options{})
+	est := estimate.NewEstimator(pol)
+	observe := func(e events.Event) {
+		f.apply(e)
+		est.Observe(f.st, events.Record{Seq: f.seq, Envelope: events.Envelope{Type: e.EventType(), Time: f.now}, Event: e})
+	}
+	for i := 0; i < o.Nodes; i++ {
+		f.apply(available(nodeName(i), o.PerNode))
+	}
+	var running []string
+	for i := 0; i < o.Nodes; i++ {
+		name := nodeName(i)
+		for g := 0; g < o.PerNode; {
+			k := min(1<<rng.IntN(4), o.PerNode-g)
+			r := request(o.Queued + o.Events + len(running))
+			r.Env = nil
+			r.Priority, r.GPUs, r.Hours = classes[rng.IntN(len(classes))].String(), k, float64(1+rng.IntN(48))
+			id := fmt.Sprintf("run-%d-%d", i, g)
+			f.apply(submittedOf(r, id, f.now))
+			pl := events.Placement{Node: name}
+			for x := g; x < g+k; x++ {
+				pl.GPUs = append(pl.GPUs, gpuUUID(name, x))
+			}
+			f.apply(events.Dispatched{TaskID: id, Placements: []events.Placement{pl}, BasedOnSeq: f.seq})
+			f.apply(events.Started{TaskID: id, Node: name, PID: 1})
+			running = append(running, id)
+			g += k
+		}
+	}
+	// The queue, folded only: estimating each at its submission is not
+	// what is measured (so the estimator's arrival rates start empty, and
+	// its predictor at its prior).
+	for i := 0; i < o.Queued; i++ {
+		if i%4096 == 0 && ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		f.now = f.now.Add(time.Second)
+		f.apply(newSubmission(rng, i, f.now))
+	}
+	if f.st.Ignored > 0 {
+		return res, fmt.Errorf("bench: the fold refused %d setup events", f.st.Ignored)
+	}
+	f.now = f.now.Add(time.Minute)
+
+	// 1. One full re-estimate, best of two.
+	for i := 0; i < 2; i++ {
+		start := time.Now()
+		all := est.EstimateAll(f.st, f.now)
+		d := time.Since(start)
+		if len(all) != o.Queued {
+			return res, fmt.Errorf("bench: %d estimates of %d queued", len(all), o.Queued)
+		}
+		if res.EstimateAll == 0 || d < res.EstimateAll {
+			res.EstimateAll = d
+		}
+	}
+	live := estimate.NewLive(est)
+	live.MinInterval = 0 // every event's advice computed before the next arrives
+	start := time.Now()
+	live.Advise(f.st, f.now)
+	res.Advise = time.Since(start)
+	res.HeapBytes = heap() - base
+
+	// 2. Events: each observed and seen by Live as it arrives, then the
+	// advice.
+	see := func(e events.Event) {
+		observe(e)
+		live.Saw(f.st, events.Record{Seq: f.seq, Envelope: events.Envelope{Type: e.EventType(), Time: f.now}, Event: e})
+	}
+	lat := make([]time.Duration, 0, o.Events)
+	for i := 0; i < o.Events; i++ {
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		f.now = f.now.Add(time.Second)
+		arrived := time.Now()
+		if i%2 == 1 || len(running) == 0 {
+			see(newSubmission(rng, o.Queued+i, f.now))
+		} else {
+			j := rng.IntN(len(running))
+			id := running[j]
+			running[j] = running[len(running)-1]
+			running = running[:len(running)-1]
+			see(events.Completed{TaskID: id, Node: f.st.Tasks[id].Node})
+			// The scheduler's pass on the freed GPUs: its dispatches
+			// arrive as events of their own, within this event's time.
+			r := pol.Plan(policy.Input{State: f.st, Now: f.now, Predict: est.Pred.ForPolicy(f.now)})
+			for _, d := range r.Decisions {
+				if d.Kind != policy.Dispatch {
+					continue
+				}
+				see(events.Dispatched{TaskID: d.TaskID, Placements: d.Placements, BasedOnSeq: f.seq})
+				see(events.Started{TaskID: d.TaskID, Node: d.Placements[0].Node, PID: 1})
+				running = append(running, d.TaskID)
+			}
+		}
+		live.Advise(f.st, f.now)
+		lat = append(lat, time.Since(arrived))
+	}
+	full, incr := live.Counts()
+	res.Full, res.Incremental = full, incr
+	slices.Sort(lat)
+	res.P50, res.P99 = quantile(lat, 0.50), quantile(lat, 0.99)
+	if len(lat) > 0 {
+		res.Max = lat[len(lat)-1]
+	}
+	res.P50Ms, res.P99Ms, res.MaxMs = ms(res.P50), ms(res.P99), ms(res.Max)
+	return res, nil
+}
+
+// newSubmission is the i-th queued task of Advisor: 1–8 GPUs (powers of
+// two), a class of the placement mix, 0.2–8.2 hours, no environment.
+func newSubmission(rng *rand.Rand, i int, now time.Time) events.Submitted {
+	r := request(i)
+	r.Env = nil
+	r.Priority, r.GPUs, r.Hours = classes[rng.IntN(len(classes))].String(), 1<<rng.IntN(4), 0.2+8*rng.Float64()
+	return submittedOf(r, fmt.Sprintf("q-%d", i), now)
+}
