@@ -18,6 +18,8 @@ import (
 //     forward simulation or the policy reads: that task's advice alone is
 //     recomputed, from the estimate and the policy's reason kept from the
 //     last full re-estimate.
+//   - A progress report changes nothing the advice reads: nothing is
+//     recomputed.
 //   - Any other event may change every queued task's start (the forward
 //     simulation of the whole queue is one run that gives every start, so
 //     a full re-estimate is one simulation, not one per task): the next
@@ -97,6 +99,9 @@ func (l *Live) Saw(st *domain.State, r events.Record) {
 		l.dirty[ev.TaskID] = true
 	case *events.ChecklistUpdated:
 		l.dirty[ev.TaskID] = true
+	case events.ProgressReported, *events.ProgressReported:
+		// Neither the policy, nor the predictor, nor the advice reads a
+		// task's progress: no advice changes.
 	default:
 		l.stale = true
 	}
