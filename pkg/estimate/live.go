@@ -37,6 +37,11 @@ type Live struct {
 	// MinInterval: full re-estimates at most this often (wall clock); 0:
 	// after every event that may change an estimate.
 	MinInterval time.Duration
+	// MaxAge: the advice depends on the time too (waits, alerts,
+	// suggestions): a partial update is made only while the log time is
+	// within MaxAge of the last full re-estimate's, else Advise
+	// re-estimates; 0: only at that very time.
+	MaxAge time.Duration
 	// WhatIfEvery: a task's fewer-GPUs what-if is reused for this long (log
 	// time); 0: recomputed at every advice.
 	WhatIfEvery time.Duration
@@ -53,6 +58,7 @@ type Live struct {
 	adv      []Advice               // every queued task's, in queue order
 	idx      map[string]int         // task → its index in adv
 	lastFull time.Time              // wall clock
+	at       time.Time              // log time of the last full re-estimate
 	full     int
 	partial  int
 	// what-ifs: kept by task, and this Advise's budget.
@@ -74,6 +80,7 @@ type whatIf struct {
 // 10 minutes, 20 ms of what-ifs per advice.
 const (
 	DefaultLiveInterval = 200 * time.Millisecond
+	DefaultMaxAge       = time.Second
 	DefaultWhatIfEvery  = 10 * time.Minute
 	DefaultWhatIfBudget = 20 * time.Millisecond
 )
@@ -81,7 +88,7 @@ const (
 // NewLive returns a Live for e with the advisor's defaults; its first
 // Advise is a full re-estimate.
 func NewLive(e *Estimator) *Live {
-	return &Live{Est: e, MinInterval: DefaultLiveInterval, WhatIfEvery: DefaultWhatIfEvery, WhatIfBudget: DefaultWhatIfBudget,
+	return &Live{Est: e, MinInterval: DefaultLiveInterval, MaxAge: DefaultMaxAge, WhatIfEvery: DefaultWhatIfEvery, WhatIfBudget: DefaultWhatIfBudget,
 		stale: true, dirty: map[string]bool{}, wi: map[string]whatIf{}}
 }
 
@@ -132,8 +139,11 @@ func (l *Live) Advise(st *domain.State, now time.Time) []Advice {
 	}
 	e.live = l
 	defer func() { e.live = nil }()
+	if l.ests != nil && (now.Before(l.at) || now.Sub(l.at) > l.MaxAge) {
+		l.stale = true // time moved on: every wait and alert with it
+	}
 	if l.stale && (l.ests == nil || l.MinInterval <= 0 || !wall.Before(l.lastFull.Add(l.MinInterval))) {
-		l.stale, l.lastFull = false, wall
+		l.stale, l.lastFull, l.at = false, wall, now
 		l.full++
 		l.ests = e.EstimateAll(st, now)
 		l.why = e.Pol.With(true).Plan(policy.Input{State: st, Now: now, Predict: e.Pred.ForPolicy(now)}).Waiting

@@ -45,6 +45,11 @@ type Config struct {
 	// own bucket (events.SnapshotBucketOf("advisor")); 0:
 	// DefaultSnapshotEvery, negative: none written or loaded.
 	SnapshotEvery int
+	// AdviseEvery: full re-estimates of every queued task's advice at most
+	// this often (a burst of events is coalesced into one; the advice
+	// follows at most this long after the event plus one re-estimate);
+	// 0: estimate.DefaultLiveInterval, negative: after every batch.
+	AdviseEvery time.Duration
 	// SnapshotBudget: a snapshot is also due once the estimator has spent
 	// this long folding the records since the last one (its forward
 	// simulations), however few they were; 0: DefaultSnapshotBudget,
@@ -83,6 +88,9 @@ type Advisor struct {
 	cfg    Config
 	fold   *service.Fold
 	est    *estimate.Estimator
+	live   *estimate.Live // every queued task's advice, kept current
+	wake   chan struct{}  // React again: a coalesced re-estimate is due
+	timer  *time.Timer
 	last   map[string]estimate.Advice
 	alerts int // alerts raised (transitions into alert), for operators
 }
@@ -106,7 +114,15 @@ func newAdvisor(cfg Config) *Advisor {
 	if cfg.SnapshotBudget == 0 {
 		cfg.SnapshotBudget = DefaultSnapshotBudget
 	}
-	return &Advisor{cfg: cfg, est: estimate.NewEstimator(cfg.Policy), last: map[string]estimate.Advice{}}
+	a := &Advisor{cfg: cfg, est: estimate.NewEstimator(cfg.Policy), last: map[string]estimate.Advice{}, wake: make(chan struct{}, 1)}
+	a.live = estimate.NewLive(a.est)
+	switch {
+	case cfg.AdviseEvery > 0:
+		a.live.MinInterval = cfg.AdviseEvery
+	case cfg.AdviseEvery < 0:
+		a.live.MinInterval = 0
+	}
+	return a
 }
 
 func (a *Advisor) run(ctx context.Context) error {
@@ -150,6 +166,7 @@ func (a *Advisor) run(ctx context.Context) error {
 				start := time.Now()
 				a.est.Observe(st, r)
 				snaps.Spent(time.Since(start))
+				a.live.Saw(st, r)
 			}
 			snaps.Saw(r)
 		},
@@ -181,6 +198,7 @@ func (a *Advisor) run(ctx context.Context) error {
 			return nil
 		},
 		Tick: cfg.Tick,
+		Wake: a.wake,
 	})
 }
 
@@ -203,7 +221,26 @@ func (a *Advisor) restore(ctx context.Context, snaps *service.Snapshots) *domain
 
 func (a *Advisor) publish(ctx context.Context) {
 	var out []estimate.Advice
-	a.fold.Read(func(st *domain.State) { out = a.changed(st, a.cfg.Now()) })
+	var due time.Time
+	a.fold.Read(func(st *domain.State) {
+		out = a.changed(st, a.cfg.Now())
+		if a.live.Pending() {
+			due = a.live.Due()
+		}
+	})
+	if !due.IsZero() {
+		// A re-estimate was coalesced: advise again when it is due, not at
+		// the next tick.
+		if a.timer != nil {
+			a.timer.Stop()
+		}
+		a.timer = time.AfterFunc(max(time.Until(due), time.Millisecond), func() {
+			select {
+			case a.wake <- struct{}{}:
+			default:
+			}
+		})
+	}
 	for _, v := range out {
 		b, _ := json.Marshal(v)
 		if _, err := a.cfg.JS.Publish(ctx, events.AdviceSubject(v.TaskID), b); err != nil && ctx.Err() == nil {
@@ -215,7 +252,7 @@ func (a *Advisor) publish(ctx context.Context) {
 // changed is the advice that changed materially since it was last
 // published (the fold's lock held).
 func (a *Advisor) changed(st *domain.State, now time.Time) []estimate.Advice {
-	adv := a.est.Advise(st, now)
+	adv := a.live.Advise(st, now)
 	var out []estimate.Advice
 	seen := map[string]bool{}
 	for _, v := range adv {
