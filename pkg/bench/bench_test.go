@@ -310,3 +310,60 @@ func TestLifecycleWithSchedulerFunc(t *testing.T) {
 		t.Errorf("called %v, scheduler %q, %d passes: want the given scheduler, no shell passes", called, r.Scheduler, r.Passes)
 	}
 }
+
+// The advisor's measurement at a small scale: every figure filled, the
+// advice after every event computed (a full re-estimate or a partial one
+// per event, and the first one), the completions' dispatches folded.
+func TestAdvisor(t *testing.T) {
+	r, err := Advisor(context.Background(), AdvisorOptions{Nodes: 20, PerNode: 8, Queued: 400, Events: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.GPUs != 160 || r.Queued != 400 || r.EstimateAll <= 0 || r.Advise <= 0 || r.HeapBytes == 0 ||
+		r.P99 < r.P50 || r.Max < r.P99 || r.P99Ms <= 0 || r.Full+r.Incremental < r.Events+1 {
+		t.Errorf("advisor result %+v", r)
+	}
+}
+
+// --only runs the groups named and no other, and keeps their goals alone.
+func TestOnly(t *testing.T) {
+	tests := map[string]struct {
+		only      []string
+		wantSteps []string
+		wantGoals []string
+	}{
+		"advisor": {only: []string{"advisor"}, wantSteps: []string{"advisor"},
+			wantGoals: []string{"estimate_all_100k_s", "advice_after_event_p99_ms", "advisor_heap_bytes"}},
+		"placement and advisor": {only: []string{"placement", "advisor"}, wantSteps: []string{"placement", "advisor"},
+			wantGoals: []string{"placements_per_s", "placement_p99_ms", "bytes_per_queued_task", "estimate_all_100k_s", "advice_after_event_p99_ms", "advisor_heap_bytes"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			cfg := tiny()
+			cfg.Dir = t.TempDir()
+			cfg.Only = tc.only
+			cfg.Advisor = AdvisorOptions{Nodes: 10, PerNode: 8, Queued: 100, Events: 4}
+			var steps []string
+			cfg.Progress = func(s string) { name, _, _ := strings.Cut(s, ":"); steps = append(steps, name) }
+			r, err := Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var goals []string
+			for _, g := range r.Goals {
+				goals = append(goals, g.Metric)
+			}
+			if d := cmp.Diff(tc.wantSteps, steps); d != "" {
+				t.Errorf("steps (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.wantGoals, goals); d != "" {
+				t.Errorf("goals (-want +got):\n%s", d)
+			}
+			var buf strings.Builder
+			if err := r.WriteTable(&buf); err != nil || !strings.Contains(buf.String(), "advice_after_event_p99_ms") ||
+				strings.Contains(buf.String(), "raw_publish_dedup_per_s") || strings.Contains(buf.String(), "restart_1m_s") {
+				t.Errorf("table (%v) has rows of groups not run, or not the advisor's:\n%s", err, buf.String())
+			}
+		})
+	}
+}
