@@ -565,8 +565,8 @@ func (r *Result) WriteTable(w io.Writer) error {
 	row("snapshot_bytes", fmt.Sprintf("%d", sn.StoredBytes), fmt.Sprintf("%d tasks at seq %d: state %d B before S2; encode %.2f s, store %.2f s",
 		sn.Tasks, sn.Seq, sn.StateBytes, sn.Encode.Seconds(), sn.Store.Seconds()))
 	if a := d.Advisor; a != nil {
-		row("estimate_all_100k_s", fmt.Sprintf("%.3f", r.EstimateAll100kS), fmt.Sprintf("one full re-estimate of %d queued on %d GPUs, all busy, best of 2; full advice %.3f s",
-			a.Queued, a.GPUs, a.Advise.Seconds()))
+		row("estimate_all_100k_s", fmt.Sprintf("%.3f", r.EstimateAll100kS), fmt.Sprintf("one full re-estimate of %d queued on %d GPUs, all busy, best of 2 (thread cpu %.3f s); full advice %.3f s",
+			a.Queued, a.GPUs, a.EstimateAllCPU.Seconds(), a.Advise.Seconds()))
 		row("advice_after_event_p99_ms", fmt.Sprintf("%.1f", r.AdviceAfterEventP99Ms), fmt.Sprintf("%d events (completions with their dispatches, submissions): p50 %.1f ms, max %.1f ms; %d full re-estimates, %d partial",
 			a.Events, a.P50Ms, a.MaxMs, a.Full, a.Incremental))
 		row("advisor_heap_bytes", fmt.Sprintf("%d", r.AdvisorHeapBytes), "live heap of the fold, the estimator and every queued task's advice (in-process)")
