@@ -45,6 +45,9 @@ type AdvisorResult struct {
 	P50Ms         float64       `json:"advice_after_event_p50_ms"`
 	P99Ms         float64       `json:"advice_after_event_p99_ms"`
 	MaxMs         float64       `json:"advice_after_event_max_ms"`
+	// The same in the thread's CPU time (Linux).
+	P50CPUMs float64 `json:"advice_after_event_p50_cpu_ms,omitempty"`
+	P99CPUMs float64 `json:"advice_after_event_p99_cpu_ms,omitempty"`
 	// HeapBytes is the live heap of the advisor's state: the fold, the
 	// estimator and the advice last computed for every queued task
 	// (runtime.MemStats.HeapAlloc after GC, less the heap before the
@@ -155,12 +158,13 @@ func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 		live.Saw(f.st, events.Record{Seq: f.seq, Envelope: events.Envelope{Type: e.EventType(), Time: f.now}, Event: e})
 	}
 	lat := make([]time.Duration, 0, o.Events)
+	tlat := make([]time.Duration, 0, o.Events)
 	for i := 0; i < o.Events; i++ {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
 		}
 		f.now = f.now.Add(time.Second)
-		arrived := time.Now()
+		arrived, tcpu := time.Now(), threadCPUTime()
 		if i%2 == 1 || len(running) == 0 {
 			see(newSubmission(rng, o.Queued+i, f.now))
 		} else {
@@ -183,10 +187,13 @@ func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 		}
 		live.Advise(f.st, f.now)
 		lat = append(lat, time.Since(arrived))
+		tlat = append(tlat, threadCPUTime()-tcpu)
 	}
 	full, incr := live.Counts()
 	res.Full, res.Incremental = full, incr
 	slices.Sort(lat)
+	slices.Sort(tlat)
+	res.P50CPUMs, res.P99CPUMs = ms(quantile(tlat, 0.50)), ms(quantile(tlat, 0.99))
 	res.P50, res.P99 = quantile(lat, 0.50), quantile(lat, 0.99)
 	if len(lat) > 0 {
 		res.Max = lat[len(lat)-1]

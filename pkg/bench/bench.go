@@ -567,8 +567,8 @@ func (r *Result) WriteTable(w io.Writer) error {
 	if a := d.Advisor; a != nil {
 		row("estimate_all_100k_s", fmt.Sprintf("%.3f", r.EstimateAll100kS), fmt.Sprintf("one full re-estimate of %d queued on %d GPUs, all busy, best of 2 (thread cpu %.3f s); full advice %.3f s",
 			a.Queued, a.GPUs, a.EstimateAllCPU.Seconds(), a.Advise.Seconds()))
-		row("advice_after_event_p99_ms", fmt.Sprintf("%.1f", r.AdviceAfterEventP99Ms), fmt.Sprintf("%d events (completions with their dispatches, submissions): p50 %.1f ms, max %.1f ms; %d full re-estimates, %d partial",
-			a.Events, a.P50Ms, a.MaxMs, a.Full, a.Incremental))
+		row("advice_after_event_p99_ms", fmt.Sprintf("%.1f", r.AdviceAfterEventP99Ms), fmt.Sprintf("%d events (completions with their dispatches, submissions): p50 %.1f ms, max %.1f ms; thread cpu p50 %.1f ms, p99 %.1f ms; %d full re-estimates, %d partial",
+			a.Events, a.P50Ms, a.MaxMs, a.P50CPUMs, a.P99CPUMs, a.Full, a.Incremental))
 		row("advisor_heap_bytes", fmt.Sprintf("%d", r.AdvisorHeapBytes), "live heap of the fold, the estimator and every queued task's advice (in-process)")
 	}
 	fmt.Fprintf(bw, "\ngoals (information; a miss is not an error):\n")
