@@ -173,9 +173,12 @@ func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 			running[j] = running[len(running)-1]
 			running = running[:len(running)-1]
 			see(events.Completed{TaskID: id, Node: f.st.Tasks[id].Node})
-			// The scheduler's pass on the freed GPUs: its dispatches
-			// arrive as events of their own, within this event's time.
+			// The scheduler's pass on the freed GPUs (its time is not the
+			// advisor's): its dispatches arrive as events of their own,
+			// within this event's time.
+			ps, pc := time.Now(), threadCPUTime()
 			r := pol.Plan(policy.Input{State: f.st, Now: f.now, Predict: est.Pred.ForPolicy(f.now)})
+			arrived, tcpu = arrived.Add(time.Since(ps)), tcpu+threadCPUTime()-pc
 			for _, d := range r.Decisions {
 				if d.Kind != policy.Dispatch {
 					continue
