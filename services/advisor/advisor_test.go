@@ -56,6 +56,12 @@ type env struct {
 
 func start(t *testing.T, before ...events.Event) *env {
 	t.Helper()
+	return startWith(t, 0, before...)
+}
+
+// startWith is start with Config.AdviseEvery set.
+func startWith(t *testing.T, adviseEvery time.Duration, before ...events.Event) *env {
+	t.Helper()
 	srv := embeddedtest.Server(t)
 	svcNC := embeddedtest.Connect(t, srv, "advisor")
 	cliNC := embeddedtest.Connect(t, srv, "cli")
@@ -87,7 +93,7 @@ func start(t *testing.T, before ...events.Event) *env {
 	go func() {
 		done <- Run(ctx, Config{Log: log, JS: js, NC: svcNC, Policy: policy.New(policy.Options{}),
 			Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
-			Now:    e.clk.Now, Tick: time.Hour, Ready: func() { close(ready) }})
+			Now:    e.clk.Now, Tick: time.Hour, AdviseEvery: adviseEvery, Ready: func() { close(ready) }})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -359,5 +365,29 @@ func TestAdvicePublishedOnChange(t *testing.T) {
 	}
 	if s := e.stats(); s.Queued != 0 || s.Alerts != 1 {
 		t.Errorf("stats after the start %+v, want nothing queued and 1 alert judged", s)
+	}
+}
+
+// A burst within AdviseEvery of the last re-estimate is coalesced: its
+// advice is not published at once, but when the re-estimate is due —
+// by the advisor's own wake, not its tick (an hour here).
+func TestCoalescedAdvicePublishedWhenDue(t *testing.T) {
+	const every = 2 * time.Second
+	e := startWith(t, every, cluster()...)
+	first := e.next()
+	published := time.Now()
+	if first.Position != 1 {
+		t.Fatalf("first advice %+v, want position 1", first)
+	}
+	// A HIGH task queues ahead of q: q's position is material.
+	e.append(dt.Task().ID("h").Name("h").GPUs(4).Hours(1).Priority(domain.High).Submitted())
+	a := e.next()
+	if a.Position != 2 {
+		t.Errorf("advice after h %+v, want position 2", a)
+	}
+	// The first advice was published after its re-estimate; the next
+	// re-estimate is due every after that one.
+	if waited := time.Since(published); waited < every-200*time.Millisecond {
+		t.Errorf("advice after %s, want coalesced until about %s after the first", waited, every)
 	}
 }
