@@ -67,9 +67,13 @@ func printAdvice(w io.Writer, a estimate.Advice, now time.Time) {
 		return
 	}
 	fmt.Fprintf(w, ", position %d\n", a.Position)
-	if a.Method == "never" {
+	switch a.Method {
+	case "never":
 		fmt.Fprintf(w, "start: never on this cluster as it is (%s)\n", a.Reason)
-	} else {
+	case "capped":
+		fmt.Fprintf(w, "start: after %s (in %s) at the earliest: the simulation's budget ran out before it started\n",
+			timeFmt{}.at(a.P50Start), until(a.P50Start, now))
+	default:
 		fmt.Fprintf(w, "start: P50 %s (in %s), P90 %s (in %s)\n", timeFmt{}.at(a.P50Start), until(a.P50Start, now),
 			timeFmt{}.at(a.P90Start), until(a.P90Start, now))
 	}
