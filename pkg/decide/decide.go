@@ -181,6 +181,8 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 // preemptedWhy says what a preempted task yielded to.
 func preemptedWhy(t *domain.Task) string {
 	switch {
+	case t.NotStarted():
+		return t.Reason
 	case t.PreemptFor != "":
 		return "preempted for " + t.PreemptFor
 	case t.Reason != "":

@@ -122,6 +122,7 @@ func roundTripCases() map[string]events.Event {
 		Hypothesis: "h", Command: "true", SubmittedAt: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
 	cases["dispatched/no placements"] = events.Dispatched{TaskID: "t1"}
 	cases["failed/zero exit"] = events.Failed{TaskID: "t1"}
+	cases["preempted/not started"] = events.Preempted{TaskID: "t1", Node: "n1", Checkpoint: "step-427", ExitCode: -1, NotStarted: true}
 	cases["available/no gpus"] = events.Available{Node: "n1"}
 	cases["unhealthy/all"] = events.Unhealthy{Node: "n1", GPUs: []string{"GPU-a", "GPU-b"}, Reason: "Xid 48"}
 	return cases

@@ -1330,6 +1330,9 @@ func (s *scan) preempted() (Event, bool) {
 			v, ok = s.int()
 			e.ExitCode = int(v)
 			return 1 << 5, ok
+		case "not_started":
+			e.NotStarted, ok = s.bool()
+			return 1 << 6, ok
 		}
 		return 0, true
 	})

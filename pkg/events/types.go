@@ -132,7 +132,11 @@ type Checkpointed struct {
 
 // Preempted: the task's process has exited after a preemption request.
 // Forced is true when it had to be killed; LostGPUSeconds is the work since
-// its last checkpoint.
+// its last checkpoint. NotStarted: the task's node gives its GPUs back
+// because its process never started (the agent stopped between appending
+// started and starting it: no run of it is recorded there); nothing ran,
+// nothing was lost, and the task goes back to the queue like a preempted
+// one, not counted as a preemption.
 type Preempted struct {
 	TaskID         string  `json:"task_id"`
 	Node           string  `json:"node"`
@@ -140,6 +144,7 @@ type Preempted struct {
 	Forced         bool    `json:"forced,omitempty"`
 	LostGPUSeconds float64 `json:"lost_gpu_seconds,omitempty"`
 	ExitCode       int     `json:"exit_code"`
+	NotStarted     bool    `json:"not_started,omitempty"`
 }
 
 // Requeued: the task went back to the queue at its original place.

@@ -594,11 +594,36 @@ func (a *Agent) reconcile(ctx context.Context) {
 		case (t.State == domain.Running || t.State == domain.Preempting || t.State == domain.Cancelled) && pr == nil && !waiting && !a.reported[key]:
 			// The log says it started here, yet no run of it is recorded:
 			// the process never started (its agent died in between) or
-			// its records are gone.
+			// its records are gone. A running one goes back to the queue
+			// (it never ran), a preempting one is preempted, a cancelled
+			// one ends.
 			a.reported[key] = true
 			if t.State == domain.Preempting {
 				a.append(ctx, events.Preempted{TaskID: t.ID, Node: a.cfg.Node, Checkpoint: t.Checkpoint, Forced: true, ExitCode: -1,
 					LostGPUSeconds: a.lost(t)}, fmt.Sprintf("preempted:%s:%d", t.ID, t.DispatchSeq))
+				continue
+			}
+			if t.State == domain.Running {
+				// Nothing ran: its GPUs go back and it goes back to the
+				// queue at its place (the scheduler requeues it, with
+				// domain.NotStartedReason). Guarded by the task's last
+				// sequence, and only after the runs under the data
+				// directory were adopted (adopt, at CaughtUp), so no
+				// real run is requeued under it.
+				_, err := events.Append(ctx, a.cfg.Log, events.Preempted{TaskID: t.ID, Node: a.cfg.Node, Checkpoint: t.Checkpoint, ExitCode: -1, NotStarted: true},
+					events.Meta{Time: a.cfg.Now()}, fmt.Sprintf("preempted:%s:%d", t.ID, t.DispatchSeq), &events.Expect{Filter: events.TaskSubjects(t.ID), LastSeq: t.LastSeq})
+				switch {
+				case errors.Is(err, events.ErrConflict):
+					a.reported[key] = false // the task changed: the next pass looks again
+				case err != nil:
+					a.reported[key] = false
+					if ctx.Err() == nil {
+						a.cfg.Logger.Warn().Err(err).Str("task_id", t.ID).Msg("gpuagent: could not give back a task that never started; will retry")
+					}
+				default:
+					a.cfg.Logger.Warn().Str("task_id", t.ID).Uint64("dispatch", t.DispatchSeq).
+						Msg("gpuagent: the log has this task started here but no run of it is recorded (the agent stopped in between): nothing ran; giving it back to the queue")
+				}
 				continue
 			}
 			a.append(ctx, events.Failed{TaskID: t.ID, Node: a.cfg.Node, ExitCode: -1, Error: "no record of the task's process on its node (the agent stopped before starting it)"},

@@ -431,3 +431,45 @@ func TestBackFromLost(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestStartedWithoutRun: the log has a task started on this node, but no
+// run of it is recorded under the data directory (the agent was killed
+// between appending started and starting the process: `kill -9` of gpuq
+// dev in a burst). The next agent gives it back to the queue — preempted,
+// not started, nothing lost, not counted as a preemption — instead of
+// failing a task that never ran; a live run next to it is adopted as
+// before and not given back.
+func TestStartedWithoutRun(t *testing.T) {
+	const ghost, live = "0194387a-0000-7000-8000-00000000000a", "0194387a-0000-7000-8000-00000000000b"
+	n := newNode(t)
+	out := t.TempDir()
+	n.start(false)
+	n.run(live, `touch `+out+`/started; sleep 2`, 1)
+	n.waitState(live, domain.Running, 10*time.Second)
+	waitFile(t, filepath.Join(out, "started"), 10*time.Second)
+	n.stop()
+	// What the killed agent left: started in the log, no run.
+	st := n.fold()
+	gpu := st.Nodes[n.name].GPUs[0].UUID
+	n.append(dt.Task().ID(ghost).GPUs(1).Command(`touch ` + out + `/ghost-ran`).Submitted())
+	d := dt.Dispatch(ghost, events.Placement{Node: n.name, GPUs: []string{gpu}})
+	d.BasedOnSeq = n.fold().Seq
+	n.append(d)
+	n.append(events.Checkpointed{TaskID: ghost, Ref: "step-427"})
+	n.append(events.Started{TaskID: ghost, Node: n.name})
+	n.start(false)
+	task := n.waitState(ghost, domain.Preempting, 10*time.Second)
+	if n.count(ghost, events.TypeFailed) != 0 || n.count(ghost, events.TypePreempted) != 1 {
+		t.Errorf("history: %s", n.types(ghost))
+	}
+	if task.Preemptions != 0 || task.LostGPUSecs != 0 || task.Checkpoint != "step-427" || !task.NotStarted() {
+		t.Errorf("task after the report: preemptions %d, lost %g, checkpoint %q, reason %q", task.Preemptions, task.LostGPUSecs, task.Checkpoint, task.Reason)
+	}
+	n.waitState(live, domain.Completed, 20*time.Second)
+	if got := n.types(live); strings.Contains(got, "preempted") || strings.Contains(got, "failed") {
+		t.Errorf("the live run's history: %s", got)
+	}
+	if _, err := os.Stat(filepath.Join(out, "ghost-ran")); err == nil {
+		t.Error("the task that never started ran")
+	}
+}
