@@ -176,6 +176,11 @@ type Agent struct {
 	liveRuns []bool         // what countLive saw, for the heartbeat
 	util     map[string]int // GPU UUID → utilization %, for the heartbeat
 	fold     atomic.Pointer[service.Fold]
+	// logID is the log's identity (events.Identifier; "" unknown),
+	// recorded in every run started; others are the runs under the data
+	// directory recorded under another log, left alone.
+	logID  string
+	others []*runner.Proc
 }
 
 func runKey(task string, dispatch uint64) string { return fmt.Sprintf("%s/%d", task, dispatch) }
@@ -307,6 +312,7 @@ func (a *Agent) run(ctx context.Context) error {
 			f.Read(func(st *domain.State) {
 				a.st = st
 				snaps.Take(ctx, st, nil)
+				a.logID = a.identity(ctx)
 				a.adopt()
 				// Announce the inventory.
 				if err = a.announce(ctx, true); err != nil {
@@ -408,8 +414,36 @@ func (a *Agent) snapshotProcs() []bool {
 	return append([]bool(nil), a.liveRuns...)
 }
 
+// identity is the log's (events.Identifier), "" when the log cannot name
+// itself (then every run is adopted, as before run records had it).
+func (a *Agent) identity(ctx context.Context) string {
+	idr, ok := a.cfg.Log.(events.Identifier)
+	if !ok {
+		return ""
+	}
+	var err error
+	for try := 0; try < 5 && ctx.Err() == nil; try++ {
+		var id string
+		if id, err = idr.Identity(ctx); err == nil {
+			return id
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	a.cfg.Logger.Warn().Err(err).Msg("gpuagent: the log does not say which it is; adopting every run under the data directory")
+	return ""
+}
+
+// foreign tells whether a run was recorded under another log than the
+// agent's: never adopted (its task ids mean nothing in this log; adopting
+// it would stop a live task of the other log as an orphan and delete its
+// records).
+func (a *Agent) foreign(s runner.Spec) bool {
+	return s.Log != "" && a.logID != "" && s.Log != a.logID
+}
+
 // adopt takes over the runs an earlier agent left under the data
-// directory (once, when the log is folded).
+// directory (once, when the log is folded); a run recorded under another
+// log is left alone, and logged.
 func (a *Agent) adopt() {
 	dirs, _ := filepath.Glob(filepath.Join(a.cfg.DataDir, "tasks", "*", "runs", "*"))
 	sort.Strings(dirs)
@@ -421,6 +455,12 @@ func (a *Agent) adopt() {
 			continue
 		}
 		s := p.Spec()
+		if a.foreign(s) {
+			a.cfg.Logger.Warn().Str("run", dir).Str("run_log", s.Log).Str("log", a.logID).Bool("live", !p.Exited()).
+				Msg("gpuagent: a run recorded under another event log; not adopted, left alone (its GPUs count as busy while it lives)")
+			a.others = append(a.others, p)
+			continue
+		}
 		pr := &proc{key: runKey(s.TaskID, s.Dispatch), p: p, task: s.TaskID, dispatch: s.Dispatch, gpus: s.GPUs, adopted: true}
 		if _, dup := a.procs[pr.key]; dup || s.TaskID == "" {
 			continue
@@ -451,6 +491,13 @@ func (a *Agent) busy() map[string]string {
 		if pr.live() {
 			for _, g := range pr.gpus {
 				out[g] = pr.key
+			}
+		}
+	}
+	for _, p := range a.others {
+		if !p.Exited() {
+			for _, g := range p.Spec().GPUs {
+				out[g] = "a run of another log (" + p.RunDir() + ")"
 			}
 		}
 	}
@@ -842,7 +889,7 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 		sig = s
 	}
 	spec := runner.Spec{TaskID: t.ID, Command: t.Command, Env: env, LogPath: filepath.Join(taskDir, "output.log"), Dir: dir,
-		RunDir: runDir, GPUs: pl.GPUs, Dispatch: t.DispatchSeq,
+		RunDir: runDir, GPUs: pl.GPUs, Dispatch: t.DispatchSeq, Log: a.logID,
 		Fence: &runner.Fence{AgentFile: a.agentFile(), After: a.cfg.NodeTimeout, Signal: int(sig),
 			Grace: time.Duration(t.GraceS * float64(time.Second)), KillAfter: a.cfg.KillAfter}}
 	p, err := runner.Start(spec)

@@ -473,3 +473,44 @@ func TestStartedWithoutRun(t *testing.T) {
 		t.Error("the task that never started ran")
 	}
 }
+
+// TestRunOfAnotherLog: an agent on a data directory that holds a live run
+// recorded under another event log (gpuq dev --data D, then the same D
+// with --auth: another account, another stream) does not adopt it: the
+// run keeps going and keeps its records, and nothing about it reaches
+// this log. Before, the agent adopted it, found the log did not place it
+// here, stopped it as an orphan and deleted its records, and back on its
+// own log the task was failed: "no record of the task's process".
+func TestRunOfAnotherLog(t *testing.T) {
+	const id = "0194387a-0000-7000-8000-00000000000c"
+	n := newNode(t)
+	out := t.TempDir()
+	n.start(false)
+	n.run(id, `while :; do touch `+out+`/beat; sleep 0.1; done`, 0)
+	n.waitState(id, domain.Running, 10*time.Second)
+	waitFile(t, filepath.Join(out, "beat"), 10*time.Second)
+	n.stop()
+	runs, _ := filepath.Glob(filepath.Join(n.dir, "tasks", id, "runs", "*", "spec.json"))
+	if len(runs) != 1 {
+		t.Fatalf("runs recorded: %v", runs)
+	}
+	own := n.log
+	n.log = memlog.New() // another log, the same data directory
+	n.start(false)
+	time.Sleep(1500 * time.Millisecond) // several passes of the agent
+	if _, err := os.Stat(runs[0]); err != nil {
+		t.Errorf("the run's records are gone: %v", err)
+	}
+	if err := os.Remove(filepath.Join(out, "beat")); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(out, "beat"), 5*time.Second) // still running
+	if got := n.types(id); got != "" {
+		t.Errorf("the other log has events of the run: %s", got)
+	}
+	n.stop()
+	n.log = own // the cleanup stops the run through its own log
+	if got := n.types(id); strings.Contains(got, "failed") || strings.Contains(got, "preempted") {
+		t.Errorf("its own log: %s", got)
+	}
+}
