@@ -38,8 +38,8 @@ type Log struct {
 var (
 	_ events.Log        = (*Log)(nil)
 	_ events.Identifier = (*Log)(nil)
-	_ events.Batcher = (*Log)(nil)
-	_ events.Getter  = (*Log)(nil)
+	_ events.Batcher    = (*Log)(nil)
+	_ events.Getter     = (*Log)(nil)
 )
 
 // Open creates the audit stream, or updates it where its configuration
