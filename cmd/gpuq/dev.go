@@ -153,6 +153,15 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 		return err
 	}
 	defer release()
+	// The data directory holds one log: refuse another auth mode's.
+	want, err := wantIdentity(f)
+	if err != nil {
+		return err
+	}
+	rec, err := checkDataIdentity(data, want)
+	if err != nil {
+		return err
+	}
 	if err := checkPort(f.port); err != nil {
 		return err
 	}
@@ -186,8 +195,11 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	// this one.
 	conns := &devConns{srv: srv, dir: f.auth, cfg: jetstream.StreamConfig{DedupeWindow: f.dedupe}}
 	defer conns.close()
-	adminNC, _, err := conns.open(ctx, "admin") // creates the audit stream
+	adminNC, adminLog, err := conns.open(ctx, "admin") // creates the audit stream
 	if err != nil {
+		return err
+	}
+	if err := recordIdentity(ctx, data, want, rec, adminLog, logger); err != nil {
 		return err
 	}
 	var tokens *auth.Tokens
