@@ -238,3 +238,45 @@ func waitIdentity(t *testing.T, dir string, done <-chan error) dataIdentity {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestReadinessNamesWhoCatchesUp: while a service of gpuq dev is still
+// folding the log, its /healthz (the submitter's, through Health) names
+// that one, not just "starting" (issue 22: 125 s of "starting" while the
+// advisor replayed, and `gpuq stats` blamed the submitter).
+func TestReadinessNamesWhoCatchesUp(t *testing.T) {
+	names := []string{"submitter", "advisor", "scheduler", "gpuagent node-1"}
+	cases := map[string]struct {
+		ready []int
+		want  string // "" = healthy
+	}{
+		"none ready":          {nil, "starting: submitter, advisor, scheduler, gpuagent node-1 are still catching up with the log"},
+		"the advisor replays": {[]int{0, 2, 3}, "starting: advisor is still catching up with the log"},
+		"all ready":           {[]int{3, 2, 1, 0, 1}, ""},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := newReadiness(names)
+			for _, i := range c.ready {
+				r.done(i)()
+			}
+			err := r.health()
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if got != c.want {
+				t.Errorf("health %q, want %q", got, c.want)
+			}
+			select {
+			case <-r.all:
+				if c.want != "" {
+					t.Error("all closed while a service is not ready")
+				}
+			default:
+				if c.want == "" {
+					t.Error("all not closed with every service ready")
+				}
+			}
+		})
+	}
+}

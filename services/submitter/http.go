@@ -89,7 +89,7 @@ func (s *server) guard(next http.Handler) http.Handler {
 
 func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
 	if !s.ready.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting"})
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting", "error": "submitter is still catching up with the log"})
 		return
 	}
 	if s.health != nil {
