@@ -13,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/gpuq/gpuq/pkg/auth"
 	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/events/jetstream"
 	"github.com/gpuq/gpuq/pkg/policy"
 )
 
@@ -133,20 +136,38 @@ func TestDevDataIdentity(t *testing.T) {
 	}
 	keyB, _ := auth.AccountKey(authB)
 
-	// A plain gpuq dev's directory, as it really is.
+	// A plain gpuq dev's directory, as it really is; started twice, its
+	// log keeps its identity (what the agents' runs record).
 	plain := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- runDev(ctx, devFlags{data: plain, port: freePort(t), http: "127.0.0.1:0", gpus: 1, nodes: 0, model: "a100",
-			dedupe: time.Minute, maxGPUs: 8, maxHours: 1, heartbeat: time.Second, nodeTO: 30 * time.Second}, policy.Options{})
-	}()
-	rec := waitIdentity(t, plain, done)
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		t.Fatal("gpuq dev did not stop in 15 s")
+	var rec dataIdentity
+	for i := 0; i < 2; i++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		port := freePort(t)
+		go func() {
+			done <- runDev(ctx, devFlags{data: plain, port: port, http: "127.0.0.1:0", gpus: 1, nodes: 0, model: "a100",
+				dedupe: time.Minute, maxGPUs: 8, maxHours: 1, heartbeat: time.Second, nodeTO: 30 * time.Second}, policy.Options{})
+		}()
+		got := waitIdentity(t, plain, done)
+		if i == 1 {
+			// The record is there from the first run: ask this one's log.
+			if now := liveIdentity(t, port, done); now != rec.Log {
+				t.Errorf("the log's identity changed across a restart: %s, then %s", rec.Log, now)
+			}
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("gpuq dev: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("gpuq dev did not stop in 15 s")
+		}
+		if i == 1 && got != rec {
+			t.Errorf("the record changed across a restart:\n%+v\n%+v", rec, got)
+		}
+		rec = got
 	}
 	if rec.Auth != authNone || rec.Account != noAuthAccount || !strings.HasPrefix(rec.Log, events.StreamName+"@") {
 		t.Errorf("record of a plain gpuq dev: %+v", rec)
@@ -278,5 +299,33 @@ func TestReadinessNamesWhoCatchesUp(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// liveIdentity is the identity of the log of the gpuq dev listening on
+// port.
+func liveIdentity(t *testing.T, port int, done <-chan error) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", port)); err == nil {
+			defer nc.Close()
+			l, err := jetstream.Attach(context.Background(), nc, "")
+			if err == nil {
+				id, err := l.Identity(context.Background())
+				if err == nil {
+					return id
+				}
+			}
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("gpuq dev ended: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("gpuq dev's log not reachable in 20 s")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
