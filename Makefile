@@ -8,7 +8,9 @@ export CGO_CFLAGS := -Wno-deprecated-declarations
 # make run's own gpuq dev: its data directory and ports differ from the
 # tour's `bin/gpuq dev` defaults (./.gpuq, 4222, 8080), so the two never
 # share a log or a port.
-DATA ?= ./.gpuq-demo
+# Empty DATA: ./.gpuq-demo, or ./.gpuq-demo-withauth with AUTH (a data
+# directory holds one log, of one auth mode: gpuq dev refuses another).
+DATA ?=
 NATS_PORT ?= 4322
 HTTP ?= 127.0.0.1:8180
 # make run AUTH=DIR: credentials per role, made there by gpuq auth init when missing.
@@ -21,7 +23,7 @@ help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
 	@echo
 	@echo "Variables (make run VAR=value):"
-	@echo "  DATA           make run's data directory (default $(DATA))"
+	@echo "  DATA           make run's data directory (default ./.gpuq-demo; with AUTH ./.gpuq-demo-withauth)"
 	@echo "  NATS_PORT      make run's NATS port (default $(NATS_PORT))"
 	@echo "  HTTP           make run's HTTP API address (default $(HTTP))"
 	@echo "  AUTH           make run with credentials per role from this directory (gpuq auth init; default none)"

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -11,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -157,6 +157,15 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 		return err
 	}
 	defer release()
+	// The data directory holds one log: refuse another auth mode's.
+	want, err := wantIdentity(f)
+	if err != nil {
+		return err
+	}
+	rec, err := checkDataIdentity(data, want)
+	if err != nil {
+		return err
+	}
 	if err := checkPort(f.port); err != nil {
 		return err
 	}
@@ -193,8 +202,11 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	// this one.
 	conns := &devConns{srv: srv, dir: f.auth, cfg: jetstream.StreamConfig{DedupeWindow: f.dedupe}}
 	defer conns.close()
-	adminNC, _, err := conns.open(ctx, "admin") // creates the audit stream
+	adminNC, adminLog, err := conns.open(ctx, "admin") // creates the audit stream
 	if err != nil {
+		return err
+	}
+	if err := recordIdentity(ctx, data, want, rec, adminLog, logger); err != nil {
 		return err
 	}
 	var tokens *auth.Tokens
@@ -208,28 +220,22 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	metrics.NATS(reg, "dev", adminNC)
 
 	// 2. The four services, each as it would run on its own.
-	var ready sync.WaitGroup
 	// --nodes 0 runs no agent and no scheduler: nothing writes to the log,
 	// so that a log can be imported (gpuq audit import) without another
 	// writer's decision landing between its records.
 	withScheduler := f.nodes > 0
-	services := 3 + f.nodes
-	if !withScheduler {
-		services = 2
-	}
-	ready.Add(services)
-	var readyOnce []sync.Once = make([]sync.Once, services)
-	readyFn := func(i int) func() { return func() { readyOnce[i].Do(ready.Done) } }
-	allReady := make(chan struct{})
-	go func() { ready.Wait(); close(allReady) }()
-	health := func() error {
-		select {
-		case <-allReady:
-			return nil
-		default:
-			return errors.New("starting")
+	names := []string{"submitter", "advisor"}
+	if withScheduler {
+		names = append(names, "scheduler")
+		for i := 1; i <= f.nodes; i++ {
+			names = append(names, fmt.Sprintf("gpuagent node-%d", i))
 		}
 	}
+	services := len(names)
+	rd := newReadiness(names)
+	readyFn := rd.done
+	allReady := rd.all
+	health := rd.health
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -481,4 +487,55 @@ const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
 func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// readiness is which of gpuq dev's services are ready: /healthz names
+// those still catching up with the log (issue 22: after a restart it said
+// "starting" for two minutes while the advisor replayed, and nothing said
+// which).
+type readiness struct {
+	names []string
+	ready []atomic.Bool
+	once  []sync.Once
+	left  atomic.Int32
+	all   chan struct{} // closed once every service is ready
+}
+
+func newReadiness(names []string) *readiness {
+	r := &readiness{names: names, ready: make([]atomic.Bool, len(names)), once: make([]sync.Once, len(names)), all: make(chan struct{})}
+	r.left.Store(int32(len(names)))
+	if len(names) == 0 {
+		close(r.all)
+	}
+	return r
+}
+
+// done is service i's Ready.
+func (r *readiness) done(i int) func() {
+	return func() {
+		r.once[i].Do(func() {
+			r.ready[i].Store(true)
+			if r.left.Add(-1) == 0 {
+				close(r.all)
+			}
+		})
+	}
+}
+
+// health is nil once every service is ready, else names the others.
+func (r *readiness) health() error {
+	var waiting []string
+	for i, n := range r.names {
+		if !r.ready[i].Load() {
+			waiting = append(waiting, n)
+		}
+	}
+	if len(waiting) == 0 {
+		return nil
+	}
+	verb := "is"
+	if len(waiting) > 1 {
+		verb = "are"
+	}
+	return fmt.Errorf("starting: %s %s still catching up with the log", strings.Join(waiting, ", "), verb)
 }

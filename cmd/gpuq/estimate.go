@@ -67,9 +67,13 @@ func printAdvice(w io.Writer, a estimate.Advice, now time.Time) {
 		return
 	}
 	fmt.Fprintf(w, ", position %d\n", a.Position)
-	if a.Method == "never" {
+	switch a.Method {
+	case "never":
 		fmt.Fprintf(w, "start: never on this cluster as it is (%s)\n", a.Reason)
-	} else {
+	case "capped":
+		fmt.Fprintf(w, "start: after %s (in %s) at the earliest: the simulation's budget ran out before it started\n",
+			timeFmt{}.at(a.P50Start), until(a.P50Start, now))
+	default:
 		fmt.Fprintf(w, "start: P50 %s (in %s), P90 %s (in %s)\n", timeFmt{}.at(a.P50Start), until(a.P50Start, now),
 			timeFmt{}.at(a.P90Start), until(a.P90Start, now))
 	}
@@ -146,6 +150,9 @@ func newStats() *cobra.Command {
 func printEstimateStats(w io.Writer, s map[string]any) {
 	fmt.Fprintf(w, "judged: %v tasks (waited ≥ 60 s)\nP90 coverage: %.1f%%\nmedian |P50 error|: %s\nalerts raised: %v\n",
 		s["n"], 100*num(s["p90_coverage"]), time.Duration(num(s["p50_median_abs_err_s"])*float64(time.Second)).Round(time.Second), s["alerts_raised"])
+	if n := num(s["capped"]); n > 0 {
+		fmt.Fprintf(w, "capped estimates: %v (the simulation's budget ran out first: lower bounds; the last tasks: %v)\n", n, s["capped_tasks"])
+	}
 }
 
 // summary counts tasks by state, and the GPUs held, in all and per team.

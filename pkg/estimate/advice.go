@@ -88,6 +88,11 @@ func (e *Estimator) advise(st *domain.State, t *domain.Task, pos int, est Estima
 	if a.Blockers == nil {
 		a.Blockers = []string{}
 	}
+	if est.Capped {
+		// The simulation's budget ran out before the task started: the
+		// start is at least this late.
+		a.Method = "capped"
+	}
 	if est.Never {
 		a.Method = "never"
 		a.Reason = w.Reason
