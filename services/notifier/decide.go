@@ -102,7 +102,7 @@ func (d *Decider) Record(st *domain.State, r events.Record) []Notice {
 			return nil
 		}
 		n := d.notice(st, e.TaskID, PreemptRequested, r, tr.attempt)
-		end := r.Time.Add(time.Duration(e.GraceS * float64(time.Second)))
+		end := recordTime(r).Add(time.Duration(e.GraceS * float64(time.Second)))
 		n.GraceEnd, n.Reason, n.Preemptor = ptime(end), e.Reason, e.For
 		by := ""
 		if p := st.Tasks[e.For]; p != nil && e.For != "" {
@@ -245,7 +245,7 @@ func (d *Decider) evaluate(st *domain.State, id string, now time.Time) []Notice 
 
 // notice is a notice of type typ about task id caused by record r.
 func (d *Decider) notice(st *domain.State, id, typ string, r events.Record, attempt int) Notice {
-	n := Notice{ID: NoticeID(id, typ, r.Seq), Type: typ, TaskID: id, Seq: r.Seq, Time: r.Time, Attempt: attempt}
+	n := Notice{ID: NoticeID(id, typ, r.Seq), Type: typ, TaskID: id, Seq: r.Seq, Time: recordTime(r), Attempt: attempt}
 	if t := st.Tasks[id]; t != nil {
 		n.TaskName, n.Team = t.Name, t.Team
 	}
@@ -267,4 +267,12 @@ func attemptText(attempt int) string {
 		return ""
 	}
 	return fmt.Sprintf(" (run %d)", attempt+1)
+}
+
+// recordTime is the log's time of r (its writer's when the log has none).
+func recordTime(r events.Record) time.Time {
+	if r.Time.IsZero() {
+		return r.Envelope.Time
+	}
+	return r.Time
 }

@@ -88,6 +88,10 @@ const DefaultHorizon = 24 * time.Hour
 // recorded and are read back as the queue drains.
 const DefaultQueue = 10_000
 
+// shutdownGrace is how long a send in flight may go on once the
+// notifier stops.
+const shutdownGrace = 2 * time.Second
+
 // DefaultTimeout bounds one attempt (connect, send, answer).
 const DefaultTimeout = 10 * time.Second
 
@@ -234,8 +238,8 @@ func (w *worker) refill(ctx context.Context) {
 func (w *worker) attempt(ctx context.Context, d *Delivery) bool {
 	s := w.s
 	err := w.send(ctx, d)
-	if ctx.Err() != nil {
-		return false // shutting down: the attempt is not recorded, the next run tries again
+	if err != nil && ctx.Err() != nil {
+		return false // interrupted by the shutdown: not an attempt; the next run makes it
 	}
 	if s.crash != nil && s.crash(*d) {
 		return false
@@ -285,9 +289,13 @@ var errStatus = errors.New("answer not 2xx")
 
 // send POSTs d's body once.
 func (w *worker) send(ctx context.Context, d *Delivery) error {
-	ctx, cancel := context.WithTimeout(ctx, w.s.timeout)
+	// A shutdown lets a send in flight finish for a moment: cutting it
+	// off after the receiver got it would send it again after the
+	// restart.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.s.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.dest.URL, bytes.NewReader(d.Body))
+	defer context.AfterFunc(ctx, func() { time.AfterFunc(shutdownGrace, cancel) })()
+	req, err := http.NewRequestWithContext(sctx, http.MethodPost, w.dest.URL, bytes.NewReader(d.Body))
 	if err != nil {
 		return err
 	}
