@@ -237,7 +237,7 @@ func TestDeliveryRetries(t *testing.T) {
 			return 200
 		}, wantHits: 3, delivered: true},
 		"500 always: dead after the retries": {status: func(int) int { return 500 }, wantHits: 3, wantDead: 1},
-		"a redirect is not followed": {status: func(int) int { return http.StatusFound }, wantHits: 3, wantDead: 1},
+		"a redirect is not followed":         {status: func(int) int { return http.StatusFound }, wantHits: 3, wantDead: 1},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
