@@ -43,6 +43,7 @@ type receiver struct {
 	mu     sync.Mutex
 	hits   []hit
 	status func(n int) int
+	header http.Header // sent with every answer
 	got    chan struct{}
 }
 
@@ -58,6 +59,9 @@ func newReceiver(t *testing.T, status func(n int) int) *receiver {
 		n := len(r.hits)
 		r.mu.Unlock()
 		code := http.StatusOK
+		for k, v := range r.header {
+			w.Header()[k] = v
+		}
 		if r.status != nil {
 			code = r.status(n)
 		}
@@ -224,24 +228,27 @@ func TestDeliverySigned(t *testing.T) {
 // id, until it answers 2xx; one that never does puts it on the dead
 // letters after the last retry.
 func TestDeliveryRetries(t *testing.T) {
+	target := newReceiver(t, nil) // where the redirect points
 	cases := map[string]struct {
-		status    func(n int) int
-		wantHits  int
-		wantDead  int
-		delivered bool
+		status   func(n int) int
+		header   http.Header
+		wantHits int
+		wantDead int
 	}{
 		"500 twice, then 200": {status: func(n int) int {
 			if n <= 2 {
 				return 500
 			}
 			return 200
-		}, wantHits: 3, delivered: true},
+		}, wantHits: 3},
 		"500 always: dead after the retries": {status: func(int) int { return 500 }, wantHits: 3, wantDead: 1},
-		"a redirect is not followed":         {status: func(int) int { return http.StatusFound }, wantHits: 3, wantDead: 1},
+		"a redirect is not followed": {status: func(int) int { return http.StatusTemporaryRedirect },
+			header: http.Header{"Location": {target.srv.URL}}, wantHits: 3, wantDead: 1},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			r := newReceiver(t, tc.status)
+			r.header = tc.header
 			store := NewMem()
 			w := newWorld(t, store, NewDestination("", r.srv.URL, []byte(secret), []string{Started}))
 			w.start()
@@ -273,6 +280,9 @@ func TestDeliveryRetries(t *testing.T) {
 			}
 			if p, _ := store.Pending(w.ctx); len(p) != 0 {
 				t.Errorf("%d deliveries still pending", len(p))
+			}
+			if hs := target.all(); len(hs) != 0 {
+				t.Errorf("the redirect's target got %s", types(hs))
 			}
 		})
 	}
