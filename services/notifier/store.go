@@ -20,13 +20,13 @@ import (
 const (
 	// StateBucket holds the cursor: the log sequence up to which notices
 	// are recorded. No TTL: a restart must never decide the past again.
-	StateBucket = "gpuq_notify_state"
+	StateBucket = events.NotifyStateBucket
 	// DeliveryBucket holds one key per notice recorded (e.<id>), per
 	// delivery pending (p.<id>.<dest>), delivered (s.<id>.<dest>) and
 	// dead (x.<id>.<dest>: gpuq notify failed). Its TTL (DeliveryTTL)
 	// outlasts the retry horizon, so every key lives as long as a
 	// redelivery could matter, and the dead-letter list a week.
-	DeliveryBucket = "gpuq_notify_deliveries"
+	DeliveryBucket = events.NotifyDeliveryBucket
 	// DeliveryTTL is how long DeliveryBucket keeps a key.
 	DeliveryTTL = 7 * 24 * time.Hour
 )
