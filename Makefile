@@ -85,7 +85,7 @@ contract: build ## The shared black-box contract checks
 images: ## Build FROM-scratch images for deploy/compose.yaml
 	deploy/build-images.sh
 
-compose-up: images ## Start the compose stack (3 NATS servers, 2 schedulers, advisor, submitter, 2 agents)
+compose-up: images ## Start the compose stack (3 NATS servers, 2 schedulers, advisor, notifier, submitter, 2 agents)
 	docker-compose -f deploy/compose.yaml up -d
 
 compose-smoke: images ## Compose smoke: up, one 2-GPU task over HTTP to completed, down -v
