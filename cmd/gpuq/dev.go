@@ -69,7 +69,7 @@ func newDev() *cobra.Command {
 	var f devFlags
 	c := &cobra.Command{
 		Use:   "dev",
-		Short: "Run everything in one process: embedded NATS (JetStream on disk), all four services, mock GPUs",
+		Short: "Run everything in one process: embedded NATS (JetStream on disk), every service, mock GPUs",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			switch {
@@ -146,7 +146,7 @@ func newDev() *cobra.Command {
 	fl.StringVar(&f.httpTLS.Key, "http-key", "", "PEM key of --http-cert")
 	fl.StringSliceVar(&f.httpHosts, "http-host", nil, `more Host names the HTTP API answers to besides --http's own (e.g. a machine name for --http 0.0.0.0:8080; "*": any); repeatable or comma-separated`)
 	fl.StringSliceVar(&f.origins, "http-origin", nil, "browser origins (scheme://host[:port]) allowed to call the HTTP API besides its own; repeatable or comma-separated")
-	fl.StringArrayVar(&f.webhooks, "webhook", nil, "URL that gets every notification (starts_soon, eta_changed, alert, preempt_requested, started, completed, failed) as a signed JSON POST; repeatable; runs the notifier")
+	fl.StringArrayVar(&f.webhooks, "webhook", nil, "URL that gets every notification (starts_soon, eta_changed, alert, preempt_requested, started, completed, failed) as a signed JSON POST; repeatable")
 	fl.StringVar(&f.hookSecret, "webhook-secret", "", "secret that signs the POSTs to --webhook (X-Gpuq-Signature: t=UNIX,v1=HEX HMAC-SHA256 of \"UNIX.BODY\")")
 	fl.StringArrayVar(&f.injectXid, "inject-xid", nil, "NODE:GPU_INDEX:AFTER — a critical Xid (79) on that mock GPU AFTER the start (e.g. node-1:0:30s); repeatable")
 	return c
@@ -230,10 +230,7 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	if !withScheduler {
 		services = 2
 	}
-	withNotifier := len(f.webhooks) > 0
-	if withNotifier {
-		services++
-	}
+	services++ // the notifier
 	ready.Add(services)
 	var readyOnce []sync.Once = make([]sync.Once, services)
 	readyFn := func(i int) func() { return func() { readyOnce[i].Do(ready.Done) } }
@@ -295,21 +292,21 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 		return advisor.Run(ctx, advisor.Config{Log: advLog, JS: advLog.JetStream(), NC: advNC, Policy: policy.New(opts), Logger: logger.With().Str("svc", "advisor").Logger(), Ready: readyFn(1),
 			Metrics: reg})
 	})
-	if withNotifier {
-		// Its own connection, as its own role with --auth (notifierRole).
-		_, notLog, err := conns.open(ctx, notifierRole(f))
-		if err != nil {
-			return err
-		}
-		var dests []notifier.Destination
-		for _, u := range f.webhooks {
-			dests = append(dests, notifier.NewDestination("", u, []byte(f.hookSecret), nil))
-		}
-		spawn("notifier", func() error {
-			return notifier.Run(ctx, notifier.Config{Log: notLog, JS: notLog.JetStream(), Destinations: dests,
-				Logger: logger.With().Str("svc", "notifier").Logger(), Ready: readyFn(services - 1), Metrics: reg})
-		})
+	// The notifier, as its own role with --auth (notifierRole): to every
+	// --webhook, and to the teams' destinations of gpuq notify add (on
+	// loopback too, which only gpuq dev allows by default).
+	_, notLog, err := conns.open(ctx, notifierRole(f))
+	if err != nil {
+		return err
 	}
+	var dests []notifier.Destination
+	for _, u := range f.webhooks {
+		dests = append(dests, notifier.NewDestination("", u, []byte(f.hookSecret), nil))
+	}
+	spawn("notifier", func() error {
+		return notifier.Run(ctx, notifier.Config{Log: notLog, JS: notLog.JetStream(), Destinations: dests, Allow: notifier.Allow{Local: true},
+			Logger: logger.With().Str("svc", "notifier").Logger(), Ready: readyFn(services - 1), Metrics: reg})
+	})
 	xids, _ := parseXids(f.injectXid, f.nodes, f.gpus)
 	for i := 1; i <= f.nodes; i++ {
 		node := fmt.Sprintf("node-%d", i)

@@ -20,6 +20,7 @@ const (
 	// and its notices and deliveries.
 	NotifyStateBucket    = "gpuq_notify_state"
 	NotifyDeliveryBucket = "gpuq_notify_deliveries"
+	NotifyDestBucket     = "gpuq_notify_destinations"
 )
 
 // DefaultDedupeWindow is how long a message id (a CI idempotency key)

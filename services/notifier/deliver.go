@@ -34,6 +34,8 @@ type Destination struct {
 	URL    string
 	Secret []byte   // "" : no signature header
 	Events []string // the types it wants (none: all)
+	// restricted: a team's, delivered only where Config.Allow permits.
+	restricted bool
 }
 
 // NewDestination returns a destination with its id.
@@ -43,6 +45,9 @@ func NewDestination(team, rawURL string, secret []byte, types []string) Destinat
 
 // Wants reports whether d wants notice n.
 func (d Destination) Wants(n Notice) bool {
+	if n.only != "" {
+		return n.only == d.ID
+	}
 	if d.Team != "" && d.Team != n.Team {
 		return false
 	}
@@ -98,6 +103,7 @@ const DefaultTimeout = 10 * time.Second
 // sender is what the workers share.
 type sender struct {
 	client  *http.Client
+	team    *http.Client // for restricted destinations
 	store   Store
 	backoff []time.Duration
 	horizon time.Duration
@@ -123,6 +129,7 @@ type worker struct {
 	s    *sender
 	dest Destination
 
+	stop     context.CancelFunc // ends run (the destination was removed)
 	mu       sync.Mutex
 	queue    map[string]*Delivery // by notice id
 	overflow bool                 // deliveries recorded but not queued: read them back when there is room
@@ -305,7 +312,11 @@ func (w *worker) send(ctx context.Context, d *Delivery) error {
 	if len(w.dest.Secret) > 0 {
 		req.Header.Set(HeaderSignature, Sign(w.dest.Secret, d.Body, time.Now()))
 	}
-	resp, err := w.s.client.Do(req)
+	client := w.s.client
+	if w.dest.restricted {
+		client = w.s.team
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}

@@ -51,6 +51,8 @@ type Notice struct {
 	ExitCode       *int       `json:"exit_code,omitempty"`
 	Error          string     `json:"error,omitempty"`
 	Alert          string     `json:"alert,omitempty"`
+
+	only string // a test notice's one destination
 }
 
 // NoticeID is a notice's id: derived from what makes it unique, so that

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +43,12 @@ type Config struct {
 	Timeout      time.Duration   // DefaultTimeout, per attempt
 	Queue        int             // DefaultQueue, per destination
 	Client       *http.Client    // default: no redirects, Timeout
+	// Allow limits where team destinations (gpuq notify add, kept in
+	// DestBucket and followed while running) are delivered; the
+	// Destinations above, the operator's, are not limited.
+	Allow Allow
+	// TeamClient overrides the team destinations' client (tests).
+	TeamClient *http.Client
 	Metrics      prometheus.Registerer
 	Ready        func()
 
@@ -52,8 +61,14 @@ type Notifier struct {
 	store   Store
 	fold    *service.Fold
 	dec     *Decider
-	workers map[string]*worker
 	metrics *metrics.Notifier
+	sender  *sender
+	wctx    context.Context
+	wg      sync.WaitGroup
+
+	wmu     sync.Mutex
+	workers map[string]*worker
+	order   []string // destination ids: the operator's, then the teams' as added
 
 	cursor  uint64   // notices of records up to here were recorded before this run
 	saved   uint64   // the cursor last saved
@@ -90,6 +105,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Client == nil {
 		cfg.Client = newClient(cfg.Timeout)
 	}
+	if cfg.TeamClient == nil {
+		cfg.TeamClient = restrictedClient(cfg.Timeout, cfg.Allow)
+	}
 	n := &Notifier{cfg: cfg, dec: NewDecider(cfg.Rules), workers: map[string]*worker{}, advice: map[string]estimate.Advice{}, wake: make(chan struct{}, 1)}
 	return n.run(ctx)
 }
@@ -124,10 +142,29 @@ func (n *Notifier) run(ctx context.Context) error {
 	if cfg.Metrics != nil {
 		n.metrics = metrics.NewNotifier(cfg.Metrics, n.pending)
 	}
-	s := &sender{client: cfg.Client, store: n.store, backoff: cfg.Backoff, horizon: cfg.Horizon, timeout: cfg.Timeout, cap: cfg.Queue,
+	n.sender = &sender{client: cfg.Client, team: cfg.TeamClient, store: n.store, backoff: cfg.Backoff, horizon: cfg.Horizon, timeout: cfg.Timeout, cap: cfg.Queue,
 		now: cfg.Now, logger: cfg.Logger, metrics: n.metrics, crash: cfg.crash}
+	wctx, stop := context.WithCancel(ctx)
+	defer n.wg.Wait()
+	defer stop()
+	n.wctx = wctx
 	for _, d := range cfg.Destinations {
-		n.workers[d.ID] = newWorker(s, d)
+		n.setDest(d)
+	}
+	var teams *Destinations
+	if cfg.JS != nil {
+		// The teams' destinations as they are now, before the pending
+		// deliveries are handed out; then followed.
+		if teams, err = OpenDestinations(ctx, cfg.JS, cfg.Replicas); err != nil {
+			return err
+		}
+		ds, err := teams.List(ctx)
+		if err != nil {
+			return err
+		}
+		for _, d := range ds {
+			n.setDest(d.Destination())
+		}
 	}
 	pending, err := n.store.Pending(ctx)
 	if err != nil {
@@ -135,7 +172,7 @@ func (n *Notifier) run(ctx context.Context) error {
 	}
 	for _, d := range pending {
 		d.order = orderSeq.Add(1)
-		w := n.workers[d.Dest]
+		w := n.worker(d.Dest)
 		if w == nil {
 			d.LastError = "destination no longer configured"
 			if err := n.store.Dead(ctx, d); err != nil {
@@ -146,16 +183,11 @@ func (n *Notifier) run(ctx context.Context) error {
 		}
 		w.add(d)
 	}
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	wctx, stop := context.WithCancel(ctx)
-	defer stop()
-	for _, w := range n.workers {
-		wg.Add(1)
-		go func() { defer wg.Done(); w.run(wctx) }()
-	}
 	if len(pending) > 0 {
 		cfg.Logger.Info().Int("pending", len(pending)).Msg("notifier: resuming deliveries")
+	}
+	if teams != nil {
+		go n.followDests(wctx, teams)
 	}
 
 	// 3. Fold and follow the log; decide on each record, on advice and
@@ -190,11 +222,57 @@ func (n *Notifier) run(ctx context.Context) error {
 }
 
 func (n *Notifier) pending() int {
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
 	total := 0
 	for _, w := range n.workers {
 		total += w.len()
 	}
 	return total
+}
+
+// worker is destination id's worker, or nil.
+func (n *Notifier) worker(id string) *worker {
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	return n.workers[id]
+}
+
+// setDest starts delivering to d, or replaces its settings (a new secret
+// or events: its queue starts over from the store).
+func (n *Notifier) setDest(d Destination) {
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	if old := n.workers[d.ID]; old != nil {
+		old.stop()
+	} else {
+		n.order = append(n.order, d.ID)
+	}
+	w := newWorker(n.sender, d)
+	ctx, stop := context.WithCancel(n.wctx)
+	w.stop = stop
+	n.workers[d.ID] = w
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); w.run(ctx) }()
+	if len(n.workers) > 0 && n.fold != nil {
+		// A replaced destination's pending deliveries come back from the
+		// store on the worker's first refill.
+		w.mu.Lock()
+		w.overflow = true
+		w.mu.Unlock()
+	}
+}
+
+// removeDest stops delivering to destination id; what was pending for
+// it stays recorded and goes to the dead letters at the next start.
+func (n *Notifier) removeDest(id string) {
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	if w := n.workers[id]; w != nil {
+		w.stop()
+		delete(n.workers, id)
+		n.order = slices.DeleteFunc(n.order, func(s string) bool { return s == id })
+	}
 }
 
 // react decides on the advice received and the time, records every
@@ -243,8 +321,8 @@ func (n *Notifier) react(ctx context.Context) error {
 // and queues it there.
 func (n *Notifier) record(ctx context.Context, x Notice, now time.Time) error {
 	var ds []Delivery
-	for _, id := range n.destIDs() {
-		w := n.workers[id]
+	for _, w := range n.destinations() {
+		id := w.dest.ID
 		if !w.dest.Wants(x) {
 			continue
 		}
@@ -273,18 +351,81 @@ func (n *Notifier) record(ctx context.Context, x Notice, now time.Time) error {
 	for _, d := range ds {
 		d.order = orderSeq.Add(1)
 		n.metrics.Count(d.Type, "recorded")
-		n.workers[d.Dest].add(d)
+		if w := n.worker(d.Dest); w != nil {
+			w.add(d)
+		}
 	}
 	return nil
 }
 
-// destIDs are the destinations' ids in configuration order.
-func (n *Notifier) destIDs() []string {
-	out := make([]string, 0, len(n.cfg.Destinations))
-	for _, d := range n.cfg.Destinations {
-		out = append(out, d.ID)
+// destinations are the workers in configuration order.
+func (n *Notifier) destinations() []*worker {
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	out := make([]*worker, 0, len(n.order))
+	for _, id := range n.order {
+		out = append(out, n.workers[id])
 	}
 	return out
+}
+
+// followDests follows the teams' destinations bucket until ctx ends:
+// added, changed and removed destinations, and test requests.
+func (n *Notifier) followDests(ctx context.Context, teams *Destinations) {
+	for ctx.Err() == nil {
+		w, err := teams.kv.WatchAll(ctx)
+		if err != nil {
+			n.cfg.Logger.Warn().Err(err).Msg("notifier: watching the destinations failed; retrying")
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(5 * time.Second):
+			}
+			continue
+		}
+		for e := range w.Updates() {
+			if e != nil {
+				n.destUpdate(ctx, teams, e)
+			}
+		}
+		_ = w.Stop()
+	}
+}
+
+func (n *Notifier) destUpdate(ctx context.Context, teams *Destinations, e jetstream.KeyValueEntry) {
+	key, del := e.Key(), e.Operation() != jetstream.KeyValuePut
+	switch {
+	case strings.HasPrefix(key, "d."):
+		id := strings.TrimPrefix(key, "d.")
+		if del {
+			n.removeDest(id)
+			n.cfg.Logger.Info().Str("dest", id).Msg("notifier: destination removed")
+			return
+		}
+		var d TeamDest
+		if json.Unmarshal(e.Value(), &d) != nil || d.ID != id {
+			return
+		}
+		if w := n.worker(id); w != nil && string(w.dest.Secret) == d.Secret && slices.Equal(w.dest.Events, d.Events) && w.dest.URL == d.URL {
+			return // as it is (the watch's initial values)
+		}
+		n.setDest(d.Destination())
+		n.cfg.Logger.Info().Str("dest", id).Str("team", d.Team).Str("url", d.URL).Msg("notifier: destination set")
+	case strings.HasPrefix(key, "t.") && !del:
+		id, nonce, _ := strings.Cut(strings.TrimPrefix(key, "t."), ".")
+		w := n.worker(id)
+		if w == nil {
+			return
+		}
+		now := n.cfg.Now()
+		x := Notice{ID: testID(id, nonce), Type: Test, Team: w.dest.Team, Time: now, only: id,
+			Text: sentence(fmt.Sprintf("A test of gpuq's notifications for team %s: this destination receives them", w.dest.Team))}
+		if err := n.record(ctx, x, now); err != nil {
+			n.cfg.Logger.Warn().Err(err).Msg("notifier: a test notice was not recorded")
+			return
+		}
+		_ = teams.kv.Delete(ctx, key)
+	}
 }
 
 // followAdvice receives the latest advice of every task, then each new

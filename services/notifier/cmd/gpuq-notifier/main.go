@@ -23,11 +23,16 @@ const name = "gpuq-notifier"
 func main() {
 	f := svcmain.NewFlags(name)
 	c := f.Common()
-	var metricsAddr, hooks, secretFile string
+	var metricsAddr, hooks, secretFile, allow string
 	f.String(&metricsAddr, "metrics", "GPUQ_METRICS_ADDR", "", `Prometheus /metrics listen address, e.g. ":9090" ("" = none)`)
-	f.String(&hooks, "webhook", "GPUQ_WEBHOOKS", "", "webhook URLs that get every notification, comma-separated")
+	f.String(&hooks, "webhook", "GPUQ_WEBHOOKS", "", "webhook URLs that get every notification, comma-separated (the teams' own: gpuq notify add)")
 	f.String(&secretFile, "webhook-secret-file", "GPUQ_WEBHOOK_SECRET_FILE", "", "file holding the secret that signs the POSTs to --webhook (X-Gpuq-Signature)")
+	f.String(&allow, "webhook-allow", "GPUQ_WEBHOOK_ALLOW", "", "CIDRs the teams' destinations (gpuq notify add) may be delivered to, comma-separated (default: any address but loopback and link-local)")
 	f.Parse(c)
+	nets, err := notifier.ParseAllow(allow)
+	if err != nil {
+		f.Invalid("webhook-allow", err.Error())
+	}
 	var secret []byte
 	if secretFile != "" {
 		b, err := os.ReadFile(secretFile)
@@ -50,7 +55,7 @@ func main() {
 	logger := svcmain.Logger("notifier", c.LogLevel)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, c, metricsAddr, dests, logger); err != nil && ctx.Err() == nil {
+	if err := run(ctx, c, metricsAddr, dests, notifier.Allow{Nets: nets}, logger); err != nil && ctx.Err() == nil {
 		logger.Error().Err(err).Msg("stopped")
 		stop()
 		os.Exit(1)
@@ -58,7 +63,7 @@ func main() {
 	logger.Info().Msg("stopped")
 }
 
-func run(ctx context.Context, c *svcmain.Common, metricsAddr string, dests []notifier.Destination, logger zerolog.Logger) error {
+func run(ctx context.Context, c *svcmain.Common, metricsAddr string, dests []notifier.Destination, allow notifier.Allow, logger zerolog.Logger) error {
 	nc, log, err := svcmain.Connect(ctx, name, c, notify(logger))
 	if err != nil {
 		return err
@@ -75,10 +80,7 @@ func run(ctx context.Context, c *svcmain.Common, metricsAddr string, dests []not
 		logger.Info().Str("addr", addr).Msg("metrics listening")
 		reg = r
 	}
-	if len(dests) == 0 {
-		logger.Warn().Msg("no --webhook: notifications are decided and recorded for no destination")
-	}
-	return notifier.Run(ctx, notifier.Config{Log: log, JS: log.JetStream(), Replicas: c.Replicas, Destinations: dests, Metrics: reg, Logger: logger,
+	return notifier.Run(ctx, notifier.Config{Log: log, JS: log.JetStream(), Replicas: c.Replicas, Destinations: dests, Allow: allow, Metrics: reg, Logger: logger,
 		Ready: func() { logger.Info().Int("destinations", len(dests)).Msg("ready") }})
 }
 
