@@ -49,8 +49,8 @@ type Config struct {
 	Allow Allow
 	// TeamClient overrides the team destinations' client (tests).
 	TeamClient *http.Client
-	Metrics      prometheus.Registerer
-	Ready        func()
+	Metrics    prometheus.Registerer
+	Ready      func()
 
 	crash func(Delivery) bool // tests: see sender.crash
 }
