@@ -221,7 +221,7 @@ func TestDecideDeterministic(t *testing.T) {
 	if len(a) != 3 {
 		t.Fatalf("decided %d notices, want 3 (starts_soon, started, completed)", len(a))
 	}
-	if diff := cmp.Diff(a, b); diff != "" {
+	if diff := cmp.Diff(a, b, cmp.AllowUnexported(Notice{})); diff != "" {
 		t.Errorf("a second fold decided otherwise (-first +second):\n%s", diff)
 	}
 }
