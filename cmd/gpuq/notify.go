@@ -279,3 +279,24 @@ func newNotifyFailed() *cobra.Command {
 	f.add(c)
 	return c
 }
+
+// terminalNotify rings the bell and shows msg as a desktop notification
+// (OSC 9: iTerm2, Windows Terminal, kitty, WezTerm, foot, …) when w is a
+// terminal; other terminals ignore the sequence. Control characters in
+// msg are dropped so that it cannot end the sequence early.
+func terminalNotify(w *os.File, msg string) {
+	if isTTY(w) {
+		fmt.Fprint(w, osc9(msg))
+	}
+}
+
+// osc9 is a bell, then msg as an OSC 9 notification.
+func osc9(msg string) string {
+	clean := strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return -1
+		}
+		return r
+	}, msg)
+	return "\a\033]9;" + clean + "\a"
+}
