@@ -72,6 +72,7 @@ type Notifier struct {
 
 	cursor  uint64   // notices of records up to here were recorded before this run
 	saved   uint64   // the cursor last saved
+	savedAt time.Time
 	decided []Notice // decided, not yet recorded (the fold's lock guards it)
 
 	amu    sync.Mutex
@@ -305,14 +306,16 @@ func (n *Notifier) react(ctx context.Context) error {
 			return nil
 		}
 	}
-	if seq > n.saved {
+	// The cursor at most once a second: a restart decides again what
+	// came since and finds it recorded (Store.Recorded).
+	if seq > n.saved && now.Sub(n.savedAt) >= time.Second {
 		if err := n.store.SetCursor(ctx, seq); err != nil {
 			if ctx.Err() == nil {
 				n.cfg.Logger.Warn().Err(err).Msg("notifier: saving the cursor failed")
 			}
 			return nil
 		}
-		n.saved = seq
+		n.saved, n.savedAt = seq, now
 	}
 	return nil
 }

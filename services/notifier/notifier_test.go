@@ -438,3 +438,20 @@ func TestStartsSoonFromAdvice(t *testing.T) {
 		t.Errorf("got %s, want starts_soon then started, nothing after", got)
 	}
 }
+
+// A notifier's first start begins at the log's end: nothing about what
+// happened before it existed.
+func TestFirstStartNothingFromThePast(t *testing.T) {
+	r := newReceiver(t, nil)
+	w := newWorld(t, NewMem(), dest(r))
+	w.run(taskA)
+	w.start()
+	w.run(taskB)
+	r.waitFor(t, "task B's notices", func(hs []hit) bool { return len(hs) >= 2 })
+	time.Sleep(200 * time.Millisecond)
+	for _, h := range r.all() {
+		if h.n.TaskID != taskB {
+			t.Errorf("got %s about task %s, from before the first start", h.n.Type, h.n.TaskID)
+		}
+	}
+}
