@@ -70,8 +70,8 @@ type Notifier struct {
 	workers map[string]*worker
 	order   []string // destination ids: the operator's, then the teams' as added
 
-	cursor  uint64   // notices of records up to here were recorded before this run
-	saved   uint64   // the cursor last saved
+	cursor  uint64 // notices of records up to here were recorded before this run
+	saved   uint64 // the cursor last saved
 	savedAt time.Time
 	decided []Notice // decided, not yet recorded (the fold's lock guards it)
 
