@@ -20,6 +20,9 @@ type Rules struct {
 	// again (30 min): the hysteresis that keeps an estimate hovering
 	// around SoonWithin from sending it on every wobble.
 	SoonRearm time.Duration
+	// SuggestMin: a suggestion (a what-if the policy confirms) is sent
+	// only when it saves at least this much of the P50 wait (30 min).
+	SuggestMin time.Duration
 	// ETAMin and ETAFraction: eta_changed when the P50 start moved by
 	// more than max(ETAMin, ETAFraction × the remaining wait) since the
 	// last estimate the task's owner was told (or the first one seen).
@@ -28,7 +31,7 @@ type Rules struct {
 }
 
 // DefaultRules are issue #27's thresholds.
-var DefaultRules = Rules{SoonWithin: 10 * time.Minute, SoonRearm: 30 * time.Minute, ETAMin: 15 * time.Minute, ETAFraction: 0.5}
+var DefaultRules = Rules{SoonWithin: 10 * time.Minute, SoonRearm: 30 * time.Minute, ETAMin: 15 * time.Minute, ETAFraction: 0.5, SuggestMin: 30 * time.Minute}
 
 // Decider turns folded records and advice into notices. It is pure: no
 // clock (now is passed in), no I/O; the service calls it with the fold's
@@ -48,6 +51,7 @@ type track struct {
 	soonN     int    // starts_soon sent in this attempt
 	baseline  time.Time
 	alerted   bool
+	suggested map[string]bool // suggestion kinds sent in this attempt
 }
 
 type seen struct {
@@ -69,6 +73,9 @@ func NewDecider(r Rules) *Decider {
 	}
 	if r.ETAFraction > 0 {
 		d.ETAFraction = r.ETAFraction
+	}
+	if r.SuggestMin > 0 {
+		d.SuggestMin = r.SuggestMin
 	}
 	return &Decider{rules: d, tasks: map[string]*track{}, advice: map[string]*seen{}}
 }
@@ -231,6 +238,21 @@ func (d *Decider) evaluate(st *domain.State, id string, now time.Time) []Notice 
 				out = append(out, n)
 				tr.baseline = a.P50Start
 			}
+		}
+		for _, sg := range a.Suggestions {
+			saves := time.Duration((a.P50WaitS - sg.P50WaitS) * float64(time.Second))
+			if sg.Kind != "fewer_gpus" || sg.Never || sg.Command == "" || saves < d.rules.SuggestMin || tr.suggested[sg.Kind] {
+				continue // only a what-if the policy confirms, once, when it saves enough
+			}
+			if tr.suggested == nil {
+				tr.suggested = map[string]bool{}
+			}
+			tr.suggested[sg.Kind] = true
+			n := d.adviceNotice(st, id, Suggestion, a, tr, NoticeID(id, Suggestion, tr.attempt, sg.Kind), now)
+			n.Command, n.SavesS = sg.Command, saves.Seconds()
+			n.Text = sentence(fmt.Sprintf("Task %s could start about %s sooner with fewer GPUs (P50 wait %s instead of %s): run `%s`, which keeps its place",
+				label(n.TaskName, n.Team), human(saves), human(time.Duration(sg.P50WaitS*float64(time.Second))), human(time.Duration(a.P50WaitS*float64(time.Second))), sg.Command))
+			out = append(out, n)
 		}
 		if a.Alert != "" && !tr.alerted {
 			tr.alerted = true

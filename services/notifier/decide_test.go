@@ -48,14 +48,18 @@ func (f *fixture) rec(e events.Event) []Notice {
 // advise gives the decider advice for task id: P50 start p50 from now
 // (P90 twice as far), made on the state as folded now.
 func (f *fixture) advise(id string, p50 time.Duration, alert string) []Notice {
-	return f.adviseAhead(id, p50, alert, 0)
+	return f.adviseAhead(id, p50, alert, 0, nil)
 }
 
 // adviseAhead is advise on a state ahead of the fixture's by ahead
 // records (the advisor's fold ahead of the notifier's).
-func (f *fixture) adviseAhead(id string, p50 time.Duration, alert string, ahead uint64) []Notice {
-	f.d.Advice(estimate.Advice{TaskID: id, State: string(domain.Queued), P50Start: f.now.Add(p50), P90Start: f.now.Add(2 * p50),
-		BasedOnSeq: f.seq + ahead, At: f.now, Reason: "waiting for 4 GPUs", Alert: alert})
+func (f *fixture) adviseAhead(id string, p50 time.Duration, alert string, ahead uint64, sg *estimate.Suggestion) []Notice {
+	a := estimate.Advice{TaskID: id, State: string(domain.Queued), P50Start: f.now.Add(p50), P90Start: f.now.Add(2 * p50), P50WaitS: p50.Seconds(),
+		BasedOnSeq: f.seq + ahead, At: f.now, Reason: "waiting for 4 GPUs", Alert: alert, Suggestions: []estimate.Suggestion{}}
+	if sg != nil {
+		a.Suggestions = append(a.Suggestions, *sg)
+	}
+	f.d.Advice(a)
 	return f.d.Evaluate(f.st, f.now)
 }
 
@@ -69,11 +73,17 @@ type step struct {
 	p50    time.Duration
 	alert  string
 	ahead  uint64
+	sg     *estimate.Suggestion
 	tick   bool
 }
 
 func submitted(id string) events.Event {
 	return dt.Task().ID(id).Name("train").Team("vision").GPUs(4).Submitted()
+}
+
+func fewer(wait time.Duration, never bool) *estimate.Suggestion {
+	return &estimate.Suggestion{Kind: "fewer_gpus", Command: "gpuq amend " + taskA + " --gpus 2", P50WaitS: wait.Seconds(), Never: never,
+		Text: "waited more than 3× its estimated run time; with 2 GPUs it would start in about 10m0s (P50). Amend keeps its place; cancel-and-resubmit would lose it"}
 }
 
 func critical(id string) events.Event {
@@ -142,6 +152,19 @@ func TestDecide(t *testing.T) {
 			steps: append(append([]step{{ev: submitted(taskA)}}, run...), step{ev: events.Failed{TaskID: taskA, Node: "n1", ExitCode: 3, Error: "exit status 3"}}),
 			want:  []string{Started, Failed},
 		},
+		"a what-if that saves 30 min or more, once": {
+			steps: []step{{ev: submitted(taskA)}, {advise: true, p50: 2 * time.Hour, sg: fewer(10*time.Minute, false)},
+				{advise: true, p50: 2 * time.Hour, sg: fewer(5*time.Minute, false)}},
+			want: []string{Suggestion},
+		},
+		"a what-if that saves 20 min is not worth a message": {
+			steps: []step{{ev: submitted(taskA)}, {advise: true, p50: 30 * time.Minute, sg: fewer(10*time.Minute, false)}},
+			want:  nil,
+		},
+		"a what-if that could not start either is no suggestion": {
+			steps: []step{{ev: submitted(taskA)}, {advise: true, p50: 5 * time.Hour, sg: fewer(0, true)}},
+			want:  nil,
+		},
 		"advice before the submission is folded waits for it": {
 			steps: []step{{advise: true, p50: time.Minute, ahead: 1}, {ev: submitted(taskA)}, {tick: true}},
 			want:  []string{StartsSoon},
@@ -159,7 +182,7 @@ func TestDecide(t *testing.T) {
 				case s.ev != nil:
 					ns = f.rec(s.ev)
 				case s.advise:
-					ns = f.adviseAhead(taskA, s.p50, s.alert, s.ahead)
+					ns = f.adviseAhead(taskA, s.p50, s.alert, s.ahead, s.sg)
 				case s.tick:
 					ns = f.d.Evaluate(f.st, f.now)
 				}

@@ -19,10 +19,11 @@ const (
 	Failed           = "failed"
 	Alert            = "alert"
 	Test             = "test" // gpuq notify test; never decided from the log
+	Suggestion       = "suggestion"
 )
 
 // Types lists every notice type a destination may ask for.
-var Types = []string{StartsSoon, ETAChanged, PreemptRequested, Started, Completed, Failed, Alert, Test}
+var Types = []string{StartsSoon, ETAChanged, PreemptRequested, Started, Completed, Failed, Alert, Test, Suggestion}
 
 // Notice is one notification, as a destination receives it (the POST's
 // JSON body). Text is one human sentence: Slack's incoming webhooks show
@@ -51,6 +52,8 @@ type Notice struct {
 	ExitCode       *int       `json:"exit_code,omitempty"`
 	Error          string     `json:"error,omitempty"`
 	Alert          string     `json:"alert,omitempty"`
+	Command        string     `json:"command,omitempty"` // a suggestion's
+	SavesS         float64    `json:"saves_s,omitempty"` // a suggestion's P50 saving, in seconds
 
 	only string // a test notice's one destination
 }
