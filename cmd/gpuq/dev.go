@@ -146,7 +146,7 @@ func newDev() *cobra.Command {
 	fl.StringVar(&f.httpTLS.Key, "http-key", "", "PEM key of --http-cert")
 	fl.StringSliceVar(&f.httpHosts, "http-host", nil, `more Host names the HTTP API answers to besides --http's own (e.g. a machine name for --http 0.0.0.0:8080; "*": any); repeatable or comma-separated`)
 	fl.StringSliceVar(&f.origins, "http-origin", nil, "browser origins (scheme://host[:port]) allowed to call the HTTP API besides its own; repeatable or comma-separated")
-	fl.StringArrayVar(&f.webhooks, "webhook", nil, "URL that gets every notification (starts_soon, eta_changed, alert, preempt_requested, started, completed, failed) as a signed JSON POST; repeatable")
+	fl.StringArrayVar(&f.webhooks, "webhook", nil, "URL that gets every notification (starts_soon, eta_changed, alert, suggestion, preempt_requested, started, completed, failed) as a signed JSON POST; repeatable")
 	fl.StringVar(&f.hookSecret, "webhook-secret", "", "secret that signs the POSTs to --webhook (X-Gpuq-Signature: t=UNIX,v1=HEX HMAC-SHA256 of \"UNIX.BODY\")")
 	fl.StringArrayVar(&f.injectXid, "inject-xid", nil, "NODE:GPU_INDEX:AFTER — a critical Xid (79) on that mock GPU AFTER the start (e.g. node-1:0:30s); repeatable")
 	return c
