@@ -101,7 +101,9 @@ func (d *Decider) Record(st *domain.State, r events.Record) []Notice {
 		// The next wait, if any, is another attempt: starts_soon, the
 		// baseline and the alert start over.
 		*tr = track{attempt: tr.attempt + 1, queuedSeq: r.Seq}
-		delete(d.advice, e.TaskID)
+		if s := d.advice[e.TaskID]; s != nil && s.adv.BasedOnSeq < r.Seq {
+			delete(d.advice, e.TaskID) // about the wait that just ended
+		}
 		return []Notice{n}
 	case events.PreemptRequested:
 		tr := d.tasks[e.TaskID]
@@ -196,6 +198,9 @@ func (d *Decider) evaluate(st *domain.State, id string, now time.Time) []Notice 
 		return nil // else the fold has not seen the task yet
 	}
 	a := s.adv
+	if a.BasedOnSeq > st.Seq {
+		return nil // made on records this fold has not seen yet: once it has
+	}
 	// Only advice about this wait counts: the task waits in the fold,
 	// the advice says so too, and it was made after the task began to
 	// wait (not left over from an earlier attempt). Never after started.

@@ -169,6 +169,17 @@ func TestDecide(t *testing.T) {
 			steps: []step{{advise: true, p50: time.Minute, ahead: 1}, {ev: submitted(taskA)}, {tick: true}},
 			want:  []string{StartsSoon},
 		},
+		"advice made on records this fold has not seen yet waits for them": {
+			// The advisor saw the start, the preemption and the requeue;
+			// its advice is about the second wait, not the first.
+			steps: append(append([]step{{ev: submitted(taskA)}, {advise: true, p50: time.Minute, ahead: 6}}, run...),
+				step{ev: critical(taskB)},
+				step{ev: events.PreemptRequested{TaskID: taskA, For: taskB, Policy: "critical-only", Reason: "critical", GraceS: 120}},
+				step{ev: events.Preempted{TaskID: taskA, Node: "n1"}},
+				step{ev: events.Requeued{TaskID: taskA, Reason: "preempted"}},
+				step{tick: true}),
+			want: []string{Started, PreemptRequested, StartsSoon},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

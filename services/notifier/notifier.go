@@ -244,24 +244,20 @@ func (n *Notifier) worker(id string) *worker {
 func (n *Notifier) setDest(d Destination) {
 	n.wmu.Lock()
 	defer n.wmu.Unlock()
+	w := newWorker(n.sender, d)
 	if old := n.workers[d.ID]; old != nil {
 		old.stop()
+		// What was pending for it comes back from the store at the new
+		// worker's first refill.
+		w.overflow = true
 	} else {
 		n.order = append(n.order, d.ID)
 	}
-	w := newWorker(n.sender, d)
 	ctx, stop := context.WithCancel(n.wctx)
 	w.stop = stop
 	n.workers[d.ID] = w
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); w.run(ctx) }()
-	if len(n.workers) > 0 && n.fold != nil {
-		// A replaced destination's pending deliveries come back from the
-		// store on the worker's first refill.
-		w.mu.Lock()
-		w.overflow = true
-		w.mu.Unlock()
-	}
 }
 
 // removeDest stops delivering to destination id; what was pending for
