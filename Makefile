@@ -44,7 +44,7 @@ test-race: ## Run every module's tests with the race detector
 # and GPUQ_FAULTS_KILLS scale scheduler-kill (default 10,000 and 10).
 FAULTS ?= .
 FAULTS_SERVICES := ./services/scheduler/cmd/gpuq-scheduler ./services/submitter/cmd/gpuq-submitter \
-	./services/gpuagent/cmd/gpuq-agent ./services/advisor/cmd/gpuq-advisor ./cmd/gpuq
+	./services/gpuagent/cmd/gpuq-agent ./services/advisor/cmd/gpuq-advisor ./services/notifier/cmd/gpuq-notifier ./cmd/gpuq
 test-faults: ## Process-level fault scenarios, no Docker (kill -9, SIGSTOP, poison, NATS restart, retry storm, clock skew)
 	@set -o pipefail; bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; \
 	echo "== building the services and gpuq-natsd into $$bin"; \
