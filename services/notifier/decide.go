@@ -41,6 +41,7 @@ type Decider struct {
 	rules  Rules
 	tasks  map[string]*track
 	advice map[string]*seen // the latest advice per task, and whether it is evaluated
+	fresh  map[string]bool  // tasks whose advice is not evaluated yet
 }
 
 // track is what the decider remembers of one live task.
@@ -77,7 +78,7 @@ func NewDecider(r Rules) *Decider {
 	if r.SuggestMin > 0 {
 		d.SuggestMin = r.SuggestMin
 	}
-	return &Decider{rules: d, tasks: map[string]*track{}, advice: map[string]*seen{}}
+	return &Decider{rules: d, tasks: map[string]*track{}, advice: map[string]*seen{}, fresh: map[string]bool{}}
 }
 
 // Record folds one applied record (st already holds it) and returns the
@@ -103,6 +104,7 @@ func (d *Decider) Record(st *domain.State, r events.Record) []Notice {
 		*tr = track{attempt: tr.attempt + 1, queuedSeq: r.Seq}
 		if s := d.advice[e.TaskID]; s != nil && s.adv.BasedOnSeq < r.Seq {
 			delete(d.advice, e.TaskID) // about the wait that just ended
+			delete(d.fresh, e.TaskID)
 		}
 		return []Notice{n}
 	case events.PreemptRequested:
@@ -165,24 +167,42 @@ func (d *Decider) forget(id string) *track {
 	tr := d.tasks[id]
 	delete(d.tasks, id)
 	delete(d.advice, id)
+	delete(d.fresh, id)
 	return tr
 }
 
 // Advice takes the latest advice of a task; Evaluate decides on it.
 func (d *Decider) Advice(a estimate.Advice) {
 	d.advice[a.TaskID] = &seen{adv: a, fresh: true}
+	d.fresh[a.TaskID] = true
 }
 
 // Evaluate decides the predictive notices (starts_soon, eta_changed,
-// alert) at now, for every task with advice, in task id order.
+// alert, suggestion) at now, for every task with advice, in task id
+// order: what time alone can change (starts_soon), at each tick.
 func (d *Decider) Evaluate(st *domain.State, now time.Time) []Notice {
-	ids := make([]string, 0, len(d.advice))
-	for id := range d.advice {
+	return evaluateAll(d, st, now, d.advice)
+}
+
+// EvaluateFresh is Evaluate for the tasks whose advice is new since it
+// was last evaluated: after each batch of records or advice, at a cost
+// of the news, not of the queue.
+func (d *Decider) EvaluateFresh(st *domain.State, now time.Time) []Notice {
+	return evaluateAll(d, st, now, d.fresh)
+}
+
+func evaluateAll[V any](d *Decider, st *domain.State, now time.Time, set map[string]V) []Notice {
+	ids := make([]string, 0, len(set))
+	for id := range set {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	var out []Notice
 	for _, id := range ids {
+		if d.advice[id] == nil {
+			delete(d.fresh, id)
+			continue
+		}
 		out = append(out, d.evaluate(st, id, now)...)
 	}
 	return out
@@ -194,6 +214,7 @@ func (d *Decider) evaluate(st *domain.State, id string, now time.Time) []Notice 
 	if tr == nil || t == nil {
 		if t != nil && t.State.Terminal() {
 			delete(d.advice, id) // ended before its advice came
+			delete(d.fresh, id)
 		}
 		return nil // else the fold has not seen the task yet
 	}
@@ -205,10 +226,12 @@ func (d *Decider) evaluate(st *domain.State, id string, now time.Time) []Notice 
 	// the advice says so too, and it was made after the task began to
 	// wait (not left over from an earlier attempt). Never after started.
 	if t.State != domain.Queued || a.State != string(domain.Queued) || a.BasedOnSeq < tr.queuedSeq || a.P50Start.IsZero() {
+		delete(d.fresh, id) // nothing to decide on it, now or later
 		return nil
 	}
 	fresh := s.fresh
 	s.fresh = false
+	delete(d.fresh, id)
 	var out []Notice
 	left := a.P50Start.Sub(now)
 	if tr.soonSent && left > d.rules.SoonRearm {

@@ -70,10 +70,11 @@ type Notifier struct {
 	workers map[string]*worker
 	order   []string // destination ids: the operator's, then the teams' as added
 
-	cursor  uint64 // notices of records up to here were recorded before this run
-	saved   uint64 // the cursor last saved
-	savedAt time.Time
-	decided []Notice // decided, not yet recorded (the fold's lock guards it)
+	cursor    uint64 // notices of records up to here were recorded before this run
+	saved     uint64 // the cursor last saved
+	savedAt   time.Time
+	evaluated time.Time // the last Evaluate of every task
+	decided   []Notice  // decided, not yet recorded (the fold's lock guards it)
 
 	amu    sync.Mutex
 	advice map[string]estimate.Advice // received, not yet given to the decider
@@ -290,7 +291,14 @@ func (n *Notifier) react(ctx context.Context) error {
 		for _, a := range adv {
 			n.dec.Advice(a)
 		}
-		n.decided = append(n.decided, n.dec.Evaluate(st, now)...)
+		// Everything at each tick (time moves starts_soon closer), the
+		// news after each batch.
+		if now.Sub(n.evaluated) >= n.cfg.Tick {
+			n.decided = append(n.decided, n.dec.Evaluate(st, now)...)
+			n.evaluated = now
+		} else {
+			n.decided = append(n.decided, n.dec.EvaluateFresh(st, now)...)
+		}
 		ns, n.decided, seq = n.decided, nil, st.Seq
 	})
 	for i, x := range ns {
