@@ -50,7 +50,7 @@ test-race: ## Run every module's tests with the race detector
 # and GPUQ_FAULTS_KILLS scale scheduler-kill (default 10,000 and 10).
 FAULTS ?= .
 FAULTS_SERVICES := ./services/scheduler/cmd/gpuq-scheduler ./services/submitter/cmd/gpuq-submitter \
-	./services/gpuagent/cmd/gpuq-agent ./services/advisor/cmd/gpuq-advisor ./cmd/gpuq
+	./services/gpuagent/cmd/gpuq-agent ./services/advisor/cmd/gpuq-advisor ./services/notifier/cmd/gpuq-notifier ./cmd/gpuq
 test-faults: ## Process-level fault scenarios, no Docker (kill -9, SIGSTOP, poison, NATS restart, retry storm, clock skew)
 	@set -o pipefail; bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; \
 	echo "== building the services and gpuq-natsd into $$bin"; \
@@ -102,7 +102,7 @@ contract: build ## The shared black-box contract checks
 images: ## Build FROM-scratch images for deploy/compose.yaml
 	deploy/build-images.sh
 
-compose-up: images ## Start the compose stack (3 NATS servers, 2 schedulers, advisor, submitter, 2 agents)
+compose-up: images ## Start the compose stack (3 NATS servers, 2 schedulers, advisor, notifier, submitter, 2 agents)
 	docker-compose -f deploy/compose.yaml up -d
 
 compose-smoke: images ## Compose smoke: up, one 2-GPU task over HTTP to completed, down -v

@@ -27,6 +27,7 @@ import (
 	"github.com/gpuq/gpuq/services/advisor"
 	"github.com/gpuq/gpuq/services/gpuagent"
 	"github.com/gpuq/gpuq/services/gpuagent/inventory"
+	"github.com/gpuq/gpuq/services/notifier"
 	"github.com/gpuq/gpuq/services/scheduler"
 	"github.com/gpuq/gpuq/services/submitter"
 )
@@ -60,13 +61,15 @@ type devFlags struct {
 	httpTLS    auth.TLSFiles
 	httpHosts  []string
 	origins    []string
+	webhooks   []string
+	hookSecret string
 }
 
 func newDev() *cobra.Command {
 	var f devFlags
 	c := &cobra.Command{
 		Use:   "dev",
-		Short: "Run everything in one process: embedded NATS (JetStream on disk), all four services, mock GPUs",
+		Short: "Run everything in one process: embedded NATS (JetStream on disk), every service, mock GPUs",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			switch {
@@ -96,6 +99,14 @@ func newDev() *cobra.Command {
 			}
 			if _, err := parseXids(f.injectXid, f.nodes, f.gpus); err != nil {
 				return err
+			}
+			for _, u := range f.webhooks {
+				if err := notifier.CheckURL(u); err != nil {
+					return invalid("webhook", err.Error())
+				}
+			}
+			if f.hookSecret != "" && len(f.webhooks) == 0 {
+				return invalid("webhook-secret", "needs --webhook")
 			}
 			if err := checkDevAuth(f); err != nil {
 				return err
@@ -135,6 +146,8 @@ func newDev() *cobra.Command {
 	fl.StringVar(&f.httpTLS.Key, "http-key", "", "PEM key of --http-cert")
 	fl.StringSliceVar(&f.httpHosts, "http-host", nil, `more Host names the HTTP API answers to besides --http's own (e.g. a machine name for --http 0.0.0.0:8080; "*": any); repeatable or comma-separated`)
 	fl.StringSliceVar(&f.origins, "http-origin", nil, "browser origins (scheme://host[:port]) allowed to call the HTTP API besides its own; repeatable or comma-separated")
+	fl.StringArrayVar(&f.webhooks, "webhook", nil, "URL that gets every notification (starts_soon, eta_changed, alert, suggestion, preempt_requested, started, completed, failed) as a signed JSON POST; repeatable")
+	fl.StringVar(&f.hookSecret, "webhook-secret", "", "secret that signs the POSTs to --webhook (X-Gpuq-Signature: t=UNIX,v1=HEX HMAC-SHA256 of \"UNIX.BODY\")")
 	fl.StringArrayVar(&f.injectXid, "inject-xid", nil, "NODE:GPU_INDEX:AFTER — a critical Xid (79) on that mock GPU AFTER the start (e.g. node-1:0:30s); repeatable")
 	return c
 }
@@ -231,6 +244,7 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 			names = append(names, fmt.Sprintf("gpuagent node-%d", i))
 		}
 	}
+	names = append(names, "notifier") // last: Ready is readyFn(services - 1)
 	services := len(names)
 	rd := newReadiness(names)
 	readyFn := rd.done
@@ -283,6 +297,21 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	spawn("advisor", func() error {
 		return advisor.Run(ctx, advisor.Config{Log: advLog, JS: advLog.JetStream(), NC: advNC, Policy: policy.New(opts), Logger: logger.With().Str("svc", "advisor").Logger(), Ready: readyFn(1),
 			Metrics: reg})
+	})
+	// The notifier, as its own role with --auth (notifierRole): to every
+	// --webhook, and to the teams' destinations of gpuq notify add (on
+	// loopback too, which only gpuq dev allows by default).
+	_, notLog, err := conns.open(ctx, notifierRole(f))
+	if err != nil {
+		return err
+	}
+	var dests []notifier.Destination
+	for _, u := range f.webhooks {
+		dests = append(dests, notifier.NewDestination("", u, []byte(f.hookSecret), nil))
+	}
+	spawn("notifier", func() error {
+		return notifier.Run(ctx, notifier.Config{Log: notLog, JS: notLog.JetStream(), Destinations: dests, Allow: notifier.Allow{Local: true},
+			Logger: logger.With().Str("svc", "notifier").Logger(), Ready: readyFn(services - 1), Metrics: reg})
 	})
 	xids, _ := parseXids(f.injectXid, f.nodes, f.gpus)
 	for i := 1; i <= f.nodes; i++ {
@@ -538,4 +567,17 @@ func (r *readiness) health() error {
 		verb = "are"
 	}
 	return fmt.Errorf("starting: %s %s still catching up with the log", strings.Join(waiting, ", "), verb)
+}
+
+// notifierRole is the role the notifier connects as: its own when the
+// auth directory has it, else the admin's (an auth directory made before
+// the notifier existed).
+func notifierRole(f devFlags) string {
+	if f.auth == "" {
+		return "notifier"
+	}
+	if _, err := os.Stat(auth.CredsPath(f.auth, "notifier")); err == nil {
+		return "notifier"
+	}
+	return "admin"
 }

@@ -202,8 +202,9 @@ func num(v any) float64 {
 func newWait() *cobra.Command {
 	var f clientFlags
 	var timeout time.Duration
+	var bell bool
 	c := &cobra.Command{
-		Use:   "wait ID [--timeout D]",
+		Use:   "wait ID [--timeout D] [--notify]",
 		Short: "Block until the task starts (exit 0) or ends without starting (exit 4); shows when, why and what to do",
 		Args:  oneID,
 		RunE: func(c *cobra.Command, args []string) error {
@@ -260,8 +261,14 @@ func newWait() *cobra.Command {
 					if !f.json {
 						fmt.Println(startedLine(v, timeFmt{}))
 					}
+					if bell {
+						terminalNotify(os.Stderr, fmt.Sprintf("gpuq: %s started on %s", v.Name, v.Node))
+					}
 					return nil
 				case domain.TaskState(v.State).Terminal():
+					if bell {
+						terminalNotify(os.Stderr, fmt.Sprintf("gpuq: %s ended without starting (%s)", v.Name, v.State))
+					}
 					return &exitError{exitNotRun, fmt.Errorf("task %s ended without starting: %s", id, v.State)}
 				case a.Action == estimate.ChangeRequest:
 					return &exitError{exitNotRun, fmt.Errorf("task %s cannot start on this cluster as it is (%s); change the request or cancel it", id, a.Reason)}
@@ -279,6 +286,7 @@ func newWait() *cobra.Command {
 	}
 	f.add(c)
 	c.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (exit 5)")
+	c.Flags().BoolVar(&bell, "notify", false, "when it starts or ends: a terminal bell and a desktop notification (OSC 9) on stderr, if a terminal")
 	return c
 }
 

@@ -317,7 +317,7 @@ func TestInitFiles(t *testing.T) {
 	for _, r := range roles {
 		names = append(names, r.Name)
 	}
-	want := "admin advisor agent-gpu-a1 auditor ci-vision scheduler submitter"
+	want := "admin advisor agent-gpu-a1 auditor ci-vision notifier scheduler submitter"
 	if got := strings.Join(names, " "); got != want {
 		t.Fatalf("roles %q, want %q", got, want)
 	}
