@@ -162,7 +162,9 @@ func serviceRows(l LogResult) []ServiceRestartRow {
 		row.Restart1MS = row.MeasuredS
 		if l.Events != RestartTarget && l.Events > 0 {
 			tail1M := serviceTail(sr.Service, RestartTarget)
-			before := float64(l.Events - sr.TailEvents)
+			// the records the snapshot held (restored, not folded): a tail
+			// cut by the advisor's budget still starts at the snapshot
+			before := float64(sr.Seq)
 			tailS := sr.TailFold.Seconds() * float64(tail1M) / float64(max(sr.TailEvents, 1))
 			if sr.Service == "advisor" {
 				// its tail is cut by the budget too: at most the budget and
