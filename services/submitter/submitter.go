@@ -54,6 +54,8 @@ type Config struct {
 	// fold, the tasks and GPUs as it sees them), and HTTP serves the
 	// registry at /metrics, before the fold is ready too.
 	Metrics *prometheus.Registry
+	// Stream sizes the live stream, GET /v1/events (zero: the defaults).
+	Stream StreamConfig
 }
 
 const (
@@ -86,6 +88,7 @@ type server struct {
 	ready       atomic.Bool
 	snaps       *service.Snapshots // nil: no snapshots
 	metrics     *prometheus.Registry
+	hub         *hub // the live stream's fan-out (stream.go)
 }
 
 func newServer(cfg Config) *server {
@@ -93,7 +96,7 @@ func newServer(cfg Config) *server {
 	if now == nil {
 		now = time.Now
 	}
-	return &server{
+	s := &server{
 		log:         cfg.Log,
 		nc:          cfg.NC,
 		limits:      cfg.Limits,
@@ -105,6 +108,8 @@ func newServer(cfg Config) *server {
 		tokens:      cfg.Tokens,
 		metrics:     cfg.Metrics,
 	}
+	s.hub = newHub(s, cfg.Stream)
+	return s
 }
 
 // Run serves the submitter until ctx ends. It returns nil on a clean
@@ -152,6 +157,7 @@ func Run(ctx context.Context, cfg Config) error {
 			WriteTimeout:      30 * time.Second,
 			IdleTimeout:       2 * time.Minute,
 		}
+		srv.RegisterOnShutdown(s.hub.shutdown) // streams end at once, not at the shutdown's bound
 		go func() { httpErr <- srv.Serve(ln) }()
 		lg.Info().Str("addr", ln.Addr().String()).Msg("http listening")
 	}
@@ -234,7 +240,13 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	// 5. Ready.
+	// 5. The advice the stream passes on (stream.go), when there is NATS.
+	if cfg.NC != nil {
+		stopAdvice := s.followAdvice(ctx, cfg.NC)
+		defer stopAdvice()
+	}
+
+	// 6. Ready.
 	s.ready.Store(true)
 	lg.Info().Uint64("seq", s.m.seq()).Msg("submitter ready")
 	if cfg.Ready != nil {
@@ -248,7 +260,7 @@ func Run(ctx context.Context, cfg Config) error {
 		runErr = fmt.Errorf("submitter: http: %w", err)
 	}
 
-	// 6. Shut down: stop taking requests, let in-flight ones finish.
+	// 7. Shut down: stop taking requests, let in-flight ones finish.
 	s.ready.Store(false)
 	for _, sub := range subs {
 		if err := sub.Drain(); err != nil {
@@ -303,9 +315,16 @@ func (s *server) catchUp(ctx context.Context) error { return s.m.f.CatchUp(ctx, 
 // backoff when it fails) until ctx ends; caughtUp (may be nil) is closed
 // once the log present at the start has been folded.
 func (s *server) follow(ctx context.Context, caughtUp chan<- struct{}) {
+	hubDone := make(chan struct{})
+	go func() { defer close(hubDone); s.hub.run(ctx) }()
+	defer func() { <-hubDone }()
 	_ = s.m.f.Run(ctx, service.Hooks{
-		Applied: func(_ *domain.State, r events.Record, _ string) { s.snaps.Saw(r) },
+		Applied: func(st *domain.State, r events.Record, _ string) {
+			s.snaps.Saw(r)
+			s.hub.applied(st, r)
+		},
 		CaughtUp: func(ctx context.Context) error {
+			s.hub.start(s.m.seq())
 			s.m.f.Read(func(st *domain.State) { s.snaps.Take(ctx, st, nil) }) // a long fold is worth a snapshot at once
 			if caughtUp != nil {
 				close(caughtUp)
