@@ -44,8 +44,9 @@ const (
 	// and still be resumed record by record; further back, the follower
 	// gets a reset event and goes on live (its client reloads).
 	DefaultMaxResume = 50_000
-	// ringSize is how many recent records the hub keeps framed.
-	ringSize = 8192
+	// DefaultRing is how many recent records the hub keeps framed for
+	// resumes; older ones are read from the log.
+	DefaultRing = 8192
 	// streamWriteTimeout bounds one write to a follower: a client that
 	// does not read for this long is gone.
 	streamWriteTimeout = 10 * time.Second
@@ -57,6 +58,7 @@ type StreamConfig struct {
 	Buffer       int
 	KeepAlive    time.Duration
 	MaxResume    int
+	Ring         int
 }
 
 func (c StreamConfig) withDefaults() StreamConfig {
@@ -71,6 +73,9 @@ func (c StreamConfig) withDefaults() StreamConfig {
 	}
 	if c.MaxResume <= 0 {
 		c.MaxResume = DefaultMaxResume
+	}
+	if c.Ring <= 0 {
+		c.Ring = DefaultRing
 	}
 	return c
 }
@@ -130,12 +135,48 @@ type pending struct {
 	advice   []byte   // an advice message instead of a record
 }
 
+// follower is one response's place in the fan-out: a bounded queue of
+// frames (shared with the other followers, not copied) that the hub
+// appends to without waiting, and its writer empties.
 type follower struct {
 	team string
-	ch   chan []byte
+	max  int
+	mu   sync.Mutex
+	q    [][]byte
+	sig  chan struct{} // cap 1: the queue is not empty
 	gone chan struct{}
 	once sync.Once
 	why  atomic.Value // string: why it was dropped
+}
+
+func newFollower(team string, max int) *follower {
+	return &follower{team: team, max: max, sig: make(chan struct{}, 1), gone: make(chan struct{})}
+}
+
+// push queues b; false when the queue is full (the follower is behind).
+func (f *follower) push(b []byte) bool {
+	f.mu.Lock()
+	if len(f.q) >= f.max {
+		f.mu.Unlock()
+		return false
+	}
+	f.q = append(f.q, b)
+	f.mu.Unlock()
+	select {
+	case f.sig <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// take empties the queue into buf (reused) and returns what was queued.
+func (f *follower) take(buf [][]byte) [][]byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := append(buf[:0], f.q...)
+	clear(f.q)
+	f.q = f.q[:0]
+	return out
 }
 
 func (f *follower) drop(why string) {
@@ -177,9 +218,10 @@ type hub struct {
 }
 
 func newHub(s *server, cfg StreamConfig) *hub {
-	return &hub{s: s, cfg: cfg.withDefaults(), wake: make(chan struct{}, 1), liveCh: make(chan struct{}),
-		followers: map[*follower]struct{}{}, ring: make([][]byte, ringSize), ringTeam: make([]string, ringSize),
-		ringPub: make([]bool, ringSize), lastNode: map[string][]byte{}, advice: map[string]adviceEntry{}}
+	cfg = cfg.withDefaults()
+	return &hub{s: s, cfg: cfg, wake: make(chan struct{}, 1), liveCh: make(chan struct{}),
+		followers: map[*follower]struct{}{}, ring: make([][]byte, cfg.Ring), ringTeam: make([]string, cfg.Ring),
+		ringPub: make([]bool, cfg.Ring), lastNode: map[string][]byte{}, advice: map[string]adviceEntry{}}
 }
 
 // subjectKey splits a subject into its prefix kind and key.
@@ -337,14 +379,15 @@ func (h *hub) fan(it item, known bool) {
 		if it.seq <= h.head {
 			return // folded before the hub went live, or a re-delivery
 		}
-		i := it.seq % ringSize
+		n := uint64(len(h.ring))
+		i := it.seq % n
 		h.ring[i], h.ringTeam[i], h.ringPub[i] = it.frame, it.team, it.public
 		if !known {
 			h.ringTeam[i] = "\x00" // no team sees it
 		}
 		h.head = it.seq
-		if h.head-h.base > ringSize {
-			h.base = h.head - ringSize
+		if h.head-h.base > n {
+			h.base = h.head - n
 		}
 	}
 	for f := range h.followers {
@@ -354,10 +397,8 @@ func (h *hub) fan(it item, known bool) {
 		if !it.visible(f.team) {
 			continue
 		}
-		select {
-		case f.ch <- it.frame:
-		default:
-			h.dropLocked(f, fmt.Sprintf("did not keep up: %d events buffered", cap(f.ch)))
+		if !f.push(it.frame) {
+			h.dropLocked(f, fmt.Sprintf("did not keep up: %d events buffered", f.max))
 		}
 	}
 }
@@ -395,7 +436,7 @@ func (h *hub) register(f *follower, after uint64) (backlog [][]byte, base uint64
 		return nil, h.base, false
 	}
 	for seq := after + 1; seq <= h.head; seq++ {
-		i := seq % ringSize
+		i := seq % uint64(len(h.ring))
 		if t := h.ringTeam[i]; f.team == "" || h.ringPub[i] || t == f.team {
 			backlog = append(backlog, h.ring[i])
 		}
@@ -591,7 +632,7 @@ func (s *server) httpEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	f := &follower{team: team, ch: make(chan []byte, h.cfg.Buffer), gone: make(chan struct{})}
+	f := newFollower(team, h.cfg.Buffer)
 	defer h.remove(f)
 	ctx := r.Context()
 
@@ -648,23 +689,26 @@ func (s *server) httpEvents(w http.ResponseWriter, r *http.Request) {
 	// 2. Live: frames as the hub hands them over, keep-alives between.
 	keep := time.NewTicker(h.cfg.KeepAlive)
 	defer keep.Stop()
+	var buf [][]byte
+	send := func() error {
+		buf = f.take(buf)
+		for _, b := range buf {
+			if err := write(b); err != nil {
+				return err
+			}
+		}
+		clear(buf)
+		return flush()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-f.gone:
-			// Dropped: what was buffered is still in order; send it and
+			// Dropped: what was queued is still in order; send it and
 			// end, the client resumes after the last id it got.
-			for {
-				select {
-				case b := <-f.ch:
-					if write(b) != nil {
-						return
-					}
-					continue
-				default:
-				}
-				break
+			if send() != nil {
+				return
 			}
 			why, _ := f.why.Load().(string)
 			_, _ = w.Write([]byte(": dropped: " + why + "\n\n"))
@@ -674,22 +718,8 @@ func (s *server) httpEvents(w http.ResponseWriter, r *http.Request) {
 			if write([]byte(": keep-alive\n\n")) != nil || flush() != nil {
 				return
 			}
-		case b := <-f.ch:
-			if write(b) != nil {
-				return
-			}
-		more:
-			for {
-				select {
-				case b := <-f.ch:
-					if write(b) != nil {
-						return
-					}
-				default:
-					break more
-				}
-			}
-			if flush() != nil {
+		case <-f.sig:
+			if send() != nil {
 				return
 			}
 		}
