@@ -316,7 +316,9 @@ func TestStreamTeamScope(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Cleanup(h.s.hub.shutdown)
 
-	follow := func(who string) *stream { return openStream(t, srv.URL+"/v1/events", "Authorization", "Bearer "+tok[who]) }
+	follow := func(who string) *stream {
+		return openStream(t, srv.URL+"/v1/events", "Authorization", "Bearer "+tok[who])
+	}
 	streams := map[string]*stream{"vision": follow("vision"), "nlp": follow("nlp"), "admin": follow("admin")}
 	for _, s := range streams {
 		s.until(5*time.Second, func(g []sse) bool { return len(g) > 0 })
@@ -336,7 +338,7 @@ func TestStreamTeamScope(t *testing.T) {
 
 	want := map[string][]uint64{
 		"admin":  seqRange(vis.Seq, last),
-		"vision": {vis.Seq, nlp.Seq + 1},      // its submission, the node
+		"vision": {vis.Seq, nlp.Seq + 1},       // its submission, the node
 		"nlp":    {nlp.Seq, nlp.Seq + 1, last}, // its submission, the node, its dispatch
 	}
 	for who, s := range streams {
