@@ -56,19 +56,20 @@ async function api(path) {
   return body;
 }
 
-// allTasks reads GET /v1/tasks, page by page when the server paginates
-// (?limit=&after=, an object with the tasks and the next cursor), or at
-// once when it answers an array.
+// allTasks reads GET /v1/tasks page by page (?limit=&after=, the last
+// task's id as the cursor, or the server's own next cursor when it answers
+// an object), and at once from a server that does not paginate.
 async function allTasks() {
-  let out = [], after = "";
+  const LIMIT = 1000, out = [], seen = new Set();
+  let after = "";
   for (let i = 0; i < 1000; i++) {
-    const q = "/v1/tasks?limit=1000" + (after ? "&after=" + encodeURIComponent(after) : "");
-    const r = await api(q);
-    if (Array.isArray(r)) return out.concat(r);
-    const page = r.tasks || r.items || [];
-    out = out.concat(page);
-    after = r.next || r.after || "";
-    if (!after || page.length === 0) return out;
+    const r = await api("/v1/tasks?limit=" + LIMIT + (after ? "&after=" + encodeURIComponent(after) : ""));
+    const page = Array.isArray(r) ? r : (r.tasks || r.items || []);
+    let fresh = 0;
+    for (const t of page) if (!seen.has(t.task_id)) { seen.add(t.task_id); out.push(t); fresh++; }
+    const next = Array.isArray(r) ? (page.length >= LIMIT ? page[page.length - 1].task_id : "") : (r.next || r.after || "");
+    if (!next || fresh === 0 || next === after) return out;
+    after = next;
   }
   return out;
 }
@@ -126,6 +127,12 @@ function suffixLen(ids) {
 }
 
 const shortId = (id) => id.slice(-st.suffix);
+
+// blocker names a blocking task by its name and short id when it is loaded.
+function blocker(b) {
+  const t = st.byId.get(b);
+  return t ? t.name + " (" + shortId(b) + ")" : b;
+}
 
 function taskLink(id, text) {
   return el("a", { href: "#task/" + encodeURIComponent(id), title: id }, text || shortId(id));
@@ -349,7 +356,7 @@ function renderQueue() {
   slice.forEach((t, i) => {
     const a = st.advice.get(t.task_id) || null;
     const pos = a && a.position ? a.position : (t.state === "queued" ? "" : "—");
-    const reason = a ? [a.reason, (a.blockers || []).join(", ")].filter(Boolean).join(": ") : (t.reason || "");
+    const reason = a ? [a.reason, (a.blockers || []).map(blocker).join(", ")].filter(Boolean).join(": ") : (t.reason || "");
     tb.append(el("tr", { "data-id": t.task_id, class: a && a.alert ? "alert" : null },
       el("td", {}, pos === "" ? String(st.page * PAGE + i + 1) : String(pos)),
       el("td", {}, taskLink(t.task_id, t.name)),
@@ -426,7 +433,7 @@ function renderAdvice(id) {
   facts($("task-advice"), [
     ["Position", a.position], ["Start P50", p50 ? abs(p50) + " (" + rel(p50 - now) + ")" : ""],
     ["Start P90", p90 ? abs(p90) + " (" + rel(p90 - now) + ")" : ""], ["Method", a.method],
-    ["Reason", a.reason], ["Blockers", (a.blockers || []).join(", ")],
+    ["Reason", a.reason], ["Blockers", (a.blockers || []).map(blocker).join(", ")],
     ["Next action", a.action_text || a.action], ["Alert", a.alert],
     ["Suggestions", (a.suggestions || []).map((s) => s.text || JSON.stringify(s)).join("; ")]]);
 }
