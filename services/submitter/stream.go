@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/domain"
@@ -848,4 +849,15 @@ func (s *server) followAdvice(ctx context.Context, nc *nats.Conn) func() {
 		<-done
 		_ = sub.Unsubscribe()
 	}
+}
+
+// registerMetrics adds the stream's figures to reg.
+func (h *hub) registerMetrics(reg *prometheus.Registry) {
+	labels := prometheus.Labels{"service": "submitter"}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpuq_stream_followers", ConstLabels: labels,
+			Help: "Followers of GET /v1/events now."}, func() float64 { return float64(h.count.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gpuq_stream_dropped_total", ConstLabels: labels,
+			Help: "Followers of GET /v1/events dropped because they did not keep up."}, func() float64 { return float64(h.dropped.Load()) }),
+	)
 }

@@ -127,6 +127,7 @@ func Run(ctx context.Context, cfg Config) error {
 		src := func() *service.Fold { return s.m.f }
 		metrics.Fold(cfg.Metrics, "submitter", src, cfg.Log.LastSeq)
 		metrics.State(cfg.Metrics, "submitter", src)
+		s.hub.registerMetrics(cfg.Metrics)
 	}
 
 	// 0. The read model starts from its snapshot, if there is a usable
