@@ -48,6 +48,9 @@ const (
 	// DefaultRing is how many recent records the hub keeps framed for
 	// resumes; older ones are read from the log.
 	DefaultRing = 8192
+	// maxBatch: a batch larger than this finds the fan-out far behind the
+	// fold (see process).
+	maxBatch = 65536
 	// streamWriteTimeout bounds one write to a follower: a client that
 	// does not read for this long is gone.
 	streamWriteTimeout = 10 * time.Second
@@ -127,13 +130,14 @@ func (it *item) visible(team string) bool { return team == "" || it.public || it
 
 // pending is a record as the fold applied it, framed by the hub.
 type pending struct {
-	rec      events.Record
-	team     string
-	known    bool     // team is the task's (or the record is a node's: public)
-	public   bool     // a node's record
-	nodes    []string // nodes whose view may have changed
-	terminal string   // a task that ended with this record
-	advice   []byte   // an advice message instead of a record
+	rec       events.Record
+	team      string
+	known     bool     // team is the task's (or the record is a node's: public)
+	public    bool     // a node's record
+	nodes     []string // nodes whose view may have changed
+	terminal  string   // a task that ended with this record
+	advice    []byte   // an advice message instead of a record
+	adviceFor string   // its task
 }
 
 // follower is one response's place in the fan-out: a bounded queue of
@@ -186,6 +190,7 @@ func (f *follower) drop(why string) {
 
 type adviceEntry struct {
 	team    string
+	known   bool // team is the task's (else it was not folded yet)
 	basedOn uint64
 	frame   []byte
 }
@@ -321,12 +326,27 @@ func (h *hub) run(ctx context.Context) {
 // process fans out one batch: each record's frame (in log order), the
 // advice, then the views of the nodes the records touched.
 func (h *hub) process(batch []pending) {
+	if len(batch) > maxBatch {
+		// The fan-out fell far behind the fold: rather than hold every
+		// follower to it, they are dropped and resume from the ring and
+		// the log; the records still go into the ring, in order.
+		h.mu.Lock()
+		for f := range h.followers {
+			h.dropLocked(f, fmt.Sprintf("the stream fell %d records behind the log", len(batch)))
+		}
+		h.mu.Unlock()
+	}
 	touched := map[string]bool{}
 	var ended []string
 	for i := range batch {
 		p := &batch[i]
 		if p.advice != nil {
-			h.fan(item{frame: p.advice, team: p.team}, true)
+			if !p.known {
+				// the advisor's fold was ahead of ours: the task may be
+				// known by now
+				p.team, p.known = h.teamOf(p.adviceFor)
+			}
+			h.fan(item{frame: p.advice, team: p.team}, p.known)
 			continue
 		}
 		fr := frameRecord(p.rec, p.team, p.known)
@@ -516,15 +536,7 @@ func (h *hub) onAdvice(data []byte) {
 	if json.Compact(&buf, data) != nil {
 		return
 	}
-	team, known := "", false
-	h.s.m.read(func(st *domain.State) {
-		if t := st.Tasks[a.TaskID]; t != nil {
-			team, known = t.Team, true
-		}
-	})
-	if !known {
-		team = "\x00" // only unscoped followers see it
-	}
+	team, known := h.teamOf(a.TaskID)
 	fr := frame(0, "advice", buf.Bytes())
 	// The cache and the queue change together, in the order the advice
 	// came, so that a follower's snapshot and its live events agree.
@@ -535,20 +547,48 @@ func (h *hub) onAdvice(data []byte) {
 	}
 	switch domain.TaskState(a.State) {
 	case domain.Queued, domain.Dispatched:
-		h.advice[a.TaskID] = adviceEntry{team: team, basedOn: a.BasedOnSeq, frame: fr}
+		h.advice[a.TaskID] = adviceEntry{team: team, known: known, basedOn: a.BasedOnSeq, frame: fr}
 	default:
 		delete(h.advice, a.TaskID)
 	}
-	h.enqueue(pending{advice: fr, team: team})
+	h.enqueue(pending{advice: fr, adviceFor: a.TaskID, team: team, known: known})
+}
+
+// teamOf is a task's team as the fold knows it (known false: not folded).
+func (h *hub) teamOf(id string) (team string, known bool) {
+	h.s.m.read(func(st *domain.State) {
+		if t := st.Tasks[id]; t != nil {
+			team, known = t.Team, true
+		}
+	})
+	return team, known
 }
 
 // adviceSnapshot is the latest advice of every waiting task team may see.
 func (h *hub) adviceSnapshot(team string) [][]byte {
 	h.amu.Lock()
+	var unknown []string
+	for id, e := range h.advice {
+		if !e.known {
+			unknown = append(unknown, id)
+		}
+	}
+	h.amu.Unlock()
+	for _, id := range unknown { // teams the fold learnt since (never under amu: the fold's lock first)
+		if tm, ok := h.teamOf(id); ok {
+			h.amu.Lock()
+			if e, ok := h.advice[id]; ok && !e.known {
+				e.team, e.known = tm, true
+				h.advice[id] = e
+			}
+			h.amu.Unlock()
+		}
+	}
+	h.amu.Lock()
 	defer h.amu.Unlock()
 	out := make([][]byte, 0, len(h.advice))
 	for _, e := range h.advice {
-		if team == "" || e.team == team {
+		if team == "" || e.known && e.team == team {
 			out = append(out, e.frame)
 		}
 	}

@@ -247,13 +247,15 @@ func TestStreamSlowFollowerDropped(t *testing.T) {
 		t.Fatalf("%d followers, want 2", n)
 	}
 
-	// 300 records, 50 at a time: the fast follower is never 256 behind,
-	// the slow one is after 256.
+	// 600 records, 50 at a time: the fast follower is never 256 behind;
+	// the slow one took what was queued when it first woke (at most the
+	// first 50 or so) and blocked writing them, so it is 256 behind
+	// before the end.
 	var (
 		last uint64
 		got  []sse
 	)
-	for range 6 {
+	for range 12 {
 		for range 50 {
 			last = h.submit(validReq()).Seq
 		}
@@ -567,5 +569,24 @@ func TestPage(t *testing.T) {
 	// POST / is no page
 	if code, _ := h.httpAs("", http.MethodPost, "/", "{}"); code == http.StatusOK {
 		t.Errorf("POST / answered 200")
+	}
+}
+
+// Advice that arrives before the submitter's fold has the task (the
+// advisor's fold was ahead) reaches the task's team once the fold has it.
+func TestStreamAdviceBeforeTheTask(t *testing.T) {
+	h, tok := tokenHarness(t)
+	srv := httptest.NewServer(h.h)
+	t.Cleanup(srv.Close)
+	t.Cleanup(h.s.hub.shutdown)
+	id := "0190a000-0000-7000-8000-00000000abcd"
+	h.s.hub.onAdvice([]byte(fmt.Sprintf(`{"task_id":%q,"state":"queued","position":1,"based_on_seq":1}`, id)))
+	seq := h.appendEvent(events.Submitted{TaskID: id, Name: "early", Team: "vision", Priority: "low", GPUs: 1, Hours: 1,
+		Hypothesis: "h", Command: "true", SubmittedAt: t0})
+	waitFold(t, h, seq)
+	s := openStream(t, srv.URL+"/v1/events", "Authorization", "Bearer "+tok["vision"])
+	got := s.until(5*time.Second, func(g []sse) bool { return len(g) >= 2 })
+	if got[1].Event != "advice" || !strings.Contains(got[1].Data, id) {
+		t.Errorf("vision's stream began %v, want its task's advice after hello", got)
 	}
 }
