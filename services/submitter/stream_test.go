@@ -402,7 +402,7 @@ func TestStreamTeamScope(t *testing.T) {
 }
 
 func TestStreamRequests(t *testing.T) {
-	h, srv := streamHarness(t, nil, StreamConfig{MaxFollowers: 2, KeepAlive: 50 * time.Millisecond})
+	h, srv := streamHarness(t, nil, StreamConfig{KeepAlive: 50 * time.Millisecond})
 	first := h.submit(validReq())
 	for name, tc := range map[string]struct {
 		path, header string
@@ -442,19 +442,23 @@ func TestStreamRequests(t *testing.T) {
 		s := openStream(t, srv.URL+"/v1/events")
 		s.until(5*time.Second, func(g []sse) bool { return len(g) > 0 && g[len(g)-1].Data == ": keep-alive" })
 	})
-	t.Run("limit", func(t *testing.T) {
-		a := openStream(t, srv.URL+"/v1/events")
-		a.until(5*time.Second, func(g []sse) bool { return len(g) > 0 })
-		waitUntil(func() bool { return h.s.hub.count.Load() <= 2 }, 5*time.Second) // earlier cases' followers gone
-		b := openStream(t, srv.URL+"/v1/events")
-		if b.res.StatusCode == http.StatusOK {
-			b.until(5*time.Second, func(g []sse) bool { return len(g) > 0 })
-		}
-		c := openStream(t, srv.URL+"/v1/events")
-		if h.s.hub.count.Load() >= 2 && c.res.StatusCode != http.StatusServiceUnavailable {
-			t.Errorf("a follower past the limit of 2: %d, want 503", c.res.StatusCode)
-		}
-	})
+}
+
+// Past MaxFollowers a follower gets 503; one that leaves makes room.
+func TestStreamFollowerLimit(t *testing.T) {
+	h, srv := streamHarness(t, nil, StreamConfig{MaxFollowers: 2})
+	hello := func(g []sse) bool { return len(g) > 0 }
+	a := openStream(t, srv.URL+"/v1/events")
+	a.until(5*time.Second, hello)
+	openStream(t, srv.URL+"/v1/events").until(5*time.Second, hello)
+	if c := openStream(t, srv.URL+"/v1/events"); c.res.StatusCode != http.StatusServiceUnavailable || c.res.Header.Get("Retry-After") == "" {
+		t.Errorf("the third follower: %d (Retry-After %q), want 503 with Retry-After", c.res.StatusCode, c.res.Header.Get("Retry-After"))
+	}
+	a.res.Body.Close()
+	waitUntil(func() bool { return h.s.hub.count.Load() == 1 }, 5*time.Second)
+	if d := openStream(t, srv.URL+"/v1/events"); d.res.StatusCode != http.StatusOK {
+		t.Errorf("after one left: %d, want 200", d.res.StatusCode)
+	}
 }
 
 // The stream outlives the server's read and write timeouts.
@@ -478,14 +482,12 @@ func TestStreamNodeEvents(t *testing.T) {
 	s.until(5*time.Second, func(g []sse) bool { return len(g) > 0 })
 	rep := h.submit(validReq())
 	h.dispatch(rep.TaskID)
-	got := s.until(5*time.Second, func(g []sse) bool {
-		for _, e := range g {
-			if e.Event == "node" && strings.Contains(e.Data, rep.TaskID) {
-				return true
-			}
-		}
-		return false
-	})
+	holds := func(e sse) bool {
+		var nv StreamNode
+		return e.Event == "node" && json.Unmarshal([]byte(e.Data), &nv) == nil && len(nv.GPUs) == 1 &&
+			nv.GPUs[0].TaskID != nil && *nv.GPUs[0].TaskID == rep.TaskID
+	}
+	got := s.until(5*time.Second, func(g []sse) bool { return len(g) > 0 && holds(g[len(g)-1]) })
 	// records in log order; node views after the batch that moved them
 	var types []string
 	for _, e := range got {

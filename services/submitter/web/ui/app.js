@@ -226,10 +226,10 @@ async function follow() {
         const { value, done } = await reader.read();
         if (done) break;
         buf += dec.decode(value, { stream: true });
-        let i;
-        while ((i = buf.indexOf("\n")) >= 0) {
-          let line = buf.slice(0, i);
-          buf = buf.slice(i + 1);
+        let at = 0, i;
+        while ((i = buf.indexOf("\n", at)) >= 0) {
+          let line = buf.slice(at, i);
+          at = i + 1;
           if (line.endsWith("\r")) line = line.slice(0, -1);
           if (line === "") {
             if (data.length || type) onEvent(type || "message", data.join("\n"), id);
@@ -244,6 +244,7 @@ async function follow() {
             if (f === "event") type = v; else if (f === "data") data.push(v); else if (f === "id") id = v;
           }
         }
+        buf = buf.slice(at);
       }
     } catch (e) { /* reconnect below */ }
     st.connected = false;
