@@ -169,6 +169,39 @@ function scheduleRefresh() {
   }, wait);
 }
 
+// A record changes one task: that task is read again (GET
+// /v1/tasks/{id}), a few at a time; a burst of many reads the list again.
+const dirty = new Set();
+let dirtyTimer = null;
+function markDirty(id) {
+  dirty.add(id);
+  if (!dirtyTimer) dirtyTimer = setTimeout(flushDirty, 300);
+}
+
+async function flushDirty() {
+  dirtyTimer = null;
+  const ids = [...dirty];
+  dirty.clear();
+  if (ids.length > 100) { scheduleRefresh(); return; }
+  await Promise.all(ids.map(async (id) => {
+    try { upsert(await api("/v1/tasks/" + encodeURIComponent(id))); }
+    catch (e) { if (e instanceof AuthError) askToken(e.message); }
+  }));
+  renderSoon();
+}
+
+const ENDED = new Set(["completed", "failed", "cancelled"]);
+function upsert(t) {
+  const old = st.byId.get(t.task_id);
+  if (ENDED.has(t.state)) {
+    if (old) { st.tasks = st.tasks.filter((x) => x !== old); st.byId.delete(t.task_id); st.advice.delete(t.task_id); }
+    return;
+  }
+  if (old) st.tasks[st.tasks.indexOf(old)] = t;
+  else { st.tasks.push(t); st.suffix = suffixLen(st.tasks.map((x) => x.task_id)); }
+  st.byId.set(t.task_id, t);
+}
+
 function onEvent(type, data, id) {
   st.lastAliveAt = Date.now();
   let d = null;
@@ -198,7 +231,7 @@ function onEvent(type, data, id) {
         if (n > st.seq) st.seq = n;
         st.lastEventAt = Date.now();
         if (d && d.task_id) {
-          scheduleRefresh();
+          markDirty(d.task_id);
           if (st.task === d.task_id) loadTask(d.task_id);
         }
       }
@@ -342,8 +375,17 @@ function windowSVG(a, maxMs) {
   return svg;
 }
 
+// inOrder: tasks holding GPUs first, then the queue in the advisor's
+// order (its position), tasks without advice where the list had them.
+function inOrder(ts) {
+  const idx = new Map(st.tasks.map((t, i) => [t, i]));
+  const group = (t) => (t.state === "queued" ? 1 : 0);
+  const pos = (t) => { const a = st.advice.get(t.task_id); return a && a.position ? a.position : Infinity; };
+  return ts.slice().sort((a, b) => group(a) - group(b) || pos(a) - pos(b) || idx.get(a) - idx.get(b));
+}
+
 function renderQueue() {
-  const rows = filtered();
+  const rows = inOrder(filtered());
   const pages = Math.max(1, Math.ceil(rows.length / PAGE));
   st.page = Math.min(st.page, pages - 1);
   const slice = rows.slice(st.page * PAGE, (st.page + 1) * PAGE);
@@ -527,5 +569,6 @@ $("login-form").addEventListener("submit", (e) => {
 setInterval(badge, 1000);
 setInterval(() => { if (view() === "queue") renderQueue(); }, 30000); // relative times move
 setInterval(() => { if (st.connected) loadNodes().catch(() => {}); }, 30000); // utilisation, heartbeats
+setInterval(() => { if (st.connected) scheduleRefresh(); }, 60000); // what a team's token does not stream: other teams' tasks
 
 if (AUTH && !st.token) askToken(""); else start();
