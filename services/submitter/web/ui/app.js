@@ -147,6 +147,9 @@ function badge() {
   const age = st.lastEventAt ? rel(st.lastEventAt - now) : "none yet";
   b.textContent = (stale ? "stale — " : "live — ") + "log seq " + st.seq + ", last event " + age;
   b.className = "badge " + (stale ? "stale" : "live");
+  // screen readers hear when the page goes live or stale, not every tick
+  const said = stale ? "The view is stale: the live stream is down; reconnecting." : "The view is live.";
+  if ($("fresh-sr").textContent !== said) $("fresh-sr").textContent = said;
 }
 
 // ---- the stream ----------------------------------------------------------------
