@@ -533,6 +533,20 @@ func TestStreamAdviceSnapshot(t *testing.T) {
 	}
 }
 
+// Without tokens the page carries the head of the queue before its
+// script runs; a name is text, never markup.
+func TestPageQueue(t *testing.T) {
+	h := newHarness(t, nil)
+	req := validReq()
+	req.Name = "<script>alert(1)</script>"
+	rep := h.submit(req)
+	w := h.httpCall(http.MethodGet, "/", "")
+	if w.Code != 200 || !strings.Contains(w.Body.String(), rep.TaskID) || !strings.Contains(w.Body.String(), "&lt;script&gt;alert(1)&lt;/script&gt;") ||
+		strings.Contains(w.Body.String(), "<script>alert") {
+		t.Errorf("GET /: %d, want the queued task, its name escaped:\n%s", w.Code, w.Body.String())
+	}
+}
+
 // The page is served without a token, with a policy that forbids inline
 // script and framing; its script and style come from the binary.
 func TestPage(t *testing.T) {

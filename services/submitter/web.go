@@ -1,11 +1,15 @@
 package submitter
 
 import (
+	"bytes"
 	"embed"
 	"html/template"
 	"io/fs"
 	"net/http"
 	"strings"
+
+	"github.com/gpuq/gpuq/pkg/api"
+	"github.com/gpuq/gpuq/pkg/domain"
 )
 
 // The dashboard: one page at /, its script and style under /ui/, built
@@ -18,8 +22,11 @@ import (
 var webFS embed.FS
 
 var (
-	pageTmpl = template.Must(template.ParseFS(webFS, "web/index.html"))
-	uiFS, _  = fs.Sub(webFS, "web/ui")
+	pageTmpl = template.Must(template.New("index.html").Funcs(template.FuncMap{
+		"inc":  func(i int) int { return i + 1 },
+		"tail": func(id string) string { return id[max(0, len(id)-8):] },
+	}).ParseFS(webFS, "web/index.html"))
+	uiFS, _ = fs.Sub(webFS, "web/ui")
 )
 
 // pageCSP allows the page its own script, style and API, nothing else:
@@ -56,10 +63,33 @@ func pageHeaders(w http.ResponseWriter) {
 	h.Set("Referrer-Policy", "no-referrer")
 }
 
-// httpPage serves the dashboard.
-func (s *server) httpPage(w http.ResponseWriter, _ *http.Request) {
+// pageRows is how many queued tasks the page carries before its script
+// runs (without tokens: with them, the page has no token yet).
+const pageRows = 50
+
+// httpPage serves the dashboard: the page, with the head of the queue
+// when the API is open (the script replaces it with the live view).
+func (s *server) httpPage(w http.ResponseWriter, r *http.Request) {
+	data := struct {
+		Auth  bool
+		Queue []api.TaskView
+	}{Auth: s.tokens != nil}
+	if s.tokens == nil {
+		if q, err := s.queue(r.Context(), false); err == nil {
+			for _, t := range q {
+				if t.State == string(domain.Queued) && len(data.Queue) < pageRows {
+					data.Queue = append(data.Queue, t)
+				}
+			}
+		}
+	}
+	var buf bytes.Buffer
+	if err := pageTmpl.Execute(&buf, data); err != nil {
+		s.fail(w, "page", err)
+		return
+	}
 	pageHeaders(w)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-cache")
-	_ = pageTmpl.Execute(w, struct{ Auth bool }{Auth: s.tokens != nil})
+	_, _ = w.Write(buf.Bytes())
 }
