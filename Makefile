@@ -15,7 +15,7 @@ HTTP ?= 127.0.0.1:8180
 AUTH ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test test-race test-faults fuzz lint bench contract check-metrics compose-up compose-down compose-smoke test-compose images clean
+.PHONY: help build run test test-race test-python test-faults test-hostile fuzz lint bench contract check-metrics compose-up compose-down compose-smoke test-compose images clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -32,8 +32,12 @@ build: ## Build bin/gpuq
 run: build ## Start gpuq dev and submit a small demo (Ctrl-C stops it)
 	@scripts/demo.sh "$(DATA)" "$(NATS_PORT)" "$(HTTP)" "$(AUTH)"
 
-test: ## Run every module's tests
+test: ## Run every module's tests (and the Python client's)
 	$(GO) test -count=1 -timeout 15m $(PKGS)
+	$(MAKE) --no-print-directory test-python
+
+test-python: ## The Python client's tests (python/, standard library only)
+	python3 -m unittest discover -s python/tests
 
 test-race: ## Run every module's tests with the race detector
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
@@ -55,11 +59,21 @@ test-faults: ## Process-level fault scenarios, no Docker (kill -9, SIGSTOP, pois
 	  $(GO) test -tags faults -count=1 -timeout 25m -v -run '$(FAULTS)' ./tests/faults/ || rc=$$?; \
 	echo "== fault scenarios ($$(( $$(date +%s) - start )) s)"; cat "$$bin/summary" 2>/dev/null; exit $$rc
 
+# The hostile suite (tests/hostile, build tag hostile): what a hostile or
+# careless caller sends to bin/gpuq dev, with and without --auth, one case
+# per finding of #22; black-box (HTTP, NATS, the CLI, /proc). HOSTILE=
+# picks cases (a go test -run pattern). docs/faults.md, "Hostile suite".
+HOSTILE ?= .
+test-hostile: build ## Hostile callers against bin/gpuq dev, with and without --auth (nested JSON, consumers, pollers, browser, validation, CLI)
+	@start=$$(date +%s); rc=0; \
+	GPUQ_HOSTILE_BIN="$(CURDIR)/bin/gpuq" $(GO) test -tags hostile -count=1 -timeout 10m -v -run '$(HOSTILE)' ./tests/hostile/ || rc=$$?; \
+	echo "== hostile suite ($$(( $$(date +%s) - start )) s)"; exit $$rc
+
 # Fuzz targets, PACKAGE:TARGET; seed corpora in each package's
 # testdata/fuzz/<TARGET>/ (a failing input found here is kept there).
 FUZZTIME ?= 10s
-FUZZ_TARGETS := pkg/events:FuzzDecodeRecord pkg/domain:FuzzValidate pkg/policy:FuzzLoadTeams services/submitter:FuzzHTTP
-fuzz: ## Run each fuzz target for FUZZTIME (10s; make fuzz FUZZTIME=30s): event decoding, submit validation, teams file, HTTP API
+FUZZ_TARGETS := pkg/events:FuzzDecodeRecord pkg/domain:FuzzValidate pkg/policy:FuzzLoadTeams services/submitter:FuzzHTTP services/submitter:FuzzNATS pkg/jsonguard:FuzzCheck
+fuzz: ## Run each fuzz target for FUZZTIME (10s; make fuzz FUZZTIME=30s): event decoding, submit validation, teams file, HTTP and NATS API, the bounded JSON pass
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
 	  echo "== $$name ($$pkg, $(FUZZTIME))"; \
 	  out=$$($(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) ./$$pkg/ 2>&1) || { echo "$$out"; exit 1; }; \
@@ -70,6 +84,7 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags faults ./tests/faults/...
+	$(GO) vet -tags hostile ./tests/hostile/...
 
 bench: ## Go benchmarks (fold, ingest, placement)
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 $(PKGS)

@@ -55,7 +55,7 @@ for i in $(seq 1 90); do
 done
 
 body='{"name":"x","team":"a","priority":"high","gpus":2,"hours":0.1,"hypothesis":"h","command":"echo $CUDA_VISIBLE_DEVICES"}'
-rep=$(curl -sS --max-time 10 -XPOST "$API/v1/tasks" -d "$body") || fail "submit: $rep"
+rep=$(curl -sS --max-time 10 -XPOST "$API/v1/tasks" -H "Content-Type: application/json" -d "$body") || fail "submit: $rep"
 id=$(sed -n 's/.*"task_id":"\([^"]*\)".*/\1/p' <<<"$rep")
 [[ -n $id ]] || fail "submit answered no task_id: $rep"
 say "submitted $id"

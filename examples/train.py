@@ -47,12 +47,13 @@ def save(step, ckpt_dir):
     return path
 
 
-def report(path):
-    """Tell gpuq where the checkpoint is (the task id comes from GPUQ_TASK_ID,
-    the credential, when there is one, from GPUQ_NATS_CREDS)."""
+def report(path, step):
+    """Tell gpuq where the checkpoint is (the task id comes from GPUQ_TASK_ID;
+    it goes through the task socket GPUQ_TASK_SOCKET, else over NATS with the
+    credential, when there is one, from GPUQ_NATS_CREDS)."""
     gpuq = os.environ.get("GPUQ_BIN") or shutil.which("gpuq") or "gpuq"
     try:
-        subprocess.run([gpuq, "checkpoint", "--ref", path], check=True, timeout=30)
+        subprocess.run([gpuq, "checkpoint", "--ref", path, "--step", str(step)], check=True, timeout=30)
     except (OSError, subprocess.SubprocessError) as e:
         print("could not report checkpoint %s: %s" % (path, e), file=sys.stderr)
 
@@ -78,10 +79,10 @@ def main():
         time.sleep(args.step_seconds)  # one training step
         step += 1
         if args.checkpoint_every and step % args.checkpoint_every == 0:
-            report(save(step, ckpt_dir))
+            report(save(step, ckpt_dir), step)
         if preempted:
             path = save(step, ckpt_dir)
-            report(path)
+            report(path, step)
             print("preempted at step %d; checkpoint %s" % (step, path), flush=True)
             return 0
     print("done: %d steps" % step, flush=True)

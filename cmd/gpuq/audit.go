@@ -319,7 +319,7 @@ docs/events.md), so the imported log folds to the same state and digest.`,
 				return err
 			}
 			if last != 0 {
-				return fmt.Errorf("the stream holds %d records already: import only into an empty stream (gpuq dev --nodes 0 on a fresh --data)", last)
+				return refused("the stream holds %d records already: import only into an empty stream (gpuq dev --nodes 0 on a fresh --data)", last)
 			}
 			out := importResult{Imported: 0, SameSeqs: true}
 			const chunk = 512

@@ -115,8 +115,8 @@ func TestAuditExportImport(t *testing.T) {
 	if got := verify("--nats", b.URL()); got.Digest != live.Digest {
 		t.Fatalf("digest after import %s, before %s", got.Digest, live.Digest)
 	}
-	if code, _ := runCLI(t, "audit", "import", file, "--nats", b.URL()); code != exitErr {
-		t.Errorf("a second import into a stream that is not empty: exit %d, want %d", code, exitErr)
+	if code, _ := runCLI(t, "audit", "import", file, "--nats", b.URL()); code != exitInvalid {
+		t.Errorf("a second import into a stream that is not empty (refused): exit %d, want %d", code, exitInvalid)
 	}
 	code, out := runCLI(t, "replay", "--seq", "5", "--json", "--nats", b.URL())
 	var v audit.View

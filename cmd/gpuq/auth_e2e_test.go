@@ -215,6 +215,24 @@ cp "$GPUQ_NATS_CREDS" "$GPUQ_CHECKPOINT_DIR/kept.creds"`
 	if code := run([]string{"audit", "export", "--nats", srv.URL(), "--creds", kept}, &stdout, &stderr); code == 0 {
 		t.Errorf("a job's credential read the log")
 	}
+	// The auditor, whose role may create no consumer, reads the log by
+	// direct gets: history, audit verify and export work; a team reads its
+	// own task's output over NATS (the submitter asks the agent for it).
+	for _, args := range [][]string{{"history", rep.TaskID}, {"audit", "verify"}, {"audit", "export"}} {
+		stderr.Reset()
+		if code := run(append(args, "--nats", srv.URL(), "--creds", auth.CredsPath(authDir, "auditor")), &stdout, &stderr); code != 0 {
+			t.Errorf("gpuq %s as the auditor: exit %d: %s", strings.Join(args, " "), code, stderr.String())
+		}
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := run([]string{"logs", rep.TaskID, "--nats", srv.URL(), "--creds", auth.CredsPath(authDir, "ci-vision")}, &stdout, &stderr); code != 0 {
+		t.Errorf("gpuq logs of its own task as ci-vision: exit %d: %s", code, stderr.String())
+	}
+	stderr.Reset()
+	if code := run([]string{"logs", rep.TaskID, "--nats", srv.URL(), "--creds", auth.CredsPath(authDir, "ci-nlp")}, &stdout, &stderr); code != exitInvalid {
+		t.Errorf("gpuq logs of a vision task as ci-nlp: exit %d, want %d: %s", code, exitInvalid, stderr.String())
+	}
 	if _, err := os.Stat(filepath.Join(dir, "node-1", "tasks", rep.TaskID, "runs")); err == nil {
 		ents, _ := os.ReadDir(filepath.Join(dir, "node-1", "tasks", rep.TaskID, "runs"))
 		if len(ents) > 0 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/services/gpuagent/tasksock"
 )
 
 // runCLI runs one gpuq command in this process; it answers the exit code
@@ -109,7 +111,8 @@ func TestCheckpointCLI(t *testing.T) {
 		"queued rejected":        {task: queued, args: []string{"--ref", "/ck/6"}, wantCode: exitInvalid},
 		"dispatched rejected":    {task: func() string { return task() }, args: []string{"--ref", "/ck/7"}, wantCode: exitInvalid},
 		"completed rejected":     {task: func() string { return task(started, events.Completed{}) }, args: []string{"--ref", "/ck/8"}, wantCode: exitInvalid},
-		"unknown task":           {task: func() string { return "no-such-task" }, args: []string{"--ref", "/ck/9"}, wantCode: exitNotFound},
+		"unknown task":           {task: func() string { return "00000000-0000-7000-8000-000000000000" }, args: []string{"--ref", "/ck/9"}, wantCode: exitNotFound},
+		"task id not a UUID":     {task: func() string { return "no-such-task" }, args: []string{"--ref", "/ck/9"}, wantCode: exitInvalid},
 		"empty ref":              {task: func() string { return task(started) }, args: []string{"--ref", " "}, wantCode: exitInvalid},
 		"no ref":                 {task: func() string { return task(started) }, wantCode: exitInvalid},
 		"ref with a newline":     {task: func() string { return task(started) }, args: []string{"--ref", "/ck\n10"}, wantCode: exitInvalid},
@@ -158,7 +161,7 @@ func TestCheckpointCLI(t *testing.T) {
 			} else if out != "" {
 				t.Errorf("printed %q, want nothing", out)
 			}
-			if !events.ValidKey(id) || id == "" {
+			if !api.IsTaskID(id) {
 				return
 			}
 			var v api.TaskView
@@ -220,6 +223,76 @@ func TestCheckpointSpooled(t *testing.T) {
 			}
 			if !tc.wantSpool && err == nil {
 				t.Errorf("spooled %q for a checkpoint that is not this job's", b)
+			}
+		})
+	}
+}
+
+// socketBackend is a node's agent as a task socket's test sees it.
+type socketBackend struct {
+	got    []tasksock.Checkpoint
+	refuse error
+}
+
+func (b *socketBackend) Checkpoint(_ context.Context, task tasksock.Task, c tasksock.Checkpoint) (tasksock.Committed, error) {
+	if b.refuse != nil {
+		return tasksock.Committed{}, b.refuse
+	}
+	b.got = append(b.got, c)
+	return tasksock.Committed{TaskID: task.ID, Ref: c.Ref, Step: c.Step, Seq: 9}, nil
+}
+
+// TestCheckpointThroughTaskSocket: inside a job with GPUQ_TASK_SOCKET,
+// gpuq checkpoint of its own task goes through the socket (no NATS
+// needed); a refusal there is exit 2; an unreachable socket falls back to
+// NATS (here unreachable too: the spool).
+func TestCheckpointThroughTaskSocket(t *testing.T) {
+	dead := "nats://127.0.0.1:1"
+	cases := map[string]struct {
+		task       string
+		socket     string // "live", "gone"
+		refuse     error
+		wantCode   int
+		wantSocket []tasksock.Checkpoint
+		wantSpool  string
+	}{
+		"its own task: through the socket, with its step": {task: "t1", socket: "live", wantSocket: []tasksock.Checkpoint{{Ref: "/ck/step-7", Step: 7}}},
+		"refused by the node: exit 2": {task: "t1", socket: "live", refuse: tasksock.Refuse(409, "task_id", "task_id: the run is over"),
+			wantCode: exitInvalid},
+		"the socket unreachable: over NATS, then the spool": {task: "t1", socket: "gone", wantSpool: "/ck/step-7"},
+		"another task's: not through this socket":           {task: "t2", socket: "live", wantCode: exitErr},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir, err := os.MkdirTemp("", "ck")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer os.RemoveAll(dir)
+			b := &socketBackend{refuse: tc.refuse}
+			srv := tasksock.NewServer(b)
+			k, err := srv.Open(tasksock.Run{Key: "r", RunDir: filepath.Join(dir, "run"), Task: tasksock.Task{ID: "t1"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.CloseAll()
+			path := k.Path()
+			if tc.socket == "gone" {
+				path = filepath.Join(dir, "nothing.sock")
+			}
+			t.Setenv("GPUQ_TASK_ID", "t1")
+			t.Setenv("GPUQ_TASK_SOCKET", path)
+			t.Setenv("GPUQ_CHECKPOINT_DIR", dir)
+			got, _ := runCLI(t, "checkpoint", "--nats", dead, "--task", tc.task, "--ref", "/ck/step-7", "--step", "7")
+			if got != tc.wantCode {
+				t.Errorf("exit code %d, want %d", got, tc.wantCode)
+			}
+			if diff := cmp.Diff(tc.wantSocket, b.got); diff != "" {
+				t.Errorf("through the socket (-want +got):\n%s", diff)
+			}
+			spool, _ := os.ReadFile(filepath.Join(dir, PendingRefFile))
+			if string(spool) != tc.wantSpool {
+				t.Errorf("spooled %q, want %q", spool, tc.wantSpool)
 			}
 		})
 	}

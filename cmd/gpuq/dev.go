@@ -58,6 +58,8 @@ type devFlags struct {
 	auth       string
 	natsTLS    auth.TLSFiles
 	httpTLS    auth.TLSFiles
+	httpHosts  []string
+	origins    []string
 }
 
 func newDev() *cobra.Command {
@@ -131,6 +133,8 @@ func newDev() *cobra.Command {
 	fl.StringVar(&f.natsTLS.Key, "nats-key", "", "PEM key of --nats-cert")
 	fl.StringVar(&f.httpTLS.Cert, "http-cert", "", "PEM certificate of the HTTP API: HTTPS (with --http-key)")
 	fl.StringVar(&f.httpTLS.Key, "http-key", "", "PEM key of --http-cert")
+	fl.StringSliceVar(&f.httpHosts, "http-host", nil, `more Host names the HTTP API answers to besides --http's own (e.g. a machine name for --http 0.0.0.0:8080; "*": any); repeatable or comma-separated`)
+	fl.StringSliceVar(&f.origins, "http-origin", nil, "browser origins (scheme://host[:port]) allowed to call the HTTP API besides its own; repeatable or comma-separated")
 	fl.StringArrayVar(&f.injectXid, "inject-xid", nil, "NODE:GPU_INDEX:AFTER — a critical Xid (79) on that mock GPU AFTER the start (e.g. node-1:0:30s); repeatable")
 	return c
 }
@@ -158,6 +162,9 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	}
 	if err := checkHTTP(f.http); err != nil {
 		return err
+	}
+	if err := submitter.CheckOrigins(f.origins); err != nil {
+		return invalid("http-origin", err.Error())
 	}
 	// 1. Embedded NATS with JetStream on disk.
 	eo := embedded.Options{StoreDir: filepath.Join(data, "jetstream"), Port: f.port, TLS: f.natsTLS}
@@ -250,7 +257,8 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	spawn("submitter", func() error {
 		return submitter.Run(ctx, submitter.Config{NC: subNC, Log: subLog, HTTPAddr: f.http, Logger: logger.With().Str("svc", "submitter").Logger(),
 			Limits: domain.Limits{MaxGPUs: f.maxGPUs, MaxHours: f.maxHours}, Ready: readyFn(0), Health: health,
-			Tokens: tokens, TLS: httpTLS, Metrics: reg})
+			Tokens: tokens, TLS: httpTLS, Metrics: reg,
+			HTTPHosts: f.httpHosts, HTTPOrigins: f.origins, NATSAuth: f.auth != ""})
 	})
 	if withScheduler {
 		_, schedLog, err := conns.open(ctx, "scheduler")

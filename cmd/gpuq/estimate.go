@@ -127,7 +127,7 @@ func newStats() *cobra.Command {
 				return nil
 			}
 			var vs []api.TaskView
-			if err := cl.Call(api.OpQueue, api.QueueRequest{All: true}, &vs); err != nil {
+			if vs, err = cl.Queue(true); err != nil {
 				return err
 			}
 			sum := summarise(vs)
@@ -223,7 +223,10 @@ func newWait() *cobra.Command {
 				}
 				started := v.StartedAt != nil || v.State == string(domain.Running)
 				var a estimate.Advice
-				if !started && !domain.TaskState(v.State).Terminal() {
+				switch {
+				case started:
+					a = startedAdvice(v, time.Now())
+				case !domain.TaskState(v.State).Terminal():
 					if err := cl.Call(api.OpEstimate, api.EstimateRequest{TaskID: id}, &a); err != nil && !api.IsNotFound(err) {
 						return err
 					}
@@ -248,7 +251,7 @@ func newWait() *cobra.Command {
 				switch {
 				case started:
 					if !f.json {
-						fmt.Printf("started on %s\n", v.Node)
+						fmt.Println(startedLine(v, timeFmt{}))
 					}
 					return nil
 				case domain.TaskState(v.State).Terminal():
@@ -270,6 +273,29 @@ func newWait() *cobra.Command {
 	f.add(c)
 	c.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (exit 5)")
 	return c
+}
+
+// startedAdvice is the advice object of a task that started, as the
+// advisor gives it (estimate.AdviseOne): its first start as P50 and P90
+// start, nothing else to advise.
+func startedAdvice(v api.TaskView, now time.Time) estimate.Advice {
+	a := estimate.Advice{TaskID: v.TaskID, State: v.State, Blockers: []string{}, Suggestions: []estimate.Suggestion{}, BasedOnSeq: v.Seq, At: now}
+	if v.StartedAt != nil {
+		a.P50Start, a.P90Start = *v.StartedAt, *v.StartedAt
+	}
+	return a
+}
+
+// startedLine is what wait prints when the task started: where, when.
+func startedLine(v api.TaskView, tf timeFmt) string {
+	s := "started"
+	if v.Node != "" {
+		s += " on " + v.Node
+	}
+	if v.StartedAt != nil {
+		s += " at " + tf.at(*v.StartedAt)
+	}
+	return s
 }
 
 func isTTY(f *os.File) bool {

@@ -61,12 +61,19 @@ type logSource struct {
 // task to start, then keeps reading until the task has ended and its
 // output is drained; a task that moves to another node (preempted,
 // resumed elsewhere) continues with that node's output from its start.
-// asJSON writes each piece as an api.LogsReply, one per line.
+// asJSON writes each piece as an api.LogsReply, one per line. While it
+// follows, a NATS stall is ridden out (stallRider), as watch does.
 func streamLogs(ctx context.Context, src logSource, id string, follow bool, tail int, asJSON bool, w, stderr io.Writer) error {
 	node, offset, first := "", int64(0), true
 	enc := json.NewEncoder(w)
+	ask := func(fn func() error) error { return fn() }
+	if follow {
+		r := &stallRider{stderr: stderr, wait: src.poll}
+		ask = func(fn func() error) error { return r.do(ctx, fn) }
+	}
 	for {
-		v, err := src.show(id)
+		var v api.TaskView
+		err := ask(func() (err error) { v, err = src.show(id); return err })
 		if err != nil {
 			return err
 		}
@@ -87,7 +94,8 @@ func streamLogs(ctx context.Context, src logSource, id string, follow bool, tail
 					req.Tail = tail
 				}
 				first = false
-				out, err := src.logs(node, req)
+				var out api.LogsReply
+				err := ask(func() (err error) { out, err = src.logs(node, req); return err })
 				if api.IsNotFound(err) && follow && !ended {
 					break // started, but no output file yet
 				}

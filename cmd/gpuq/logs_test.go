@@ -1,14 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/domain"
@@ -132,6 +137,123 @@ func TestLogs(t *testing.T) {
 			_ = json.Unmarshal(b, &got)
 			if resp.StatusCode != tc.status || got.Data != tc.data || got.Field != tc.field {
 				t.Errorf("GET %s: %d %s; want %d data %q field %q", tc.path, resp.StatusCode, b, tc.status, tc.data, tc.field)
+			}
+		})
+	}
+}
+
+// TestLogsFollowRidesStall: `logs -f` asks again across a NATS stall — a
+// timeout, no responder while the submitter or the agent restarts, the
+// submitter not ready — as watch's follower rides one out, with a note
+// when the stall begins and one when it ends; a refusal or a connection
+// closed for good still ends it, and without -f nothing is asked twice.
+func TestLogsFollowRidesStall(t *testing.T) {
+	noAgent := fmt.Errorf("no gpuq agent is answering for node node-1: %w", nats.ErrNoResponders)
+	for name, tc := range map[string]struct {
+		follow             bool
+		showErrs, logsErrs []error // the first calls' answers in turn (nil: answered)
+		want               string
+		code               int
+		stall              bool // a note that it asks again, and one that it went on
+	}{
+		"the submitter stalls":           {follow: true, showErrs: []error{nats.ErrTimeout, nats.ErrTimeout}, want: "one\ntwo\n", stall: true},
+		"the submitter restarts":         {follow: true, showErrs: []error{nil, fmt.Errorf("no gpuq submitter is answering: %w", nats.ErrNoResponders)}, want: "one\ntwo\n", stall: true},
+		"the submitter is not ready":     {follow: true, showErrs: []error{&api.Error{Msg: "request timed out", Status: 503}}, want: "one\ntwo\n", stall: true},
+		"the agent restarts":             {follow: true, logsErrs: []error{noAgent, noAgent, noAgent}, want: "one\ntwo\n", stall: true},
+		"NATS reconnecting":              {follow: true, logsErrs: []error{nats.ErrConnectionReconnecting}, want: "one\ntwo\n", stall: true},
+		"a refusal ends it":              {follow: true, showErrs: []error{&api.Error{Msg: "for the admin", Status: 403}}, code: exitInvalid},
+		"a task not found ends it":       {follow: true, showErrs: []error{&api.Error{Msg: "task t1 not found", NotFound: true, Status: 404}}, code: exitNotFound},
+		"a closed connection ends it":    {follow: true, showErrs: []error{nats.ErrConnectionClosed}, code: exitErr},
+		"without -f a timeout ends it":   {showErrs: []error{nats.ErrTimeout}, code: exitErr},
+		"without -f, nothing goes amiss": {want: "one\ntwo\n"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			shows, logs := 0, 0
+			src := logSource{
+				show: func(id string) (api.TaskView, error) {
+					i := shows
+					shows++
+					if i < len(tc.showErrs) && tc.showErrs[i] != nil {
+						return api.TaskView{}, tc.showErrs[i]
+					}
+					st := "running" // answered once running, then completed
+					if i > len(tc.showErrs) {
+						st = "completed"
+					}
+					return api.TaskView{TaskID: id, State: st, LogNode: "node-1"}, nil
+				},
+				logs: func(node string, req api.LogsRequest) (api.LogsReply, error) {
+					i := logs
+					logs++
+					if i < len(tc.logsErrs) && tc.logsErrs[i] != nil {
+						return api.LogsReply{}, tc.logsErrs[i]
+					}
+					const all = "one\ntwo\n"
+					return api.LogsReply{TaskID: req.TaskID, Node: node, Offset: req.Offset, Next: int64(len(all)), Size: int64(len(all)), Data: all[req.Offset:]}, nil
+				},
+				poll: time.Millisecond,
+			}
+			var out, stderr bytes.Buffer
+			err := streamLogs(context.Background(), src, "t1", tc.follow, 0, false, &out, &stderr)
+			if got := code(err); got != tc.code || out.String() != tc.want {
+				t.Fatalf("exit %d (%v), printed %q; want exit %d, %q", got, err, out.String(), tc.code, tc.want)
+			}
+			asked, went := strings.Count(stderr.String(), "asking again"), strings.Count(stderr.String(), "answers again")
+			if tc.stall && (asked != 1 || went != 1) || !tc.stall && asked+went > 0 {
+				t.Errorf("stderr %q: want one note of the stall and one of its end: %v", stderr.String(), tc.stall)
+			}
+		})
+	}
+}
+
+// TestLogsFollowAcrossRestart: `logs -f` of a running task goes on, and
+// prints all of its output, while the submitter or the node's log service
+// is away for two seconds (no responder: a restart), as watch would.
+func TestLogsFollowAcrossRestart(t *testing.T) {
+	s, _ := logsStack(t)
+	restart := map[string]func(){
+		"the submitter": s.submitter,
+		"logs node-1": func() {
+			s.start("logs node-1", func(ctx context.Context, ready func()) error {
+				stop, err := gpuagent.StartLogs(gpuagent.LogsConfig{NC: s.nc, Node: "node-1", DataDir: filepath.Join(s.dir, "node-1"), Logger: quiet})
+				if err != nil {
+					return err
+				}
+				ready()
+				<-ctx.Done()
+				stop()
+				return nil
+			})
+		},
+	}
+	for _, away := range []string{"the submitter", "logs node-1"} {
+		t.Run(away+" restarts", func(t *testing.T) {
+			id := s.submitCmd(`for i in 1 2 3 4 5 6 7 8; do echo "step $i"; sleep 0.4; done`)
+			s.waitState(id, "running", 30*time.Second)
+			type result struct {
+				code int
+				out  string
+			}
+			got := make(chan result, 1)
+			go func() {
+				c, o := runCLI(t, "logs", "-f", id, "--nats", s.srv.URL())
+				got <- result{c, o}
+			}()
+			time.Sleep(600 * time.Millisecond)
+			name := away
+			if away == "the submitter" {
+				name = "submitter"
+			}
+			s.kill(name)
+			time.Sleep(2 * time.Second)
+			restart[away]()
+			select {
+			case r := <-got:
+				if want := "step 1\nstep 2\nstep 3\nstep 4\nstep 5\nstep 6\nstep 7\nstep 8\n"; r.code != 0 || r.out != want {
+					t.Errorf("logs -f across %s away: exit %d, %q; want 0, %q", away, r.code, r.out, want)
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatal("logs -f did not end with the task")
 			}
 		})
 	}

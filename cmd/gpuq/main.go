@@ -2,10 +2,12 @@
 // the whole system in one process; the other commands are clients that
 // find NATS through --nats / GPUQ_NATS_URL.
 //
-// Exit codes: 0 success, 1 error, 2 invalid input (the message names the
-// field and the rule) or a usage error (one line and a hint to --help),
-// 3 task not found, 4 `wait` ended without the task starting, 5 `wait`
-// timed out.
+// Exit codes: 0 success, 1 error (NATS unreachable, a timeout, a server's
+// own failure), 2 a refused request — invalid input (the message names the
+// field and the rule), a usage error (one line and a hint to --help), a
+// state that does not allow it, credentials that may not ask it — 3 task
+// not found, 4 `wait` ended without the task starting, 5 `wait` timed out.
+// code decides, in one place.
 package main
 
 import (
@@ -143,18 +145,35 @@ func guardArgs(c *cobra.Command) {
 	}
 }
 
+// code is the one mapping of an error to the exit code. A request the
+// server or the CLI refuses — invalid input, a state that does not allow
+// it, credentials that may not ask it (403), a conflict — is exit 2, a
+// task not found exit 3, the codes the CLI sets itself (exitError) stay;
+// everything else (NATS unreachable, a timeout, a server's own failure)
+// is exit 1.
 func code(err error) int {
 	var ee *exitError
 	var fe *domain.FieldError
+	var ae *api.Error
 	switch {
+	case err == nil:
+		return 0
 	case errors.As(err, &ee):
 		return ee.code
-	case errors.As(err, &fe), api.IsInvalid(err):
+	case errors.As(err, &fe):
 		return exitInvalid
-	case api.IsNotFound(err):
-		return exitNotFound
+	case errors.As(err, &ae) && ae.NotFound && ae.Field == "":
+		return exitNotFound // a task (the only not-found without a field)
+	case api.IsRefused(err):
+		return exitInvalid
 	}
 	return exitErr
+}
+
+// refused is a request the CLI refuses itself, as the server would
+// (credentials that may not do it): exit 2.
+func refused(format string, a ...any) error {
+	return &exitError{exitInvalid, fmt.Errorf(format, a...)}
 }
 
 func newRoot() *cobra.Command {

@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -62,7 +61,7 @@ func printNodes(w io.Writer, nodes []api.NodeView, now time.Time) {
 		fmt.Fprintln(w, "no nodes have reported yet")
 		return
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintln(tw, "NODE\tSTATE\tGPUS\tFREE\tHEARTBEAT\tREASON")
 	for _, n := range nodes {
 		free := 0

@@ -6,7 +6,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -93,8 +92,10 @@ func newQueue() *cobra.Command {
 				return err
 			}
 			defer done()
-			var vs []api.TaskView
-			if err := cl.Call(api.OpQueue, api.QueueRequest{All: all || filter.needsAll()}, &vs); err != nil {
+			// A page at a time (api.QueueRequest): a long queue does not
+			// fit one NATS message.
+			vs, err := cl.Queue(all || filter.needsAll())
+			if err != nil {
 				return err
 			}
 			kept := []api.TaskView{}
@@ -132,7 +133,7 @@ func printQueue(out io.Writer, vs []api.TaskView, output string, tf timeFmt, now
 	}
 	wide := output == "wide"
 	ends := wide || slices.ContainsFunc(vs, func(v api.TaskView) bool { return v.EndedAt != nil })
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	w := newTable(out)
 	cols := []string{"TASK", "NAME", "TEAM", "PRIORITY", "GPUS", "STATE", "NODE", "SUBMITTED"}
 	if wide {
 		cols = append(cols, "STARTED")

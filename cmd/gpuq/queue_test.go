@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -131,7 +132,9 @@ func TestSummarise(t *testing.T) {
 	}
 }
 
-// TestExportEnv: --export ALL, NONE, NAME, NAME=VALUE (like sbatch).
+// TestExportEnv: --export ALL, NONE, NAME, NAME=VALUE (like sbatch); a
+// secret-looking variable that a mode sending "yours" leaves out is named
+// in a note of its own.
 func TestExportEnv(t *testing.T) {
 	environ := []string{"HOME=/home/ada", "SEED=1", "GITHUB_TOKEN=x", "GPUQ_NODE=n", "LC_ALL=C", "CONDA_PREFIX=/opt/c"}
 	for name, tc := range map[string]struct {
@@ -139,14 +142,20 @@ func TestExportEnv(t *testing.T) {
 		env   []string // instead of environ
 		want  map[string]string
 		notes int
+		named []string // each in a note of its own
 		bad   string
 	}{
-		"default":     {spec: "DEFAULT", want: map[string]string{"HOME": "/home/ada", "LC_ALL": "C", "CONDA_PREFIX": "/opt/c"}},
-		"no --export": {spec: "", want: map[string]string{"HOME": "/home/ada", "SEED": "1", "LC_ALL": "C", "CONDA_PREFIX": "/opt/c"}},
+		"default": {spec: "DEFAULT", want: map[string]string{"HOME": "/home/ada", "LC_ALL": "C", "CONDA_PREFIX": "/opt/c"}},
+		"no --export": {spec: "", notes: 1, named: []string{"GITHUB_TOKEN"},
+			want: map[string]string{"HOME": "/home/ada", "SEED": "1", "LC_ALL": "C", "CONDA_PREFIX": "/opt/c"}},
+		"no --export, each secret-looking name named": {spec: "", env: []string{"MY_API_TOKEN=t", "AWS_SECRET_ACCESS_KEY=k", "SSH_AUTH_SOCK=/s", "DEPLOY_KEY=d", "SEED=1", "GPUQ_NODE=n"},
+			notes: 4, named: []string{"AWS_SECRET_ACCESS_KEY", "DEPLOY_KEY", "MY_API_TOKEN", "SSH_AUTH_SOCK"}, want: map[string]string{"SEED": "1"}},
+		"default names no secret": {spec: "DEFAULT", env: []string{"MY_API_TOKEN=t", "HOME=/h"}, want: map[string]string{"HOME": "/h"}},
+		"none names no secret":    {spec: "NONE,SEED=2", env: []string{"MY_API_TOKEN=t"}, want: map[string]string{"SEED": "2"}},
 		"no --export, credentials in a URL left out": {spec: "", env: []string{"DATABASE_URL=postgres://ada:pw@db/x", "SEED=1"}, notes: 1,
 			want: map[string]string{"SEED": "1"}},
 		"default and a name":          {spec: "DEFAULT,SEED", want: map[string]string{"HOME": "/home/ada", "LC_ALL": "C", "CONDA_PREFIX": "/opt/c", "SEED": "1"}},
-		"all":                         {spec: "ALL", notes: 1, want: map[string]string{"HOME": "/home/ada", "SEED": "1", "LC_ALL": "C", "CONDA_PREFIX": "/opt/c"}},
+		"all":                         {spec: "ALL", notes: 2, named: []string{"GITHUB_TOKEN"}, want: map[string]string{"HOME": "/home/ada", "SEED": "1", "LC_ALL": "C", "CONDA_PREFIX": "/opt/c"}},
 		"credentials in a URL, ALL":   {spec: "ALL", env: []string{"DATABASE_URL=postgres://ada:pw@db/x"}, bad: "DATABASE_URL carries credentials in a URL"},
 		"credentials in a URL, given": {spec: "NONE,PIP_INDEX_URL=https://u:tok@pypi.example/simple", bad: "PIP_INDEX_URL carries credentials"},
 		"a URL without credentials":   {spec: "NONE,DATA=s3://bucket/x,GIT=ssh://git@github.com/a/b", want: map[string]string{"DATA": "s3://bucket/x", "GIT": "ssh://git@github.com/a/b"}},
@@ -154,7 +163,7 @@ func TestExportEnv(t *testing.T) {
 		"none":                        {spec: "NONE"},
 		"names":                       {spec: "SEED", want: map[string]string{"SEED": "1"}},
 		"a value":                     {spec: "FOO=1", want: map[string]string{"FOO": "1"}},
-		"all and a value":             {spec: "ALL,SEED=2", notes: 1, want: map[string]string{"HOME": "/home/ada", "SEED": "2", "LC_ALL": "C", "CONDA_PREFIX": "/opt/c"}},
+		"all and a value":             {spec: "ALL,SEED=2", notes: 2, named: []string{"GITHUB_TOKEN"}, want: map[string]string{"HOME": "/home/ada", "SEED": "2", "LC_ALL": "C", "CONDA_PREFIX": "/opt/c"}},
 		"none and values":             {spec: "NONE,FOO=1,BAR=", want: map[string]string{"FOO": "1", "BAR": ""}},
 		"unset name":                  {spec: "NOPE", notes: 1},
 		"bad name":                    {spec: "1FOO=1", bad: "is not a variable name"},
@@ -178,6 +187,14 @@ func TestExportEnv(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" || len(notes) != tc.notes {
 				t.Errorf("(-want +got):\n%s notes %q", diff, notes)
+			}
+			for _, n := range tc.named {
+				i := slices.IndexFunc(notes, func(s string) bool {
+					return strings.HasPrefix(s, "export: "+n+" left out: its name looks like a secret")
+				})
+				if i < 0 || !strings.Contains(notes[i], "another way") {
+					t.Errorf("no note naming %s, why and what to do instead: %q", n, notes)
+				}
 			}
 		})
 	}

@@ -91,7 +91,8 @@ func shapeKey(line string) string {
 // mapped to the ones the run's submits print, in order. `watch` follows a
 // task to its end (minutes for the LOW re-run): it runs for 8 s and must
 // show the README's first lines. A history shows at least its first
-// lines too (the README's is of a later moment).
+// lines too (the README's is of a later moment). A command the README
+// shows without output must print nothing.
 func TestREADMEWalk(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
@@ -184,7 +185,7 @@ func TestREADMEWalk(t *testing.T) {
 				if code != 0 {
 					t.Fatalf("submit a task for README line %d: exit %d: %s", st.line, code, out)
 				}
-				ids[id] = strings.TrimSpace(out)
+				ids[id] = taskIDRe.FindString(out) // stderr may carry notes (a secret-looking variable left out)
 			}
 			cmdline = strings.ReplaceAll(cmdline, id, ids[id])
 		}
@@ -202,7 +203,7 @@ func TestREADMEWalk(t *testing.T) {
 		// A submit's id maps the README's.
 		if strings.HasPrefix(cmdline, "gpuq submit ") && len(st.output) > 0 {
 			if want := taskIDRe.FindString(st.output[0]); want != "" {
-				ids[want] = strings.TrimSpace(out)
+				ids[want] = taskIDRe.FindString(out)
 			}
 		}
 		// The shape: each README line's leading word is in the output.
@@ -210,6 +211,11 @@ func TestREADMEWalk(t *testing.T) {
 		sc := bufio.NewScanner(strings.NewReader(out))
 		for sc.Scan() {
 			got[shapeKey(sc.Text())] = true
+		}
+		// A command shown without output prints none: the README shows
+		// what it prints (amend printed the task under an empty example).
+		if len(st.output) == 0 && !follows && strings.TrimSpace(out) != "" {
+			t.Errorf("README line %d: `%s`: the README shows no output, the command prints:\n%s", st.line, st.command, out)
 		}
 		want := st.output
 		if follows || strings.HasPrefix(cmdline, "gpuq history ") {

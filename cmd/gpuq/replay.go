@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -140,7 +139,7 @@ submitted later does not appear. Give it the scheduler's policy flags.`,
 
 func printView(v audit.View) {
 	fmt.Printf("as of sequence %d, %s\n\n", v.Seq, v.Time.Local().Format("2006-01-02 15:04:05.000"))
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	w := newTable(os.Stdout)
 	fmt.Fprintln(w, "TASK\tNAME\tTEAM\tPRIORITY\tGPUS\tSTATE\tPOS\tREASON / PLACEMENT")
 	for _, t := range v.Tasks {
 		pos, what := "", ""
@@ -160,7 +159,7 @@ func printView(v audit.View) {
 	}
 	w.Flush()
 	fmt.Println()
-	w = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	w = newTable(os.Stdout)
 	fmt.Fprintln(w, "NODE\tSTATE\tGPUS\tFREE\tUNHEALTHY")
 	for _, n := range v.Nodes {
 		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\n", n.Node, n.State, n.GPUs, n.FreeGPUs, len(n.Unhealthy))

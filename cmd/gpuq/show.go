@@ -4,13 +4,11 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gpuq/gpuq/pkg/api"
-	"github.com/gpuq/gpuq/pkg/domain"
 )
 
 // timeFmt prints times for people: local with the zone's name by default,
@@ -56,10 +54,19 @@ func taskElapsed(v api.TaskView, now time.Time) (time.Duration, bool) {
 	return max(0, end.Sub(*v.StartedAt)), true
 }
 
+// gpuHours is an amount of GPU-hours for people: two decimals, four
+// under a hundredth (a GPU-second is 0.0003).
+func gpuHours(h float64) string {
+	if h < 0.01 {
+		return fmt.Sprintf("%.4f", h)
+	}
+	return fmt.Sprintf("%.2f", h)
+}
+
 // printTask prints one task as `show` does: what was asked, then when it
 // ran, where, where its output is and how it ended.
 func printTask(out io.Writer, v api.TaskView, tf timeFmt, now time.Time) {
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	w := newTable(out)
 	row := func(k string, val any) { fmt.Fprintf(w, "%s:\t%v\n", k, val) }
 	row("task", v.TaskID)
 	row("name", v.Name)
@@ -108,8 +115,14 @@ func printTask(out io.Writer, v api.TaskView, tf timeFmt, now time.Time) {
 	if v.Preemptions > 0 {
 		row("preemptions", v.Preemptions)
 	}
-	if v.ResumeFrom != "" && !domain.TaskState(v.State).Terminal() {
+	if v.Checkpoint != "" {
+		row("checkpoint", v.Checkpoint)
+	}
+	if v.ResumeFrom != "" {
 		row("resume_from", v.ResumeFrom)
+	}
+	if v.LostGPUHours > 0 {
+		row("lost_gpu_hours", gpuHours(v.LostGPUHours)+"  (work since the last checkpoint, lost to forced preemptions)")
 	}
 	w.Flush()
 	if tail := strings.TrimRight(v.StderrTail, "\n"); tail != "" {

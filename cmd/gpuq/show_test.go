@@ -11,7 +11,9 @@ import (
 )
 
 // TestPrintTask: show prints when the task ran, for how long, where its
-// output is and how it ended; the reason matches the state.
+// output is and how it ended; the reason matches the state; its latest
+// checkpoint, the one it resumes (or resumed) from and the GPU-hours
+// forced preemptions lost.
 func TestPrintTask(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 22, 17, 28, 0, time.UTC)
 	task := func(st domain.TaskState, mod func(*domain.Task)) api.TaskView {
@@ -49,6 +51,24 @@ func TestPrintTask(t *testing.T) {
 			v:    task(domain.Running, func(*domain.Task) {}),
 			want: []string{"started:     2026-11-29 22:18:28 UTC", "elapsed:     9m0s (so far)", "reason:      placed in queue order"},
 			not:  []string{"ended:", "exit_code"},
+		},
+		"preempted, resuming": {
+			v: task(domain.Queued, func(t *domain.Task) {
+				t.Preemptions, t.Checkpoint, t.ResumeFrom, t.LostGPUSecs = 1, "/ck/t1/step-100.json", "/ck/t1/step-100.json", 0.42*3600
+			}),
+			want: []string{"preemptions:     1", "checkpoint:      /ck/t1/step-100.json", "resume_from:     /ck/t1/step-100.json",
+				"lost_gpu_hours:  0.42  (work since the last checkpoint, lost to forced preemptions)"},
+		},
+		"completed after a resume": {
+			v: task(domain.Completed, func(t *domain.Task) {
+				t.Preemptions, t.Checkpoint, t.ResumeFrom, t.LostGPUSecs = 2, "/ck/t1/step-300.json", "/ck/t1/step-200.json", 3
+			}),
+			want: []string{"checkpoint:      /ck/t1/step-300.json", "resume_from:     /ck/t1/step-200.json", "lost_gpu_hours:  0.0008"},
+		},
+		"a checkpoint, nothing lost": {
+			v:    task(domain.Running, func(t *domain.Task) { t.Checkpoint = "s3://ck/t1/7" }),
+			want: []string{"checkpoint:  s3://ck/t1/7"},
+			not:  []string{"resume_from", "lost_gpu_hours"},
 		},
 		"queued": {
 			v:    task(domain.Queued, func(t *domain.Task) { t.FirstStarted, t.Reason = time.Time{}, "" }),

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -23,7 +24,9 @@ import (
 
 type simFlags struct {
 	trace, format, vcs     string
-	nodes, perNode, limit  int
+	workload               string
+	nodes                  []int
+	perNode, limit         int
 	teams, compare         string
 	pol, within, backfill  string
 	maxWait, agingTau      time.Duration
@@ -41,8 +44,8 @@ type simFlags struct {
 func newSim() *cobra.Command {
 	var f simFlags
 	c := &cobra.Command{
-		Use:   "sim --trace FILE --format philly|alibaba-openb --nodes N [--compare fifo-strict,sjf-oracle,gpuq,gpuq-spf]",
-		Short: "Replay a real cluster trace in virtual time under gpuq and baseline policies; compare JCT, queueing delay and wait estimates",
+		Use:   "sim (--trace FILE --format philly|alibaba-openb|audit-export | --workload synthetic:jobs=N,seed=S) --nodes N[,N…] [--compare fifo-strict,sjf-oracle,gpuq,gpuq-spf]",
+		Short: "Replay a real cluster trace, your own log or a synthetic workload in virtual time under gpuq and baseline policies; compare JCT, queueing delay and wait estimates",
 		Long: `sim replays a GPU-cluster trace (shared/traces) in virtual time on a
 simulated cluster of --nodes × --gpus-per-node GPUs. The gpuq policies run
 the real scheduler step and advisor over an in-memory event log; fifo-strict
@@ -74,17 +77,34 @@ wait × its GPUs since their checkpoints, or once it has waited that long
 The JSON reports per policy the preemptions, lost_gpu_hours, and by_class
 (n, avg_queue_s, p95_queue_s, max_queue_s) when the tasks are of several
 classes; the estimates are judged by class too. Same input, same output,
-byte for byte.`,
+byte for byte.
+
+--workload synthetic:jobs=N,seed=S[,load=L,gpus=G,mix=philly|alibaba]
+generates a workload shaped like a published trace instead (no trace
+file needed): power-of-two GPU counts at the trace's frequencies, run
+times from its quantiles by size (heavy-tailed), arrivals following its
+hour-of-day and weekday profile, and, for philly, its VCs (--teams vc
+guarantees them their vcs.csv shares). load (default 0.82, the standard
+scenario's) is the offered load on gpus GPUs (default: the smallest
+cluster of --nodes). --trace FILE --format audit-export replays an export
+of your own log (gpuq audit export): every task that ran and ended, at
+its submit time, for the work it did, with its own class, team, estimate
+and preemptibility.
+
+--nodes 8,16,32 sweeps cluster sizes in one run, the same workload on
+each: the JSON is {"sweep": [{"nodes", and the result of that size}…]},
+smallest first, and --plot draws queueing delay and JCT against size.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return runSim(c, f) },
 	}
 	fl := c.Flags()
 	fl.StringVar(&f.trace, "trace", "", "trace file (e.g. ../shared/traces/philly/jobs-2017-10-11.csv)")
-	fl.StringVar(&f.format, "format", "", "trace format: "+strings.Join(trace.Formats(), " or "))
-	fl.IntVar(&f.nodes, "nodes", 0, "simulated nodes")
+	fl.StringVar(&f.format, "format", "", "trace format: "+strings.Join(append(trace.Formats(), sim.FormatExport), ", ")+" (an export of the live log, gpuq audit export)")
+	fl.StringVar(&f.workload, "workload", "", "a generated workload instead of --trace: synthetic:jobs=N,seed=S[,load=L,gpus=G,mix=philly|alibaba]")
+	fl.IntSliceVar(&f.nodes, "nodes", nil, "simulated nodes; several, comma-separated, sweep the cluster sizes (e.g. 8,16,32)")
 	fl.IntVar(&f.perNode, "gpus-per-node", 8, "GPUs per simulated node")
 	fl.StringVar(&f.teams, "teams", "", `"vc": each VC is a team guaranteed its share of the VC node counts; "" (default): one team, no guarantees`)
-	fl.StringVar(&f.vcs, "vcs", "", "VC node counts for --teams vc (default: vcs.csv beside the trace)")
+	fl.StringVar(&f.vcs, "vcs", "", "VC node counts for --teams vc (default: vcs.csv beside the trace; Philly's for a synthetic workload)")
 	fl.StringVar(&f.compare, "compare", sim.GPUQ, "policies to run, comma-separated: "+strings.Join(sim.Policies(), ", "))
 	fl.StringVar(&f.pol, "policy", policy.CriticalOnly, "gpuq preemption policy: critical-only or ladder")
 	fl.StringVar(&f.within, "within-class", policy.FIFO, "gpuq order within a class: fifo or shortest-predicted (gpuq-spf always uses shortest-predicted)")
@@ -129,21 +149,35 @@ func runSim(c *cobra.Command, f simFlags) error {
 		debug.SetMemoryLimit(simMemoryLimit)
 	}
 	// 1. Check the flags.
+	var syn trace.Synthetic
+	if f.workload != "" {
+		var err error
+		if syn, err = trace.ParseSynthetic(f.workload); err != nil {
+			return invalid("workload", err.Error())
+		}
+	}
+	fromLog := f.format == sim.FormatExport
 	switch {
-	case f.trace == "":
-		return invalid("trace", "is required: a trace file")
-	case f.format != trace.FormatPhilly && f.format != trace.FormatAlibabaOpenB:
-		return invalid("format", "must be "+strings.Join(trace.Formats(), " or "))
-	case f.nodes < 1:
-		return invalid("nodes", fmt.Sprintf("must be ≥ 1 (got %d)", f.nodes))
+	case f.trace != "" && f.workload != "":
+		return invalid("workload", "give --trace or --workload, not both")
+	case f.workload != "" && f.format != "":
+		return invalid("format", "is for --trace; a --workload has its own")
+	case f.trace == "" && f.workload == "":
+		return invalid("trace", "is required: a trace file (or --workload synthetic:jobs=N,seed=S)")
+	case f.workload == "" && f.format != trace.FormatPhilly && f.format != trace.FormatAlibabaOpenB && !fromLog:
+		return invalid("format", "must be "+strings.Join(append(trace.Formats(), sim.FormatExport), ", "))
+	case len(f.nodes) == 0:
+		return invalid("nodes", "is required: the simulated nodes (e.g. 16, or 8,16,32 to sweep)")
 	case f.perNode < 1:
 		return invalid("gpus-per-node", fmt.Sprintf("must be ≥ 1 (got %d)", f.perNode))
 	case f.limit < 0:
 		return invalid("limit", fmt.Sprintf("must be ≥ 0 (got %d)", f.limit))
 	case f.teams != "" && f.teams != "vc":
 		return invalid("teams", `must be "vc" or empty`)
-	case f.teams == "vc" && f.format != trace.FormatPhilly:
-		return invalid("teams", "vc needs a trace with VCs (philly)")
+	case f.teams == "vc" && f.workload == "" && f.format != trace.FormatPhilly && !fromLog:
+		return invalid("teams", "vc needs a trace with VCs (philly, audit-export or a synthetic philly mix)")
+	case f.teams == "vc" && f.workload != "" && !syn.HasVCs():
+		return invalid("teams", "vc needs a workload with VCs: mix=philly")
 	case f.maxWait <= 0:
 		return invalid("max-wait", "must be > 0")
 	case f.agingTau <= 0:
@@ -158,6 +192,27 @@ func runSim(c *cobra.Command, f simFlags) error {
 		return invalid("checkpoint-every", "must be ≥ 0")
 	case !(f.preemptible >= 0 && f.preemptible <= 1):
 		return invalid("preemptible", fmt.Sprintf("must be between 0 and 1 (got %g)", f.preemptible))
+	}
+	seenNodes := map[int]bool{}
+	for _, n := range f.nodes {
+		if n < 1 {
+			return invalid("nodes", fmt.Sprintf("must be ≥ 1 (got %d)", n))
+		}
+		if seenNodes[n] {
+			return invalid("nodes", fmt.Sprintf("%d given twice", n))
+		}
+		seenNodes[n] = true
+	}
+	sizes := slices.Clone(f.nodes)
+	slices.Sort(sizes)
+	if fromLog {
+		// The log has the tasks' own estimates, classes and
+		// preemptibility: the model's flags would be silently ignored.
+		for _, fl := range []string{"estimate-model", "class-mix", "preemptible"} {
+			if c.Flags().Changed(fl) {
+				return invalid(fl, "does not apply to an audit-export: its tasks keep their own estimates, classes and preemptibility")
+			}
+		}
 	}
 	var names []string
 	for _, p := range strings.Split(f.compare, ",") {
@@ -187,16 +242,33 @@ func runSim(c *cobra.Command, f simFlags) error {
 		}
 		return invalid(field, err.Error())
 	}
-	cfg := sim.Config{Nodes: f.nodes, GPUsPerNode: f.perNode, Options: opts, Policies: names, Estimates: f.estimates, CheckpointEvery: f.ckptEvery}
+	cfg := sim.Config{Nodes: sizes[0], GPUsPerNode: f.perNode, Options: opts, Policies: names, Estimates: f.estimates, CheckpointEvery: f.ckptEvery}
 	if err := cfg.Validate(); err != nil {
 		return invalid("compare", err.Error())
 	}
 
-	// 2. Read the trace and model it.
+	// 2. Read the trace (or generate the workload) and model it.
 	t0 := time.Now()
-	jobs, err := trace.Load(f.trace, f.format)
+	var jobs []trace.Job
+	switch {
+	case f.workload != "":
+		if syn.GPUs == 0 {
+			syn.GPUs = sizes[0] * f.perNode
+		}
+		if jobs, err = syn.Generate(); err != nil {
+			return invalid("workload", err.Error())
+		}
+		f.trace, f.format = syn.String(), trace.FormatSynthetic
+	case fromLog:
+		jobs, _, err = sim.LoadExport(f.trace)
+	default:
+		jobs, err = trace.Load(f.trace, f.format)
+	}
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
+			return invalid("trace", err.Error())
+		}
+		if fromLog {
 			return invalid("trace", err.Error())
 		}
 		return err
@@ -213,8 +285,10 @@ func runSim(c *cobra.Command, f simFlags) error {
 		if path == "" {
 			path = filepath.Join(filepath.Dir(f.trace), "vcs.csv")
 		}
-		vcs, err := readVCs(path)
-		if err != nil {
+		var vcs map[string]int
+		if f.workload != "" && f.vcs == "" {
+			vcs = trace.SyntheticVCs()
+		} else if vcs, err = readVCs(path); err != nil {
 			return invalid("vcs", err.Error())
 		}
 		cfg.Options.Teams = sim.TeamsByVC(vcs)
@@ -223,21 +297,36 @@ func runSim(c *cobra.Command, f simFlags) error {
 	if !jobs[0].SubmitTime.IsZero() {
 		cfg.Epoch = jobs[0].SubmitTime.Add(-jobs[0].Submit)
 	}
-	tasks, unplaceable := sim.Prepare(jobs, f.nodes*f.perNode, em, cm, f.teams == "vc")
-	preemptible := "all"
-	if f.preemptible < 1 {
-		sim.MarkPreemptible(tasks, f.preemptible, preemptibleSeed)
-		preemptible = fmt.Sprintf("%g (seed %d)", f.preemptible, preemptibleSeed)
+	// prepare models the jobs for a cluster of the given nodes.
+	prepare := func(nodes int) ([]sim.Task, sim.Scenario, error) {
+		tasks, unplaceable := sim.Prepare(jobs, nodes*f.perNode, em, cm, f.teams == "vc")
+		preemptible := "all"
+		if f.preemptible < 1 {
+			sim.MarkPreemptible(tasks, f.preemptible, preemptibleSeed)
+			preemptible = fmt.Sprintf("%g (seed %d)", f.preemptible, preemptibleSeed)
+		}
+		if len(tasks) == 0 {
+			return nil, sim.Scenario{}, invalid("nodes", fmt.Sprintf("no job of the trace fits %d GPUs", nodes*f.perNode))
+		}
+		teams := "none"
+		if f.teams == "vc" {
+			teams = "vc"
+		}
+		estimates, classes := em.String(), cm.String()
+		if fromLog {
+			estimates, classes, preemptible = "from the log", "from the log", "from the log"
+		}
+		sc := sim.Scenario{Trace: f.trace, Format: f.format, Teams: teams, EstimateModel: estimates, ClassMix: classes,
+			Limit: f.limit, TraceJobs: traceJobs, Unplaceable: unplaceable, Preemptible: preemptible}
+		return tasks, sc, nil
 	}
-	if len(tasks) == 0 {
-		return invalid("nodes", fmt.Sprintf("no job of the trace fits %d GPUs", f.nodes*f.perNode))
+	if len(sizes) > 1 {
+		return runSweep(c, f, cfg, sizes, names, prepare, time.Since(t0))
 	}
-	teams := "none"
-	if f.teams == "vc" {
-		teams = "vc"
+	tasks, sc, err := prepare(sizes[0])
+	if err != nil {
+		return err
 	}
-	sc := sim.Scenario{Trace: f.trace, Format: f.format, Teams: teams, EstimateModel: em.String(), ClassMix: cm.String(),
-		Limit: f.limit, TraceJobs: traceJobs, Unplaceable: unplaceable, Preemptible: preemptible}
 	loaded := time.Since(t0)
 
 	// 3. Simulate.
@@ -361,3 +450,95 @@ func printTimings(w io.Writer, rep *sim.Report, names []string, loaded, ran time
 }
 
 func days(s float64) string { return fmt.Sprintf("%.1f days", s/86400) }
+
+// runSweep simulates the same jobs on each cluster size, smallest first,
+// one size after another (each size's policies in parallel, as a single
+// run), and reports them together.
+func runSweep(c *cobra.Command, f simFlags, cfg sim.Config, sizes []int, names []string,
+	prepare func(int) ([]sim.Task, sim.Scenario, error), loaded time.Duration) error {
+	if f.progress {
+		var mu sync.Mutex
+		cfg.Progress = func(name string, n, total int) {
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Fprintf(os.Stderr, "%d nodes: %s: %d%% (%d of %d submitted)\n", cfg.Nodes, name, n*100/total, n, total)
+		}
+	}
+	var sw sim.SweepResult
+	for _, n := range sizes {
+		tasks, sc, err := prepare(n)
+		if err != nil {
+			return err
+		}
+		cfg.Nodes = n
+		t1 := time.Now()
+		rep, err := sim.Run(c.Context(), cfg, sc, tasks)
+		if err != nil {
+			return fmt.Errorf("%d nodes: %w", n, err)
+		}
+		if f.times {
+			fmt.Fprintf(os.Stderr, "%d nodes: ", n)
+			printTimings(os.Stderr, rep, names, loaded, time.Since(t1))
+		}
+		sw.Sweep = append(sw.Sweep, sim.SweepEntry{Nodes: n, Result: rep.Result})
+	}
+	if f.plot != "" {
+		files, err := sim.WriteSweepPlots(f.plot, sw, names)
+		if err != nil {
+			return err
+		}
+		if !f.json {
+			for _, p := range files {
+				fmt.Fprintln(os.Stderr, "wrote", p)
+			}
+		}
+	}
+	if f.json {
+		return printJSON(os.Stdout, sw)
+	}
+	printSweep(os.Stdout, sw, names)
+	return nil
+}
+
+// printSweep prints a sweep for people: one row per size and policy, and
+// the queueing delay by class when the tasks are of several classes.
+func printSweep(w io.Writer, sw sim.SweepResult, names []string) {
+	s := sw.Sweep[0].Scenario
+	fmt.Fprintf(w, "trace %s (%s): %d jobs", s.Trace, s.Format, s.TraceJobs)
+	if s.Limit > 0 {
+		fmt.Fprintf(w, ", the first %d simulated", s.Limit)
+	}
+	var sizes []string
+	for _, e := range sw.Sweep {
+		sizes = append(sizes, fmt.Sprint(e.Nodes))
+	}
+	fmt.Fprintf(w, "\nclusters of %s nodes × %d GPUs; teams %s; estimates %s; classes %s\n\n",
+		strings.Join(sizes, ", "), s.GPUsPerNode, s.Teams, s.EstimateModel, s.ClassMix)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "nodes\tGPUs\tleft out\tload\tpolicy\tavg JCT\tp95 JCT\tavg queue\tmedian queue\tp95 queue\tmax queue\tutil\tpreempt\t")
+	for _, e := range sw.Sweep {
+		for _, n := range names {
+			m := e.Policies[n]
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%.3f\t%s\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.3f\t%d\t\n", e.Nodes, e.Scenario.TotalGPUs, e.Scenario.Unplaceable,
+				e.Scenario.OfferedLoad, n, m.AvgJCT, m.P95JCT, m.AvgQueue, m.MedianQueue, m.P95Queue, m.MaxQueue, m.Utilization, m.Preemptions)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "(seconds; left out: jobs larger than the cluster)")
+	if len(sw.Sweep[0].Policies[names[0]].ByClass) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nqueueing delay by class (s):")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "nodes\tpolicy\tclass\tn\tavg queue\tp95 queue\tmax queue\t")
+	for _, e := range sw.Sweep {
+		for _, n := range names {
+			for _, p := range domain.Priorities {
+				if c, ok := e.Policies[n].ByClass[p.String()]; ok {
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%.0f\t%.0f\t%.0f\t\n", e.Nodes, n, p, c.N, c.AvgQueue, c.P95Queue, c.MaxQueue)
+				}
+			}
+		}
+	}
+	tw.Flush()
+}

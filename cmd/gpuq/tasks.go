@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -33,6 +34,9 @@ func newSubmit() *cobra.Command {
 		Short: "Submit a task; prints its id",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			if err := hoursFlag(r.Hours); err != nil {
+				return err
+			}
 			r.GraceS = grace.Seconds()
 			env, notes, err := exportEnv(export, os.Environ())
 			if err != nil {
@@ -96,6 +100,15 @@ func newSubmit() *cobra.Command {
 	return c
 }
 
+// hoursFlag refuses an estimate no server could take (NaN, an infinity,
+// under a second) before it is sent: JSON cannot carry the first two.
+func hoursFlag(h float64) error {
+	if math.IsNaN(h) || math.IsInf(h, 0) || h < domain.MinHours {
+		return invalid("--hours", fmt.Sprintf("must be a finite number of hours, at least 1 s (%.6f) (got %g)", domain.MinHours, h))
+	}
+	return nil
+}
+
 func oneID(c *cobra.Command, args []string) error {
 	if len(args) != 1 || strings.TrimSpace(args[0]) == "" {
 		return invalid("task_id", "exactly one task id is required")
@@ -152,17 +165,22 @@ func attach(f *clientFlags) (*jetstream.Log, func(), error) {
 	}
 	if f.team != "" {
 		nc.Close()
-		return nil, nil, fmt.Errorf("the credentials %s act for team %s through the request API and may not read the log itself: use an auditor or admin credential", f.creds, f.team)
+		return nil, nil, refused("the credentials %s act for team %s through the request API and may not read the log itself: use an auditor or admin credential", f.creds, f.team)
 	}
 	if f.job != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("the credentials %s are task %s's job's: they reach only its checkpoint and history, not the log", f.creds, f.job.Task)
+		return nil, nil, refused("the credentials %s are task %s's job's: they reach only its checkpoint and history, not the log", f.creds, f.job.Task)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	l, err := jetstream.Attach(ctx, nc, "")
 	if err != nil {
 		nc.Close()
+		select {
+		case rerr := <-f.refused:
+			return nil, nil, refused("the NATS server refused reading the log to the credentials %s: %v", f.creds, rerr)
+		default:
+		}
 		return nil, nil, err
 	}
 	return l, nc.Close, nil
@@ -374,8 +392,10 @@ func newAmend() *cobra.Command {
 			if c.Flags().Changed("gpus") && r.GPUs < 1 {
 				return invalid("gpus", fmt.Sprintf("must be ≥ 1 (got %d)", r.GPUs))
 			}
-			if c.Flags().Changed("hours") && !(r.Hours > 0) {
-				return invalid("hours", fmt.Sprintf("must be > 0 (got %g)", r.Hours))
+			if c.Flags().Changed("hours") {
+				if err := hoursFlag(r.Hours); err != nil {
+					return err
+				}
 			}
 			if c.Flags().Changed("priority") {
 				if _, err := domain.ParsePriority(r.Priority); err != nil {
@@ -453,8 +473,9 @@ func newChecklist() *cobra.Command {
 func newCheckpoint() *cobra.Command {
 	var f clientFlags
 	var ref, task string
+	var step int64
 	c := &cobra.Command{
-		Use:   "checkpoint --ref REF",
+		Use:   "checkpoint --ref REF [--step N]",
 		Short: "Report a saved checkpoint (from inside a job: task from GPUQ_TASK_ID)",
 		Long: "Report a saved checkpoint (from inside a job: task from GPUQ_TASK_ID).\n\n" +
 			"The submitter records it only while the task is running or preempting;\n" +
@@ -462,7 +483,11 @@ func newCheckpoint() *cobra.Command {
 			"Inside a job on a server with credentials (gpuq auth init), GPUQ_NATS_CREDS\n" +
 			"is the run's own credential: the request goes to the job API of that run\n" +
 			"(gpuq.api.v1.job.<node>.<task>.<run>.checkpoint), the only one it may use.\n" +
-			"When NATS cannot be reached the ref is kept for the node's agent to report.",
+			"When NATS cannot be reached the ref is kept for the node's agent to report.\n\n" +
+			"Inside a job with a task socket (GPUQ_TASK_SOCKET), the checkpoint of its own\n" +
+			"task goes through the socket to the node's agent: no NATS credential is needed,\n" +
+			"and the agent keeps it while NATS is out of reach. Without a reachable socket\n" +
+			"it goes over NATS as above.",
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return invalid("ref", fmt.Sprintf("give it with --ref; checkpoint takes no arguments (got %q)", args))
@@ -488,9 +513,21 @@ func newCheckpoint() *cobra.Command {
 			if !events.ValidKey(task) {
 				return invalid("task", "must not contain spaces, '.', '*' or '>'")
 			}
-			req := api.CheckpointRequest{TaskID: task, Ref: ref}
+			req := api.CheckpointRequest{TaskID: task, Ref: ref, Step: step}
 			if err := req.Validate(); err != nil {
 				return &exitError{exitInvalid, err}
+			}
+			if out, ok, err := checkpointViaSocket(req); ok || err != nil {
+				if err != nil {
+					return err
+				}
+				if f.json {
+					return printJSON(os.Stdout, out)
+				}
+				if out["spooled"] == true {
+					fmt.Fprintf(c.ErrOrStderr(), "gpuq: %v\n", out["note"])
+				}
+				return nil
 			}
 			cl, done, err := f.client()
 			if err != nil {
@@ -513,6 +550,7 @@ func newCheckpoint() *cobra.Command {
 	}
 	f.add(c)
 	c.Flags().StringVar(&ref, "ref", "", "checkpoint reference (a path or URI)")
+	c.Flags().Int64Var(&step, "step", 0, "the training step the checkpoint holds (0: not given)")
 	c.Flags().StringVar(&task, "task", "", "task id (default $GPUQ_TASK_ID)")
 	return c
 }
@@ -525,11 +563,29 @@ func newCheckpoint() *cobra.Command {
 // FOO=1). A value cannot contain a comma. A NAME that is not set here is
 // left out, with a note in notes. A value with credentials in a URL is
 // refused, naming the variable: the log keeps every submission forever.
+// Without --export and with ALL, each secret-looking name of environ is
+// named in a note of its own, with why and what to do instead.
 func exportEnv(spec string, environ []string) (env map[string]string, notes []string, err error) {
 	all := map[string]string{}
+	secrets := map[string]string{} // secret-looking name → why
 	for _, kv := range environ {
-		if k, v, ok := strings.Cut(kv, "="); ok && !domain.ExportExcluded(k) {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
+		}
+		if why, secret := domain.SecretName(k); secret {
+			secrets[k] = why
+		}
+		if !domain.ExportExcluded(k) {
 			all[k] = v
+		}
+	}
+	// leftOut names each secret-looking variable of the environment that
+	// a mode sending "yours" leaves out, one note each.
+	leftOut := func() {
+		for _, k := range sortedNames(secrets) {
+			notes = append(notes, fmt.Sprintf("export: %s left out: its name looks like a secret's (it %s), and the log keeps every submission forever; "+
+				"no --export sends such a name: give the job its credentials another way (a file on the node, a secret store)", k, secrets[k]))
 		}
 	}
 	items := strings.Split(spec, ",")
@@ -540,6 +596,7 @@ func exportEnv(spec string, environ []string) (env map[string]string, notes []st
 		// --export=ALL gives it, without what looks like a secret — by
 		// name, or by a value carrying credentials in a URL. Nothing of
 		// that reaches the log, which keeps every submission forever.
+		leftOut()
 		for _, k := range sortedNames(all) {
 			if domain.CredentialInURL(all[k]) {
 				notes = append(notes, fmt.Sprintf("export: %s left out: its value carries credentials in a URL, and the log keeps every submission forever", k))
@@ -557,6 +614,7 @@ func exportEnv(spec string, environ []string) (env map[string]string, notes []st
 		items = items[1:]
 	case "ALL":
 		out, items = all, items[1:]
+		leftOut()
 		notes = append(notes, "export: ALL sends your whole environment but secret-looking names into the audit log, which keeps it forever; the default sends only "+strings.Join(domain.DefaultExport, " ")+" (add others with --export DEFAULT,NAME)")
 	case "NONE":
 		items = items[1:]

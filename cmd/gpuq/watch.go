@@ -82,14 +82,16 @@ func watch(ctx context.Context, l events.Log, id string, asJSON bool, ef entryFm
 
 // watchAPI is watch for a team's credentials, which may not read the log:
 // it asks the submitter for the task's history every second and prints
-// what is new, with the same end and output.
+// what is new, with the same end and output, riding out a NATS stall
+// (stallRider) as the log's follower does.
 func watchAPI(ctx context.Context, cl *api.Client, id string, asJSON bool, ef entryFmt, short bool, w, stderr io.Writer) error {
 	enc := json.NewEncoder(w)
 	var last uint64
 	waiting := false
+	r := &stallRider{stderr: stderr, wait: time.Second}
 	for {
 		var hist []api.HistoryEntry
-		err := cl.Call(api.OpHistory, api.IDRequest{TaskID: id}, &hist)
+		err := r.do(ctx, func() error { hist = nil; return cl.Call(api.OpHistory, api.IDRequest{TaskID: id}, &hist) })
 		switch {
 		case api.IsNotFound(err):
 			if !waiting {

@@ -7,7 +7,10 @@
 // a Field is the caller's fault (CLI exit code 2, HTTP 400, or 409 when the
 // task's state does not allow the operation, e.g. a checkpoint of a queued
 // task); without one it is the server's (exit 1, HTTP 5xx) or NotFound
-// (HTTP 404).
+// (HTTP 404). Status, when set, is the HTTP status the same answer has over
+// HTTP: any 4xx is a refusal (CLI exit 2, or 3 for a task not found), with
+// a field or without (a team's credentials asking for an admin's
+// operation: 403).
 package api
 
 import (
@@ -75,6 +78,10 @@ type Reply struct {
 	Error    string          `json:"error,omitempty"`
 	Field    string          `json:"field,omitempty"`
 	NotFound bool            `json:"not_found,omitempty"`
+	Status   int             `json:"status,omitempty"`
+	// Next, on a page of a paginated answer (queue), is the cursor of the
+	// next page (the request's after); "" on the last page.
+	Next string `json:"next,omitempty"`
 }
 
 // SubmitReply answers a submit.
@@ -90,10 +97,25 @@ type IDRequest struct {
 	By     string `json:"by,omitempty"`
 }
 
-// QueueRequest lists tasks.
+// QueueRequest lists tasks, one page at a time: at most Limit tasks
+// (0: QueuePage; more than QueuePage: refused) and at most QueuePageBytes
+// of them, the first after the task After names (""; from the start).
+// The reply's Next is the After of the next page. A task that changes
+// group between two pages (starts, ends) may be listed twice or not at
+// all: each page is a view of the queue as it is when it is asked for.
 type QueueRequest struct {
-	All bool `json:"all,omitempty"`
+	All   bool   `json:"all,omitempty"`
+	Limit int    `json:"limit,omitempty"`
+	After string `json:"after,omitempty"`
 }
+
+// Queue pages: a page holds at most QueuePage tasks and, encoded, at most
+// QueuePageBytes (but always one task), well under NATS's default 1 MiB
+// maximum payload.
+const (
+	QueuePage      = 1000
+	QueuePageBytes = 512 << 10
+)
 
 // AmendRequest changes a queued task without losing its place.
 type AmendRequest struct {
@@ -116,6 +138,8 @@ type ChecklistRequest struct {
 type CheckpointRequest struct {
 	TaskID string `json:"task_id"`
 	Ref    string `json:"ref"`
+	// Step is the training step the checkpoint holds (0: not given).
+	Step int64 `json:"step,omitempty"`
 }
 
 // MaxCheckpointRef bounds CheckpointRequest.Ref, in bytes (Linux's PATH_MAX).
@@ -130,6 +154,9 @@ func (r CheckpointRequest) Validate() error {
 	}
 	if len(r.Ref) > MaxCheckpointRef {
 		return &domain.FieldError{Field: "ref", Rule: fmt.Sprintf("must be at most %d bytes (got %d)", MaxCheckpointRef, len(r.Ref))}
+	}
+	if r.Step < 0 {
+		return &domain.FieldError{Field: "step", Rule: fmt.Sprintf("must be at least 0 (got %d)", r.Step)}
 	}
 	for i, c := range r.Ref {
 		if unicode.IsControl(c) {
@@ -264,4 +291,45 @@ type EstimateRequest struct {
 	TaskID         string `json:"task_id"`
 	WhatIfGPUs     int    `json:"what_if_gpus,omitempty"`
 	WhatIfPriority string `json:"what_if_priority,omitempty"`
+}
+
+// TaskIDRule is what a task id in a request must be.
+const TaskIDRule = "must be a task id as submit gives it: a UUID in lower case, such as 0190a5b2-3c4d-7e8f-9a0b-1c2d3e4f5a6b"
+
+// IsTaskID reports whether id has the shape of the ids submit mints: a
+// UUID in its canonical text form, in lower case (36 characters).
+func IsTaskID(id string) bool {
+	if len(id) != 36 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// CheckTaskID refuses a request's task id that is empty or not of the
+// shape IsTaskID says, naming the field task_id.
+func CheckTaskID(id string) error {
+	if id == "" {
+		return &domain.FieldError{Field: "task_id", Rule: "is required"}
+	}
+	if !IsTaskID(id) {
+		got := id
+		if len(got) > 40 {
+			got = got[:40] + "…"
+		}
+		return &domain.FieldError{Field: "task_id", Rule: fmt.Sprintf("%s (got %q)", TaskIDRule, got)}
+	}
+	return nil
 }

@@ -16,6 +16,9 @@ type Error struct {
 	Msg      string
 	Field    string
 	NotFound bool
+	// Status is the reply's HTTP-equivalent status (Reply.Status); 0 from
+	// a server that does not send it.
+	Status int
 }
 
 func (e *Error) Error() string {
@@ -31,11 +34,31 @@ func IsInvalid(err error) bool {
 	return errors.As(err, &e) && e.Field != ""
 }
 
+// IsRefused reports whether err is the server refusing the request — the
+// caller's input, credentials or the task's state — rather than failing
+// to answer it: a field named, not found, or a 4xx status (403 without a
+// field: an operation these credentials may not ask for).
+func IsRefused(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && (e.Field != "" || e.NotFound || e.Status >= 400 && e.Status < 500)
+}
+
 // IsNotFound reports whether err says the task does not exist.
 func IsNotFound(err error) bool {
 	var e *Error
 	return errors.As(err, &e) && e.NotFound
 }
+
+// unanswered is a request nobody answered, said for people; it unwraps
+// to the NATS error (nats.ErrNoResponders), so that a caller can tell it
+// from a refusal.
+type unanswered struct {
+	msg string
+	err error
+}
+
+func (e *unanswered) Error() string { return e.msg }
+func (e *unanswered) Unwrap() error { return e.err }
 
 // Client calls the submitter over NATS.
 type Client struct {
@@ -91,9 +114,16 @@ func (c *Client) request(subj, what string, body []byte, to time.Duration) (*nat
 
 // Call sends req to op and decodes the result into out.
 func (c *Client) Call(op string, req, out any) error {
+	_, err := c.CallPage(op, req, out)
+	return err
+}
+
+// CallPage is Call that also returns the reply's Next: the cursor of the
+// next page of a paginated answer, "" on the last.
+func (c *Client) CallPage(op string, req, out any) (next string, err error) {
 	body, err := json.Marshal(req)
 	if err != nil {
-		return err
+		return "", err
 	}
 	to := c.Timeout
 	if to == 0 {
@@ -106,19 +136,38 @@ func (c *Client) Call(op string, req, out any) error {
 	m, err := c.request(subj, op, body, to)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return fmt.Errorf("no gpuq submitter is answering on %s (is `gpuq dev` or the submitter running?)", c.NC.ConnectedUrl())
+			return "", &unanswered{fmt.Sprintf("no gpuq submitter is answering on %s (is `gpuq dev` or the submitter running?)", c.NC.ConnectedUrl()), err}
 		}
-		return err
+		return "", err
 	}
 	var r Reply
 	if err := json.Unmarshal(m.Data, &r); err != nil {
-		return fmt.Errorf("bad reply: %w", err)
+		return "", fmt.Errorf("bad reply: %w", err)
 	}
 	if r.Error != "" {
-		return &Error{Msg: r.Error, Field: r.Field, NotFound: r.NotFound}
+		return "", &Error{Msg: r.Error, Field: r.Field, NotFound: r.NotFound, Status: r.Status}
 	}
 	if out != nil {
-		return json.Unmarshal(r.Result, out)
+		return r.Next, json.Unmarshal(r.Result, out)
 	}
-	return nil
+	return r.Next, nil
+}
+
+// Queue lists the tasks (every task with all), asking for them a page at
+// a time (QueueRequest) until the last.
+func (c *Client) Queue(all bool) ([]TaskView, error) {
+	out := []TaskView{}
+	after := ""
+	for {
+		var page []TaskView
+		next, err := c.CallPage(OpQueue, QueueRequest{All: all, After: after}, &page)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if next == "" || next == after || len(page) == 0 {
+			return out, nil
+		}
+		after = next
+	}
 }

@@ -59,14 +59,21 @@ func (c *Client) Logs(node string, req LogsRequest) (LogsReply, error) {
 	if to == 0 {
 		to = 10 * time.Second
 	}
-	m, err := c.request(LogsSubject(node), "logs", body, to)
+	subj := LogsSubject(node)
+	if c.Team != "" {
+		// A team's credential may not ask the agents itself: the
+		// submitter asks for it, for the team's own tasks
+		// (gpuq.api.v1.team.<team>.logs).
+		subj = Subject(c.Team, OpLogs)
+	}
+	m, err := c.request(subj, "logs", body, to)
 	if err != nil {
 		var ae *Error
 		if errors.As(err, &ae) {
 			return out, err
 		}
 		if errors.Is(err, nats.ErrNoResponders) {
-			return out, fmt.Errorf("no gpuq agent is answering for node %s on %s (is its gpuq-agent running?)", node, LogsSubject(node))
+			return out, &unanswered{fmt.Sprintf("no gpuq agent is answering for node %s on %s (is its gpuq-agent running?)", node, LogsSubject(node)), err}
 		}
 		return out, fmt.Errorf("asking node %s for the output: %w", node, err)
 	}
@@ -75,7 +82,7 @@ func (c *Client) Logs(node string, req LogsRequest) (LogsReply, error) {
 		return out, fmt.Errorf("bad reply from node %s: %w", node, err)
 	}
 	if r.Error != "" {
-		return out, &Error{Msg: r.Error, Field: r.Field, NotFound: r.NotFound}
+		return out, &Error{Msg: r.Error, Field: r.Field, NotFound: r.NotFound, Status: r.Status}
 	}
 	return out, json.Unmarshal(r.Result, &out)
 }

@@ -10,12 +10,14 @@ import (
 	"time"
 
 	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/jsonguard"
 )
 
 // Line is one record of an archive (`gpuq audit export`, JSON Lines):
 // its sequence, subject and log time (Record.Time: the stream's stored
 // time, or an imported record's original one), and the stored bytes —
-// the envelope as JSON in data, or, for a record that is not JSON, the
+// the envelope as JSON in data, or, for a record that is not JSON (or
+// nests deeper than an archive line may: jsonguard.MaxDepth in all), the
 // bytes in raw (base64).
 type Line struct {
 	Seq     uint64          `json:"seq"`
@@ -29,7 +31,7 @@ type Line struct {
 // record folds at.
 func LineOf(m events.Stored) Line {
 	l := Line{Seq: m.Seq, Subject: m.Subject, Time: events.DecodeRecord(m).Time.UTC()}
-	if json.Valid(m.Data) {
+	if jsonguard.CheckDepth(m.Data, jsonguard.MaxDepth-1) == nil {
 		l.Data = append(json.RawMessage(nil), m.Data...)
 	} else {
 		l.Raw = append([]byte(nil), m.Data...)
@@ -48,7 +50,10 @@ func (l Line) Stored() events.Stored {
 }
 
 // ReadLines reads an archive. A line that is not an archive line is an
-// error naming its line number; an archive's sequences must increase.
+// error naming its line number; an archive's sequences must increase. A
+// line is checked in one bounded pass before it is decoded: nested at most
+// jsonguard.MaxDepth levels, so that its work and memory are linear in
+// its length.
 func ReadLines(r io.Reader) ([]Line, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 1<<20), 2*events.MaxRecordBytes+4096)
@@ -59,6 +64,9 @@ func ReadLines(r io.Reader) ([]Line, error) {
 		b := bytes.TrimSpace(sc.Bytes())
 		if len(b) == 0 {
 			continue
+		}
+		if err := jsonguard.CheckDepth(b, jsonguard.MaxDepth); err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
 		}
 		var l Line
 		if err := json.Unmarshal(b, &l); err != nil {

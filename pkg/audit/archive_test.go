@@ -50,3 +50,41 @@ func TestReadLinesErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestArchiveBounded: an archive line nested deeper than 64 levels is
+// refused before it is decoded, and a record that deep in a log is
+// exported as raw bytes, so that every export imports again.
+func TestArchiveBounded(t *testing.T) {
+	deep := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	line := func(data string) string {
+		return `{"seq":1,"subject":"gpuq.task.t1.completed","time":"2026-11-29T22:17:28Z","data":` + data + `}`
+	}
+	for name, tc := range map[string]struct {
+		in, wantErr string
+	}{
+		"data nested 63 deep":      {in: line(deep(63))},
+		"data nested 64 deep":      {in: line(deep(64)), wantErr: "line 1: must not nest arrays and objects deeper than 64 levels"},
+		"a million brackets":       {in: strings.Repeat("[", 1<<20), wantErr: "line 1: must not nest"},
+		"a deep line after a good": {in: line("{}") + "\n" + strings.Replace(line(deep(100)), `"seq":1`, `"seq":2`, 1), wantErr: "line 2: must not nest"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := audit.ReadLines(strings.NewReader(tc.in))
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("err = %v, want …%s…", err, tc.wantErr)
+			}
+		})
+	}
+	for name, data := range map[string]string{"63 deep": deep(63), "64 deep": deep(64), "1000 deep": deep(1000)} {
+		t.Run("export "+name, func(t *testing.T) {
+			l := audit.LineOf(events.Stored{Seq: 1, Subject: "gpuq.task.t1.completed", Data: []byte(data), Time: time.Now()})
+			b, err := jsonLine(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ls, err := audit.ReadLines(strings.NewReader(string(b)))
+			if err != nil || len(ls) != 1 || string(ls[0].Stored().Data) != data {
+				t.Fatalf("export then import: %v", err)
+			}
+		})
+	}
+}

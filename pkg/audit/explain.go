@@ -242,10 +242,10 @@ func (ex *Explanation) summarise(st *domain.State) {
 }
 
 // relevant: a record that can change a queued task's reason. A checklist
-// item or a checkpoint cannot.
+// item, a checkpoint or a progress report cannot.
 func relevant(e events.Event) bool {
 	switch e.(type) {
-	case events.ChecklistUpdated, events.Checkpointed:
+	case events.ChecklistUpdated, events.Checkpointed, events.ProgressReported:
 		return false
 	}
 	return true

@@ -1,6 +1,7 @@
 package audit_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -156,5 +157,26 @@ func TestVerifySkippedAndStream(t *testing.T) {
 	rep.DenyDelete, rep.DenyPurge = &yes, &no
 	if rep.Finish(); rep.OK {
 		t.Error("ok with a stream that allows purge")
+	}
+}
+
+// A record of a task whose id is not one (a forged "x/y/z") is skipped
+// by the fold and listed with the reason, like every other bad record;
+// the task never exists.
+func TestVerifySkipsForgedTaskID(t *testing.T) {
+	var recs []events.Record
+	for i, e := range []events.Event{dt.Node("n1").GPUs(4).Available(), task("x/y/z").Submitted(), task("t1").Submitted()} {
+		subj, data, _, err := events.Encode(e, events.Meta{Time: at(float64(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, events.DecodeRecord(events.Stored{Seq: uint64(i + 1), Subject: subj, Data: data, Time: at(float64(i))}))
+	}
+	rep := audit.Verify(recs, audit.Options{})
+	if len(rep.Skipped) != 1 || rep.Skipped[0].Seq != 2 || !strings.Contains(rep.Skipped[0].Reason, `task id "x/y/z" is not a task id`) {
+		t.Fatalf("skipped = %+v, want the forged task's submission at 2", rep.Skipped)
+	}
+	if st := dt.Fold(recs); st.Tasks["x/y/z"] != nil || st.Tasks["t1"] == nil || st.Skipped != 1 {
+		t.Fatalf("fold: forged task %v, t1 %v, skipped %d", st.Tasks["x/y/z"], st.Tasks["t1"], st.Skipped)
 	}
 }

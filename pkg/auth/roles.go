@@ -54,6 +54,9 @@ var (
 	SubmitterOps = []string{"submit", "show", "queue", "cancel", "amend", "checklist", "history", "checkpoint", "nodes", "drain", "undrain"}
 	AdvisorOps   = []string{"estimate", "stats"}
 	ReadOps      = []string{"show", "queue", "history", "nodes", "estimate", "stats"}
+	// TeamOnlyOps the submitter answers only team-scoped: a task's output,
+	// which it asks of the task's agent for a team (gpuq.api.v1.team.<team>.logs).
+	TeamOnlyOps = []string{"logs"}
 )
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
@@ -69,21 +72,43 @@ func CheckName(field, s string) error {
 
 const stream = events.StreamName
 
-// readStream lets a client read stream s through the JetStream API:
-// stream info, message get, direct get, ordered and push consumers.
-func readStream(s string) []string {
+// readDirect lets a client read stream s without creating anything on
+// the server: stream info, message get and direct get by sequence (what
+// pkg/events/jetstream's direct reads use). A role with only this creates
+// no consumer at all, so it cannot fill the stream's consumer limit.
+func readDirect(s string) []string {
 	return []string{
 		"$JS.API.INFO",
 		"$JS.API.STREAM.INFO." + s,
 		"$JS.API.STREAM.MSG.GET." + s,
 		"$JS.API.DIRECT.GET." + s, "$JS.API.DIRECT.GET." + s + ".>",
+	}
+}
+
+// readStream is readDirect and ordered consumers, for the services that
+// follow the log with them (submitter, scheduler, advisor) and for object
+// stores: consumer create (the named form nats.go uses), info, delete,
+// next, flow control. The legacy durable form
+// ($JS.API.CONSUMER.DURABLE.CREATE) is denied to every role (consumerDeny).
+func readStream(s string) []string {
+	return cat(readDirect(s), []string{
 		"$JS.API.CONSUMER.CREATE." + s, "$JS.API.CONSUMER.CREATE." + s + ".>",
 		"$JS.API.CONSUMER.INFO." + s + ".>",
 		"$JS.API.CONSUMER.DELETE." + s + ".>",
 		"$JS.API.CONSUMER.MSG.NEXT." + s + ".>",
 		"$JS.FC." + s + ".>",
-	}
+	})
 }
+
+// followWake lets a direct reader subscribe to the log's subjects on core
+// NATS: it learns of a new record at once instead of at its next poll (it
+// reads the record itself by direct get). What it sees there it may read
+// in the log anyway.
+var followWake = []string{events.TaskPrefix + ">", events.NodePrefix + ">"}
+
+// consumerDeny: no role but the admin creates a durable consumer by the
+// legacy subject.
+var consumerDeny = []string{"$JS.API.CONSUMER.DURABLE.CREATE.>"}
 
 // createStream lets a client create s when it does not exist. Updating
 // (which could shorten limits) is the admin's; delete and purge of the
@@ -136,6 +161,11 @@ var adviceRead = []string{"$JS.API.INFO", "$JS.API.STREAM.INFO." + events.Advice
 	"$JS.API.STREAM.MSG.GET." + events.AdviceStreamName, "$JS.API.DIRECT.GET." + events.AdviceStreamName,
 	"$JS.API.DIRECT.GET." + events.AdviceStreamName + ".>"}
 
+// adviceLast lets the submitter read a task's latest advice, and no more
+// (its user JWT, sent whole in CONNECT, must stay under the server's
+// 4 KiB control line).
+var adviceLast = []string{"$JS.API.STREAM.INFO." + events.AdviceStreamName, "$JS.API.STREAM.MSG.GET." + events.AdviceStreamName}
+
 // heartbeatRead lets a client read the heartbeat bucket's keys.
 var heartbeatRead = []string{"$JS.API.STREAM.INFO." + kv(events.HeartbeatBucket),
 	"$JS.API.STREAM.MSG.GET." + kv(events.HeartbeatBucket), "$JS.API.DIRECT.GET." + kv(events.HeartbeatBucket) + ".>"}
@@ -160,9 +190,9 @@ func Roles(teams, nodes []string) []Role {
 			PubAllow: cat(readStream(stream), createStream(stream), heartbeatRead,
 				taskEvents(events.TypeSubmitted, events.TypeAmended, events.TypeCancelled, events.TypeChecklistUpdated, events.TypeCheckpointed),
 				nodeEvents("*", events.TypeDrained, events.TypeUndrained),
-				[]string{apiPrefix + "logs.*"}, snapshotStore(events.SnapshotBucketOf("submitter")), adviceRead),
+				[]string{apiPrefix + "logs.*"}, snapshotStore(events.SnapshotBucketOf("submitter")), adviceLast),
 			// the live stream (GET /v1/events) passes the advice on
-			SubAllow: cat(prefixed(apiPrefix, SubmitterOps), teamAPI(SubmitterOps), prefixed(api.JobPrefix+"*.*.*.", api.JobOps),
+			SubAllow: cat(prefixed(apiPrefix, SubmitterOps), teamAPI(SubmitterOps), teamAPI(TeamOnlyOps), prefixed(api.JobPrefix+"*.*.*.", api.JobOps),
 				[]string{events.AdvicePrefix + ">"})},
 		{Name: "scheduler",
 			Doc: "the scheduler: appends dispatched, preempt_requested, requeued and lost; holds the leader lease; watches heartbeats; keeps snapshots",
@@ -178,21 +208,22 @@ func Roles(teams, nodes []string) []Role {
 				[]string{events.AdvicePrefix + ">"}, snapshotStore(events.SnapshotBucketOf("advisor"))),
 			SubAllow: cat(prefixed(apiPrefix, AdvisorOps), teamAPI(AdvisorOps))},
 		{Name: "auditor",
-			Doc:      "read-only: the log, advice, heartbeats, and the read operations of the API",
-			PubAllow: cat(readStream(stream), adviceRead, heartbeatRead, prefixed(apiPrefix, ReadOps))},
+			Doc:      "read-only: the log (by direct gets: no consumer), advice, heartbeats, the scheduler's lease (its state digest, for audit verify), and the read operations of the API",
+			PubAllow: cat(readDirect(stream), adviceRead, heartbeatRead, readDirect(kv(events.LeaderBucket)), prefixed(apiPrefix, ReadOps)),
+			SubAllow: followWake},
 		{Name: "admin",
 			Doc:      "everything but deleting or purging the audit stream: stream administration, every API operation, task output",
 			PubAllow: []string{">"}, PubDeny: auditDeny, SubAllow: []string{">"}, Responses: true},
 	}
 	for _, n := range nodes {
 		rs = append(rs, Role{Name: "agent-" + n, Responses: true,
-			Doc: "the agent of node " + n + ": its own node's available/unhealthy and heartbeat; started, checkpointed, preempted, completed, failed (the fold accepts them only for tasks placed on " + n + "); answers log requests for " + n + "; keeps its snapshots",
-			PubAllow: cat(readStream(stream), createStream(stream),
+			Doc: "the agent of node " + n + ": reads the log by direct gets (no consumer); its own node's available/unhealthy and heartbeat; started, checkpointed, preempted, completed, failed, progress_reported (the fold accepts them only for tasks placed on " + n + "); answers log requests for " + n + "; keeps its snapshots",
+			PubAllow: cat(readDirect(stream), createStream(stream),
 				nodeEvents(n, events.TypeAvailable, events.TypeUnhealthy),
-				taskEvents(events.TypeStarted, events.TypeCheckpointed, events.TypePreempted, events.TypeCompleted, events.TypeFailed),
+				taskEvents(events.TypeStarted, events.TypeCheckpointed, events.TypePreempted, events.TypeCompleted, events.TypeFailed, events.TypeProgressReported),
 				[]string{"$JS.API.STREAM.INFO." + kv(events.HeartbeatBucket)}, createStream(kv(events.HeartbeatBucket)),
 				[]string{"$KV." + events.HeartbeatBucket + "." + n}, snapshotStore(events.SnapshotBucketOf("agent_"+n))),
-			SubAllow: []string{apiPrefix + "logs." + n}})
+			SubAllow: cat([]string{apiPrefix + "logs." + n}, followWake)})
 	}
 	for _, t := range teams {
 		rs = append(rs, Role{Name: "ci-" + t, Team: t,
@@ -202,7 +233,7 @@ func Roles(teams, nodes []string) []Role {
 	for i := range rs {
 		rs[i].SubAllow = cat([]string{Inbox(rs[i].Name) + ".>"}, rs[i].SubAllow)
 		if rs[i].Name != "admin" {
-			rs[i].PubDeny = auditDeny
+			rs[i].PubDeny = cat(auditDeny, consumerDeny)
 		}
 	}
 	sort.Slice(rs, func(i, j int) bool { return rs[i].Name < rs[j].Name })

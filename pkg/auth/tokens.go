@@ -19,6 +19,15 @@ type Caller struct {
 // May is whether the caller may see or change a task of team.
 func (c Caller) May(team string) bool { return c.Admin || c.Team == team }
 
+// Name is who the credential is, as the log records an act of it (a
+// cancel's by): "admin" for the admin, "team:<team>" for a team's.
+func (c Caller) Name() string {
+	if c.Admin {
+		return AdminToken
+	}
+	return "team:" + c.Team
+}
+
 // Tokens are the HTTP API's bearer tokens: the file name under the tokens
 // directory is the team (admin: the admin). Only their SHA-256 digests
 // are kept in memory.
@@ -67,13 +76,14 @@ func LoadTokens(dir string) (*Tokens, error) {
 	return t, nil
 }
 
-// Caller resolves an Authorization header value. Every known digest is
-// compared in constant time, so the time taken says nothing about which
-// token came close.
+// Caller resolves an Authorization header value. The scheme is matched
+// case-insensitively ("bearer", "BEARER": RFC 9110 section 11.1) and may be
+// followed by several spaces or tabs. Every known digest is compared in
+// constant time, so the time taken says nothing about which token came
+// close.
 func (t *Tokens) Caller(header string) (Caller, error) {
-	tok, ok := strings.CutPrefix(header, "Bearer ")
-	tok = strings.TrimSpace(tok)
-	if !ok || tok == "" {
+	tok, ok := BearerToken(header)
+	if !ok {
 		return Caller{}, ErrNoToken
 	}
 	d := sha256.Sum256([]byte(tok))
@@ -88,4 +98,17 @@ func (t *Tokens) Caller(header string) (Caller, error) {
 		return Caller{}, ErrBadToken
 	}
 	return found, nil
+}
+
+// BearerToken is the token of an Authorization header value of the Bearer
+// scheme, whatever the scheme's case; false when the header is of another
+// scheme or carries no token.
+func BearerToken(header string) (string, bool) {
+	header = strings.TrimSpace(header)
+	i := strings.IndexAny(header, " \t")
+	if i < 0 || !strings.EqualFold(header[:i], "Bearer") {
+		return "", false
+	}
+	tok := strings.TrimSpace(header[i:])
+	return tok, tok != ""
 }

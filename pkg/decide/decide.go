@@ -103,7 +103,7 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 	for _, t := range st.InState(domain.Preempting) {
 		if !t.HoldsGPUs() {
 			out = append(out, Command{
-				Event:  events.Requeued{TaskID: t.ID, Reason: preemptedWhy(t) + "; resumes from its checkpoint", ResumeFrom: t.Checkpoint, BasedOnSeq: st.Seq},
+				Event:  events.Requeued{TaskID: t.ID, Reason: PreemptedWhy(st, t), ResumeFrom: t.Checkpoint, BasedOnSeq: st.Seq},
 				MsgID:  fmt.Sprintf("requeue:%s:%d", t.ID, t.LastSeq),
 				Expect: guard(t),
 			})
@@ -178,15 +178,31 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 	return out
 }
 
-// preemptedWhy says what a preempted task yielded to.
-func preemptedWhy(t *domain.Task) string {
+// PreemptedWhy is a preempted task's requeue reason: what it yielded to,
+// from the preemption request of this attempt only (the preemptor, its
+// class and team: "preempted for <id> (critical, team vision)"; or the
+// request's reason; or, with no request, why its node stopped it), then
+// where it resumes ("resumes from <ref> (step N)", or "no checkpoint:
+// starts over").
+func PreemptedWhy(st *domain.State, t *domain.Task) string {
+	why := "preempted"
 	switch {
 	case t.PreemptFor != "":
-		return "preempted for " + t.PreemptFor
+		why = "preempted for " + t.PreemptFor
+		if p := st.Tasks[t.PreemptFor]; p != nil {
+			why += fmt.Sprintf(" (%s, team %s)", p.Priority, p.Team)
+		}
 	case t.Reason != "":
-		return "preempted (" + t.Reason + ")"
+		why = "preempted (" + t.Reason + ")"
 	}
-	return "preempted"
+	if t.Checkpoint == "" {
+		return why + "; no checkpoint: starts over"
+	}
+	why += "; resumes from " + t.Checkpoint
+	if t.CheckpointStep != 0 {
+		why += fmt.Sprintf(" (step %d)", t.CheckpointStep)
+	}
+	return why
 }
 
 // unhealthyHeld returns a GPU of t that its node reports unhealthy, and

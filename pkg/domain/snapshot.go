@@ -37,7 +37,7 @@ import (
 // writes. A change of the layout or of what a field means is a new
 // version; a snapshot of another version is refused (ErrSnapshotVersion),
 // which costs one full fold.
-const SnapshotVersion = 3 // 2: the leader epoch; 3: drained with preemption
+const SnapshotVersion = 4 // 2: the leader epoch; 3: drained with preemption; 4: checkpoint steps, the attempt's preemption request, progress
 
 const snapHeader = 24
 
@@ -155,6 +155,14 @@ func (w *snapWriter) task(t *Task) {
 		w.bool(v)
 	}
 	w.uvarint(t.LastSeq)
+	w.varint(t.CheckpointStep)
+	w.varint(t.ResumeStep)
+	w.shared(t.PreemptPolicy)
+	w.time(t.PreemptAt)
+	w.varint(t.ProgressStep)
+	w.varint(t.ProgressTotal)
+	w.float(t.ProgressFraction)
+	w.time(t.ProgressAt)
 }
 
 // DecodeSnapshot reads a snapshot written by EncodeSnapshot into a new
@@ -293,6 +301,14 @@ func (r *snapReader) task(t *Task) {
 		}
 	}
 	t.LastSeq = r.uvarint()
+	t.CheckpointStep = r.varint()
+	t.ResumeStep = r.varint()
+	t.PreemptPolicy = r.shared()
+	t.PreemptAt = r.time()
+	t.ProgressStep = r.varint()
+	t.ProgressTotal = r.varint()
+	t.ProgressFraction = r.float()
+	t.ProgressAt = r.time()
 }
 
 // rebuildIndexes computes Owner, Idem and every unexported index from

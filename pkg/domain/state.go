@@ -212,7 +212,12 @@ func (s *State) Apply(r events.Record) (skipped string) {
 			t.Node = e.Placements[0].Node
 		}
 		t.ResumeFrom = e.ResumeFrom
+		t.ResumeStep = 0
+		if e.ResumeFrom != "" && e.ResumeFrom == t.Checkpoint {
+			t.ResumeStep = t.CheckpointStep
+		}
 		t.Reason = e.Reason
+		t.PreemptFor, t.PreemptPolicy, t.PreemptAt = "", "", time.Time{}
 		for _, p := range e.Placements {
 			for _, g := range p.GPUs {
 				s.Owner[g] = t.ID
@@ -238,6 +243,7 @@ func (s *State) Apply(r events.Record) (skipped string) {
 			return s.ignore("preempt_requested: task is " + string(t.State) + ", not running")
 		}
 		t.State, t.PreemptFor, t.Reason = Preempting, e.For, e.Reason
+		t.PreemptPolicy, t.PreemptAt = e.Policy, at
 	case events.Checkpointed:
 		switch {
 		case t.State == Dispatched, t.State == Running, t.State == Preempting:
@@ -245,7 +251,18 @@ func (s *State) Apply(r events.Record) (skipped string) {
 		default:
 			return s.ignore("checkpointed: task is " + string(t.State) + "; a checkpoint is accepted only while it runs")
 		}
-		t.Checkpoint, t.CheckpointAt = e.Ref, at
+		t.Checkpoint, t.CheckpointAt, t.CheckpointStep = e.Ref, at, e.Step
+	case events.ProgressReported:
+		if t.State != Running && t.State != Preempting {
+			return s.ignore("progress_reported: task is " + string(t.State) + ", not running")
+		}
+		if why := s.fromNode(t, "progress_reported", e.Node); why != "" {
+			return why
+		}
+		if !(e.Fraction >= 0 && e.Fraction <= 1) || e.Step < 0 || e.Total < 0 || (e.Total > 0 && e.Step > e.Total) {
+			return s.ignore(fmt.Sprintf("progress_reported: step %d of %d, fraction %v out of range", e.Step, e.Total, e.Fraction))
+		}
+		t.ProgressStep, t.ProgressTotal, t.ProgressFraction, t.ProgressAt = e.Step, e.Total, e.Fraction, at
 	case events.Preempted:
 		if !t.HoldsGPUs() {
 			return s.ignore("preempted: task holds no GPUs (a duplicate or a stray report)")
@@ -254,8 +271,13 @@ func (s *State) Apply(r events.Record) (skipped string) {
 			return why
 		}
 		s.endRun(t, at)
-		if e.Checkpoint != "" {
-			t.Checkpoint = e.Checkpoint
+		if e.Checkpoint != "" && e.Checkpoint != t.Checkpoint {
+			t.Checkpoint, t.CheckpointStep = e.Checkpoint, 0
+		}
+		if t.State == Running || t.State == Dispatched {
+			// Stopped by its node with no request of this attempt: the
+			// node's reason is the preemption's.
+			t.PreemptFor, t.PreemptPolicy, t.Reason = "", "", e.Reason
 		}
 		t.LostGPUSecs += e.LostGPUSeconds
 		s.release(t)

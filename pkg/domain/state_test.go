@@ -271,8 +271,16 @@ func TestApplyTaskTransitions(t *testing.T) {
 		"requeued, then dispatched again elsewhere": {
 			log: []events.Event{n1, t1, d1, st1, pr1, pd1, rq1,
 				events.Dispatched{TaskID: "t1", Placements: []events.Placement{dt.On("n1", 2, 3)}, ResumeFrom: "ckpt/step-120"}},
+			// The earlier attempt's preemptor is not this attempt's.
 			want: view{State: domain.Dispatched, GPUs: []string{g(2), g(3)}, Owner: map[string]string{g(2): "t1", g(3): "t1"}, Node: "n1",
-				PreemptFor: "t9", Checkpoint: "ckpt/step-120", ResumeFrom: "ckpt/step-120", Preemptions: 1},
+				Checkpoint: "ckpt/step-120", ResumeFrom: "ckpt/step-120", Preemptions: 1},
+		},
+		"preempted by its node with no request of this attempt: no preemptor of an earlier one": {
+			log: []events.Event{n1, t1, d1, st1, pr1, pd1, rq1,
+				events.Dispatched{TaskID: "t1", Placements: []events.Placement{dt.On("n1", 2, 3)}, ResumeFrom: "ckpt/step-120"},
+				events.Started{TaskID: "t1", Node: "n1", PID: 4343},
+				events.Preempted{TaskID: "t1", Node: "n1", Reason: "its agent was cut off from NATS"}},
+			want: view{State: domain.Preempting, Owner: none, Node: "n1", PID: 4343, Checkpoint: "ckpt/step-120", ResumeFrom: "ckpt/step-120", Preemptions: 2},
 		},
 		"event for a task never submitted: ignored": {
 			log:  []events.Event{n1, events.Completed{TaskID: "t1", Node: "n1"}, events.Cancelled{TaskID: "t1"}, ck1},

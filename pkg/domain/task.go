@@ -75,11 +75,26 @@ type Task struct {
 
 	Checkpoint   string
 	CheckpointAt time.Time
-	ResumeFrom   string
-	Preemptions  int
-	PreemptFor   string
-	LostGPUSecs  float64
-	RunSeconds   float64 // accumulated over finished runs (preempted or ended)
+	// CheckpointStep is the step of Checkpoint when the job said (0: not
+	// given); ResumeStep that of ResumeFrom, as of the dispatch.
+	CheckpointStep int64
+	ResumeFrom     string
+	ResumeStep     int64
+	Preemptions    int
+	// PreemptFor, PreemptPolicy and PreemptAt are the preemption request
+	// of the current attempt (its preemptor, the policy that decided it,
+	// and when): a dispatch clears them, so that nothing of an earlier
+	// attempt's request is taken for this one's.
+	PreemptFor    string
+	PreemptPolicy string
+	PreemptAt     time.Time
+	// Progress is the latest progress its job reported (progress_reported;
+	// ProgressAt zero: none).
+	ProgressStep, ProgressTotal int64
+	ProgressFraction            float64
+	ProgressAt                  time.Time
+	LostGPUSecs                 float64
+	RunSeconds                  float64 // accumulated over finished runs (preempted or ended)
 
 	ExitCode   int
 	Error      string

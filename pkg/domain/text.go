@@ -32,6 +32,20 @@ func CheckText(field, s string, multiline bool) error {
 	return nil
 }
 
+// CheckVisible refuses, in a name or a team, the characters that print
+// as nothing or reorder what is around them: Unicode's format characters
+// (category Cf: the zero-width space, joiners and no-break space U+200B–
+// U+200D, U+2060, U+FEFF, the bidi controls, the soft hyphen), so that two
+// names that look the same are the same.
+func CheckVisible(field, s string) error {
+	for i, c := range s {
+		if unicode.Is(unicode.Cf, c) || unicode.IsControl(c) {
+			return &FieldError{field, fmt.Sprintf("must not contain invisible or formatting characters (got %U at byte %d)", c, i)}
+		}
+	}
+	return nil
+}
+
 func bidiControl(c rune) bool {
 	return c >= 0x202A && c <= 0x202E || c >= 0x2066 && c <= 0x2069 || c == 0x200E || c == 0x200F || c == 0x061C
 }

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"syscall"
@@ -52,23 +53,57 @@ type Request struct {
 // MaxEnvBytes bounds the exported environment of one task.
 const MaxEnvBytes = 64 << 10
 
+// MaxArgBytes bounds the command and each exported variable (NAME=value):
+// the command runs as one argument of `sh -c`, and Linux refuses to exec
+// an argument or environment string longer than MAX_ARG_STRLEN (128 KiB,
+// with its terminating NUL).
+const MaxArgBytes = 128<<10 - 1
+
+// What a submission gets for gpus and hours when it does not give them
+// (on every transport, as `gpuq submit` without --gpus and --hours).
+const (
+	DefaultGPUs  = 1
+	DefaultHours = 4.0
+)
+
+// MinHours is the shortest estimate a task may give: one second.
+const MinHours = 1.0 / 3600
+
+// MaxGraceS bounds the grace period a task may ask for, in seconds.
+const MaxGraceS = 3600
+
 // ExportExcluded reports whether an environment variable is never
 // exported with a task: what the agent sets itself, and names that look
-// like secrets — the audit log keeps every submission forever.
+// like secrets (SecretName) — the audit log keeps every submission forever.
 func ExportExcluded(name string) bool {
 	u := strings.ToUpper(name)
 	if strings.HasPrefix(u, "GPUQ_") || u == "CUDA_VISIBLE_DEVICES" || u == "NVIDIA_VISIBLE_DEVICES" {
 		return true
 	}
-	if u == "KEY" || strings.HasSuffix(u, "_KEY") || strings.HasSuffix(u, "_KEYS") {
-		return true
-	}
+	_, secret := SecretName(name)
+	return secret
+}
+
+// SecretName reports whether an environment variable's name looks like a
+// secret's, in any case, and why: it contains TOKEN, SECRET, PASSWORD,
+// PASSWD, CREDENTIAL, PRIVATE, API_KEY, ACCESS_KEY, AUTH, COOKIE, SESSION
+// or DSN, or is KEY or ends in _KEY or _KEYS.
+func SecretName(name string) (why string, ok bool) {
+	u := strings.ToUpper(name)
 	for _, s := range []string{"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE", "API_KEY", "ACCESS_KEY", "AUTH", "COOKIE", "SESSION", "DSN"} {
 		if strings.Contains(u, s) {
-			return true
+			return "contains " + s, true
 		}
 	}
-	return false
+	switch {
+	case u == "KEY":
+		return "is KEY", true
+	case strings.HasSuffix(u, "_KEY"):
+		return "ends in _KEY", true
+	case strings.HasSuffix(u, "_KEYS"):
+		return "ends in _KEYS", true
+	}
+	return "", false
 }
 
 // DefaultExport is what `gpuq submit` exports by default: an allowlist of
@@ -133,6 +168,20 @@ func CheckEnvValues(env map[string]string) error {
 	return nil
 }
 
+func sortedKeys(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// HoursRule states the bounds of hours under a limit of maxHours.
+func HoursRule(maxHours float64) string {
+	return fmt.Sprintf("must be between 1 s (%.6f) and %g hours", MinHours, maxHours)
+}
+
 func validEnvName(k string) bool {
 	if k == "" {
 		return false
@@ -149,8 +198,9 @@ func validEnvName(k string) bool {
 var Signals = map[string]syscall.Signal{"SIGUSR1": syscall.SIGUSR1, "SIGUSR2": syscall.SIGUSR2, "SIGTERM": syscall.SIGTERM, "SIGINT": syscall.SIGINT, "SIGHUP": syscall.SIGHUP}
 
 // Validate checks a request against the limits; the first broken rule is
-// returned as a *FieldError. gpus and hours must be given (the CLI defaults
-// them to 1 and 4); priority defaults to medium, the preemption signal to
+// returned as a *FieldError naming the wire field. gpus and hours must be
+// set (the transports fill in DefaultGPUs and DefaultHours when a caller
+// omits them); priority defaults to medium, the preemption signal to
 // SIGUSR1 and the grace period to 120 s, filled in place.
 func (r *Request) Validate(l Limits) error {
 	if l.MaxGPUs <= 0 {
@@ -167,6 +217,11 @@ func (r *Request) Validate(l Limits) error {
 		{"preempt_signal", r.PreemptSignal, false}, {"gpu_model", r.GPUModel, false}, {"idempotency_key", r.IdempotencyKey, false},
 		{"dir", r.Dir, false}} {
 		if err := CheckText(f.field, f.text, f.multiline); err != nil {
+			return err
+		}
+	}
+	for _, f := range []struct{ field, text string }{{"name", r.Name}, {"team", r.Team}} {
+		if err := CheckVisible(f.field, f.text); err != nil {
 			return err
 		}
 	}
@@ -193,14 +248,20 @@ func (r *Request) Validate(l Limits) error {
 	if r.GPUs < 1 || r.GPUs > l.MaxGPUs {
 		return &FieldError{"gpus", fmt.Sprintf("must be between 1 and %d (got %d)", l.MaxGPUs, r.GPUs)}
 	}
-	if !(r.Hours > 0) || r.Hours > l.MaxHours {
-		return &FieldError{"hours", fmt.Sprintf("must be > 0 and ≤ %g (got %g)", l.MaxHours, r.Hours)}
+	if math.IsNaN(r.Hours) || math.IsInf(r.Hours, 0) {
+		return &FieldError{"hours", fmt.Sprintf("must be a finite number (got %g)", r.Hours)}
+	}
+	if !(r.Hours >= MinHours) || r.Hours > l.MaxHours {
+		return &FieldError{"hours", HoursRule(l.MaxHours) + fmt.Sprintf(" (got %g)", r.Hours)}
 	}
 	if strings.TrimSpace(r.Hypothesis) == "" {
 		return &FieldError{"hypothesis", "is required: say what the experiment tests"}
 	}
 	if strings.TrimSpace(r.Command) == "" {
 		return &FieldError{"command", "is required"}
+	}
+	if len(r.Command) > MaxArgBytes {
+		return &FieldError{"command", fmt.Sprintf("must be at most %d bytes, the longest argument Linux can exec (got %d)", MaxArgBytes, len(r.Command))}
 	}
 	if r.PreemptSignal == "" {
 		r.PreemptSignal = "SIGUSR1"
@@ -215,23 +276,30 @@ func (r *Request) Validate(l Limits) error {
 	if r.GraceS == 0 {
 		r.GraceS = 120
 	}
-	if !(r.GraceS >= 0 && r.GraceS <= 3600) {
-		return &FieldError{"grace", "must be between 0 and 3600 seconds"}
+	if !(r.GraceS >= 0 && r.GraceS <= MaxGraceS) {
+		return &FieldError{"grace_s", fmt.Sprintf("must be between 0 and %d seconds (got %g)", MaxGraceS, r.GraceS)}
 	}
 	if r.MinGPUMemMiB < 0 {
-		return &FieldError{"min_gpu_mem", "must be ≥ 0"}
+		return &FieldError{"min_gpu_mem_mib", fmt.Sprintf("must be ≥ 0 (got %d)", r.MinGPUMemMiB)}
 	}
 	if len(r.IdempotencyKey) > 256 {
 		return &FieldError{"idempotency_key", "must be at most 256 characters"}
 	}
 	size := 0
-	for k, v := range r.Env {
+	for _, k := range sortedKeys(r.Env) {
+		v := r.Env[k]
 		if !validEnvName(k) {
 			return &FieldError{"env", fmt.Sprintf("%q is not a variable name", k)}
 		}
 		if ExportExcluded(k) {
 			delete(r.Env, k)
 			continue
+		}
+		if i := strings.IndexByte(v, 0); i >= 0 {
+			return &FieldError{"env." + k, fmt.Sprintf("must not contain a NUL byte (at byte %d): the environment cannot carry one", i)}
+		}
+		if n := len(k) + 1 + len(v); n > MaxArgBytes {
+			return &FieldError{"env." + k, fmt.Sprintf("%s=value must be at most %d bytes, the longest variable Linux can exec (got %d)", k, MaxArgBytes, n)}
 		}
 		size += len(k) + len(v) + 2
 	}

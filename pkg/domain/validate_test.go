@@ -71,12 +71,31 @@ func TestValidateFieldErrors(t *testing.T) {
 		"signal SIGKILL":                {req: valid(func(r *domain.Request) { r.PreemptSignal = "SIGKILL" }), wantField: "preempt_signal"},
 		"signal number":                 {req: valid(func(r *domain.Request) { r.PreemptSignal = "10" }), wantField: "preempt_signal"},
 		"signal short lower":            {req: valid(func(r *domain.Request) { r.PreemptSignal = "usr2" })},
-		"grace negative":                {req: valid(func(r *domain.Request) { r.GraceS = -1 }), wantField: "grace"},
-		"grace over an hour":            {req: valid(func(r *domain.Request) { r.GraceS = 3601 }), wantField: "grace"},
+		"grace negative":                {req: valid(func(r *domain.Request) { r.GraceS = -1 }), wantField: "grace_s"},
+		"grace over an hour":            {req: valid(func(r *domain.Request) { r.GraceS = 3601 }), wantField: "grace_s"},
 		"grace an hour":                 {req: valid(func(r *domain.Request) { r.GraceS = 3600 })},
-		"min gpu mem negative":          {req: valid(func(r *domain.Request) { r.MinGPUMemMiB = -1 }), wantField: "min_gpu_mem"},
+		"min gpu mem negative":          {req: valid(func(r *domain.Request) { r.MinGPUMemMiB = -1 }), wantField: "min_gpu_mem_mib"},
 		"idempotency key 256":           {req: valid(func(r *domain.Request) { r.IdempotencyKey = strings.Repeat("k", 256) })},
 		"idempotency key 257":           {req: valid(func(r *domain.Request) { r.IdempotencyKey = strings.Repeat("k", 257) }), wantField: "idempotency_key"},
+		"hours a second":                {req: valid(func(r *domain.Request) { r.Hours = 1.0 / 3600 })},
+		"hours under a second":          {req: valid(func(r *domain.Request) { r.Hours = 1e-300 }), wantField: "hours"},
+		"hours just under a second":     {req: valid(func(r *domain.Request) { r.Hours = 0.999 / 3600 }), wantField: "hours"},
+		"command at the exec limit":     {req: valid(func(r *domain.Request) { r.Command = strings.Repeat("c", domain.MaxArgBytes) })},
+		"command over the exec limit":   {req: valid(func(r *domain.Request) { r.Command = strings.Repeat("c", domain.MaxArgBytes+1) }), wantField: "command"},
+		"command with NUL":              {req: valid(func(r *domain.Request) { r.Command = "echo a\x00b" }), wantField: "command"},
+		"dir with NUL":                  {req: valid(func(r *domain.Request) { r.Dir = "/tmp\x00x" }), wantField: "dir"},
+		"env value with NUL":            {req: valid(func(r *domain.Request) { r.Env = map[string]string{"SEED": "1\x002"} }), wantField: "env.SEED"},
+		"env entry at the exec limit":   {req: valid(func(r *domain.Request) { r.Env = map[string]string{"A": strings.Repeat("v", domain.MaxArgBytes-2)} }), wantField: "env"}, // over MaxEnvBytes in all
+		"env entry over the exec limit": {req: valid(func(r *domain.Request) { r.Env = map[string]string{"A": strings.Repeat("v", domain.MaxArgBytes-1)} }), wantField: "env.A"},
+		"name with a zero-width space":  {req: valid(func(r *domain.Request) { r.Name = "train\u200b" }), wantField: "name"},
+		"name with a zero-width joiner": {req: valid(func(r *domain.Request) { r.Name = "a\u200db" }), wantField: "name"},
+		"name with a word joiner":       {req: valid(func(r *domain.Request) { r.Name = "a\u2060b" }), wantField: "name"},
+		"name with a BOM":               {req: valid(func(r *domain.Request) { r.Name = "\ufeffa" }), wantField: "name"},
+		"team with a zero-width space":  {req: valid(func(r *domain.Request) { r.Team = "vis\u200bion" }), wantField: "team"},
+		"team with an Arabic mark":      {req: valid(func(r *domain.Request) { r.Team = "vis\u061cion" }), wantField: "team"},
+		"team with a bidi isolate":      {req: valid(func(r *domain.Request) { r.Team = "\u2066vision" }), wantField: "team"},
+		"grace NaN":                     {req: valid(func(r *domain.Request) { r.GraceS = math.NaN() }), wantField: "grace_s"},
+		"grace infinite":                {req: valid(func(r *domain.Request) { r.GraceS = math.Inf(1) }), wantField: "grace_s"},
 		"first broken rule wins":        {req: valid(func(r *domain.Request) { r.Name, r.Team, r.GPUs = "", "", 0 }), wantField: "name"},
 		"rules in order: gpus before hours": {
 			req: valid(func(r *domain.Request) { r.GPUs, r.Hours, r.Command = 0, 0, "" }), wantField: "gpus",
@@ -118,7 +137,7 @@ func TestValidateNaNGrace(t *testing.T) {
 		field = fe.Field
 	}
 	regression(t, "validate.go Validate: GraceS NaN passes `r.GraceS < 0 || r.GraceS > 3600`",
-		cmp.Diff("grace", field))
+		cmp.Diff("grace_s", field))
 }
 
 // TestValidateFillsDefaults: what Validate normalises in place.

@@ -36,6 +36,7 @@ var taskTypes = map[Type]func() Event{
 	TypeRequeued:         func() Event { return &Requeued{} },
 	TypeCompleted:        func() Event { return &Completed{} },
 	TypeFailed:           func() Event { return &Failed{} },
+	TypeProgressReported: func() Event { return &ProgressReported{} },
 }
 
 var nodeTypes = map[Type]func() Event{
@@ -49,7 +50,7 @@ var nodeTypes = map[Type]func() Event{
 // TaskTypes and NodeTypes list every wire name, in catalogue order.
 var (
 	TaskTypes = []Type{TypeSubmitted, TypeAmended, TypeCancelled, TypeChecklistUpdated, TypeDispatched, TypeStarted,
-		TypePreemptRequested, TypeCheckpointed, TypePreempted, TypeRequeued, TypeCompleted, TypeFailed}
+		TypePreemptRequested, TypeCheckpointed, TypePreempted, TypeRequeued, TypeCompleted, TypeFailed, TypeProgressReported}
 	NodeTypes = []Type{TypeAvailable, TypeUnhealthy, TypeDrained, TypeLost, TypeUndrained}
 )
 
@@ -73,6 +74,28 @@ func AdviceSubject(taskID string) string { return AdvicePrefix + taskID }
 // ValidKey reports whether s can be a subject token (task id or node name).
 func ValidKey(s string) bool {
 	return s != "" && !strings.ContainsAny(s, ".*> \t\r\n")
+}
+
+// MaxTaskIDBytes bounds a task id in the log.
+const MaxTaskIDBytes = 64
+
+// ValidTaskID reports whether id may name a task in the log: 1 to
+// MaxTaskIDBytes ASCII letters, digits, '-' and '_', the first a letter
+// or a digit. What submit mints (a UUID; requests to the API must carry
+// one, api.IsTaskID) is one, as are the ids of the simulators and tests;
+// each is one subject token and one plain directory name on a node. Every
+// fold skips a task's record whose id is not (DecodeRecord: Invalid).
+func ValidTaskID(id string) bool {
+	if id == "" || len(id) > MaxTaskIDBytes {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || i > 0 && (c == '-' || c == '_')) {
+			return false
+		}
+	}
+	return true
 }
 
 // Envelope is the wire form of every event.
@@ -287,6 +310,8 @@ func deref(e Event) Event {
 	case *Completed:
 		return *v
 	case *Failed:
+		return *v
+	case *ProgressReported:
 		return *v
 	case *Available:
 		return *v

@@ -32,6 +32,7 @@ func TestWireNames(t *testing.T) {
 		"Requeued":         {events.TypeRequeued, "requeued"},
 		"Completed":        {events.TypeCompleted, "completed"},
 		"Failed":           {events.TypeFailed, "failed"},
+		"ProgressReported": {events.TypeProgressReported, "progress_reported"},
 		"Available":        {events.TypeAvailable, "available"},
 		"Unhealthy":        {events.TypeUnhealthy, "unhealthy"},
 		"Drained":          {events.TypeDrained, "drained"},
@@ -91,7 +92,7 @@ func TestEventTypeMethods(t *testing.T) {
 // only at the end) and split task from node types.
 func TestCatalogue(t *testing.T) {
 	wantTask := []events.Type{"submitted", "amended", "cancelled", "checklist_updated", "dispatched", "started",
-		"preempt_requested", "checkpointed", "preempted", "requeued", "completed", "failed"}
+		"preempt_requested", "checkpointed", "preempted", "requeued", "completed", "failed", "progress_reported"}
 	wantNode := []events.Type{"available", "unhealthy", "drained", "lost", "undrained"}
 	if diff := cmp.Diff(wantTask, events.TaskTypes); diff != "" {
 		t.Errorf("TaskTypes (-want +got):\n%s", diff)
@@ -121,6 +122,7 @@ func roundTripCases() map[string]events.Event {
 	cases["submitted/minimal"] = events.Submitted{TaskID: "t1", Name: "n", Team: "ml", Priority: "low", GPUs: 1, Hours: 0.25,
 		Hypothesis: "h", Command: "true", SubmittedAt: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
 	cases["dispatched/no placements"] = events.Dispatched{TaskID: "t1"}
+	cases["cancelled/note"] = events.Cancelled{TaskID: "t1", By: "team:vision", Reason: "cancelled by team:vision", Note: "admin (security team)"}
 	cases["failed/zero exit"] = events.Failed{TaskID: "t1"}
 	cases["available/no gpus"] = events.Available{Node: "n1"}
 	cases["unhealthy/all"] = events.Unhealthy{Node: "n1", GPUs: []string{"GPU-a", "GPU-b"}, Reason: "Xid 48"}

@@ -9,7 +9,7 @@
 //
 //	gpuq.task.<task_id>.<event>   submitted amended cancelled checklist_updated
 //	                              dispatched started preempt_requested checkpointed
-//	                              preempted requeued completed failed
+//	                              preempted requeued completed failed progress_reported
 //	gpuq.node.<node>.<event>      available unhealthy drained lost
 //	gpuq.advice.<task_id>         the latest advice for a task (separate stream)
 //

@@ -274,6 +274,8 @@ func wireType(b []byte) Type {
 		return TypeCompleted
 	case "failed":
 		return TypeFailed
+	case "progress_reported":
+		return TypeProgressReported
 	case "available":
 		return TypeAvailable
 	case "unhealthy":
@@ -965,6 +967,8 @@ func (s *scan) payload(t Type) (Event, bool) {
 		return s.completed()
 	case TypeFailed:
 		return s.failed()
+	case TypeProgressReported:
+		return s.progressReported()
 	case TypeAvailable:
 		return s.available()
 	case TypeUnhealthy:
@@ -1101,6 +1105,9 @@ func (s *scan) cancelled() (Event, bool) {
 		case "reason":
 			e.Reason, ok = s.str(true)
 			return 1 << 2, ok
+		case "note":
+			e.Note, ok = s.str(true)
+			return 1 << 3, ok
 		}
 		return 0, true
 	})
@@ -1292,6 +1299,9 @@ func (s *scan) checkpointed() (Event, bool) {
 		case "ref":
 			ok = s.text(&t, 1)
 			return 1 << 1, ok
+		case "step":
+			e.Step, ok = s.int()
+			return 1 << 2, ok
 		}
 		return 0, true
 	})
@@ -1330,11 +1340,14 @@ func (s *scan) preempted() (Event, bool) {
 			v, ok = s.int()
 			e.ExitCode = int(v)
 			return 1 << 5, ok
+		case "reason":
+			ok = s.text(&t, 2)
+			return 1 << 6, ok
 		}
 		return 0, true
 	})
 	if ok {
-		t.into(&e.TaskID, &e.Checkpoint)
+		t.into(&e.TaskID, &e.Checkpoint, &e.Reason)
 	}
 	return e, ok
 }
@@ -1421,6 +1434,39 @@ func (s *scan) failed() (Event, bool) {
 	})
 	if ok {
 		t.into(&e.TaskID, &e.Error, &e.StderrTail)
+	}
+	return e, ok
+}
+
+var progressReportedKeys = wireNames[ProgressReported]()
+
+func (s *scan) progressReported() (Event, bool) {
+	var (
+		e ProgressReported
+		t texts
+	)
+	ok := s.members(progressReportedKeys, func(k []byte) (bit uint32, ok bool) {
+		switch string(k) {
+		case "task_id":
+			ok = s.text(&t, 0)
+			return 1 << 0, ok
+		case "node":
+			e.Node, ok = s.str(true)
+			return 1 << 1, ok
+		case "step":
+			e.Step, ok = s.int()
+			return 1 << 2, ok
+		case "total":
+			e.Total, ok = s.int()
+			return 1 << 3, ok
+		case "fraction":
+			e.Fraction, ok = s.float()
+			return 1 << 4, ok
+		}
+		return 0, true
+	})
+	if ok {
+		t.into(&e.TaskID)
 	}
 	return e, ok
 }

@@ -56,9 +56,10 @@ func v1Events() map[events.Type]events.Event {
 		events.TypeCheckpointed:     events.Checkpointed{TaskID: "01JGZ5K3V1", Ref: "ckpt/01JGZ5K3V1/step-2400"},
 		events.TypePreempted: events.Preempted{TaskID: "01JGZ5K3V1", Node: "gpu-a1", Checkpoint: "ckpt/01JGZ5K3V1/step-2400",
 			Forced: true, LostGPUSeconds: 734.25, ExitCode: -9},
-		events.TypeRequeued:  events.Requeued{TaskID: "01JGZ5K3V1", Reason: "preempted for 01JGZ6AAAA", ResumeFrom: "ckpt/01JGZ5K3V1/step-2400"},
-		events.TypeCompleted: events.Completed{TaskID: "01JGZ5K3V1", Node: "gpu-a1"},
-		events.TypeFailed:    events.Failed{TaskID: "01JGZ5K3V1", Node: "gpu-a1", ExitCode: 137, Error: "exit code 137", StderrTail: "CUDA out of memory\n"},
+		events.TypeRequeued:         events.Requeued{TaskID: "01JGZ5K3V1", Reason: "preempted for 01JGZ6AAAA", ResumeFrom: "ckpt/01JGZ5K3V1/step-2400"},
+		events.TypeCompleted:        events.Completed{TaskID: "01JGZ5K3V1", Node: "gpu-a1"},
+		events.TypeFailed:           events.Failed{TaskID: "01JGZ5K3V1", Node: "gpu-a1", ExitCode: 137, Error: "exit code 137", StderrTail: "CUDA out of memory\n"},
+		events.TypeProgressReported: events.ProgressReported{TaskID: "01JGZ5K3V1", Node: "gpu-a1", Step: 300, Total: 1200, Fraction: 0.25},
 		events.TypeAvailable: events.Available{Node: "gpu-a1", FreeGPUs: 1, BootID: "b7c1", Driver: "550.54.15", GPUs: []events.GPU{
 			{UUID: "GPU-5d1f0c3e-0", Index: 0, Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, Healthy: true},
 			{UUID: "GPU-5d1f0c3e-1", Index: 1, Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, Healthy: false},

@@ -12,9 +12,10 @@ import (
 const MaxRecordBytes = 512 << 10
 
 // Invalid is what DecodeRecord returns for a record that cannot be folded:
-// it does not decode, is larger than MaxRecordBytes, or its envelope
+// it does not decode, is larger than MaxRecordBytes, its envelope
 // contradicts its subject (another type, another task or node, a subject
-// outside the catalogue). Like Unknown it is never an error: every fold
+// outside the catalogue), or its task id is not one (ValidTaskID: a
+// forged "x/y/z" would name nested directories on a node). Like Unknown it is never an error: every fold
 // skips it, in the same way, at start-up and live, and the task its
 // subject names still counts it for its expected sequence (JetStream
 // counts every message on the task's subjects).
@@ -86,6 +87,9 @@ func mismatch(subject string, r Record) string {
 	key := subjectKey(subject)
 	if subject != prefix+key+"."+lastToken(subject) || !ValidKey(key) {
 		return "subject is not " + prefix + "<key>.<type>"
+	}
+	if prefix == TaskPrefix && !ValidTaskID(key) {
+		return fmt.Sprintf("task id %q is not a task id (1 to %d letters, digits, '-' and '_')", key, MaxTaskIDBytes)
 	}
 	if typ := Type(lastToken(subject)); r.Envelope.Type != typ {
 		return fmt.Sprintf("envelope type %q on a %q subject", r.Envelope.Type, typ)

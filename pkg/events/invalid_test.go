@@ -46,6 +46,11 @@ func TestDecodeRecord(t *testing.T) {
 		"node event on a task":       {subject: "gpuq.task.t1.available", data: avail, want: `type "available" does not belong under gpuq.task`},
 		"subject with extra tokens":  {subject: "gpuq.task.t1.x.completed", data: data, want: "subject is not gpuq.task.<key>.<type>"},
 		"subject outside the log":    {subject: "other.t1.completed", data: data, want: "subject outside"},
+		"task id a path":             {subject: "gpuq.task.x/y/z.submitted", data: env("submitted", 1, `{"task_id":"x/y/z"}`), want: `task id "x/y/z" is not a task id`},
+		"task id a parent directory": {subject: "gpuq.task..._x.completed", data: data, want: "subject is not"},
+		"task id with a colon":       {subject: "gpuq.task.a:b.completed", data: env("completed", 1, `{"task_id":"a:b"}`), want: `task id "a:b" is not a task id`},
+		"task id of 65 bytes":        {subject: "gpuq.task." + strings.Repeat("a", 65) + ".completed", data: env("completed", 1, `{"task_id":"`+strings.Repeat("a", 65)+`"}`), want: "task id"},
+		"task id a UUID":             {subject: "gpuq.task.0190a5b2-3c4d-7e8f-9a0b-1c2d3e4f5a6b.completed", data: env("completed", 1, `{"task_id":"0190a5b2-3c4d-7e8f-9a0b-1c2d3e4f5a6b","node":"n1"}`)},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -57,7 +62,7 @@ func TestDecodeRecord(t *testing.T) {
 			if tc.want == "" && got != "" || !strings.HasPrefix(got, tc.want) {
 				t.Fatalf("skip reason %q, want prefix %q", got, tc.want)
 			}
-			if tc.want != "" && strings.HasPrefix(tc.subject, events.TaskPrefix) && tc.subject != "gpuq.task.t1.x.completed" && r.Event.Key() != "t1" {
+			if tc.want != "" && strings.HasPrefix(tc.subject, events.TaskPrefix) && strings.HasPrefix(tc.subject, "gpuq.task.t1.") && tc.subject != "gpuq.task.t1.x.completed" && r.Event.Key() != "t1" {
 				t.Errorf("key %q: the subject's task must still be named (its expected sequence counts the record)", r.Event.Key())
 			}
 		})

@@ -318,3 +318,11 @@ func Pump(ctx context.Context, f Follower, buf int) <-chan Stored {
 	}()
 	return out
 }
+
+// LastGetter is a Log that can read the last message on one subject
+// directly (no consumer, nothing kept on the server).
+type LastGetter interface {
+	// Last is the last message on subject (no wildcards); ok is false when
+	// the log holds none.
+	Last(ctx context.Context, subject string) (m Stored, ok bool, err error)
+}

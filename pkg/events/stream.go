@@ -48,6 +48,9 @@ func AuditStream(name string, replicas int, dedupe time.Duration) js.StreamConfi
 		DenyPurge:   true,
 		AllowRollup: false,
 		Discard:     js.DiscardNew,
+		// Direct gets by sequence: readers read the log without creating
+		// a consumer (pkg/events/jetstream direct.go).
+		AllowDirect: true,
 	}
 }
 
@@ -144,6 +147,17 @@ func EnsureStream(ctx context.Context, j js.JetStream, cfg js.StreamConfig) (js.
 		}
 		if have.Replicas == cfg.Replicas && have.Duplicates == cfg.Duplicates && slices.Equal(have.Subjects, cfg.Subjects) &&
 			have.MaxAge == cfg.MaxAge {
+			if have.AllowDirect || !cfg.AllowDirect {
+				return s, nil
+			}
+			// A stream made before direct gets were asked for: turned on
+			// when this user may update the stream (the admin, gpuq dev).
+			// Otherwise it is used as it is, and readers read it one
+			// message at a time (the admin turns direct gets on with
+			// `nats stream edit --allow-direct`).
+			if u, err := j.UpdateStream(ctx, cfg); err == nil {
+				return u, nil
+			}
 			return s, nil
 		}
 	}

@@ -19,6 +19,7 @@ const (
 	TypeRequeued         Type = "requeued"
 	TypeCompleted        Type = "completed"
 	TypeFailed           Type = "failed"
+	TypeProgressReported Type = "progress_reported"
 )
 
 // Node events, on gpuq.node.<node>.<type>.
@@ -70,11 +71,16 @@ type Amended struct {
 	Hypothesis string  `json:"hypothesis,omitempty"`
 }
 
-// Cancelled: a person or CI withdrew the task.
+// Cancelled: a person or CI withdrew the task. By is who: the credential
+// that asked (auth.Caller.Name: "admin", "team:<team>") when the
+// submitter authenticates its callers, else what the caller said; Note is
+// what the caller said about it when By is its credential (absent in
+// records written before the field, and without auth).
 type Cancelled struct {
 	TaskID string `json:"task_id"`
 	By     string `json:"by,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	Note   string `json:"note,omitempty"`
 }
 
 // ChecklistUpdated: a waiting-playbook item was marked done (or undone).
@@ -124,10 +130,12 @@ type PreemptRequested struct {
 	Epoch      uint64  `json:"epoch,omitempty"` // as Dispatched.Epoch
 }
 
-// Checkpointed: the job saved a checkpoint it can resume from.
+// Checkpointed: the job saved a checkpoint it can resume from. Step is
+// the training step it holds, when the job said (0: not given).
 type Checkpointed struct {
 	TaskID string `json:"task_id"`
 	Ref    string `json:"ref"`
+	Step   int64  `json:"step,omitempty"`
 }
 
 // Preempted: the task's process has exited after a preemption request.
@@ -140,6 +148,10 @@ type Preempted struct {
 	Forced         bool    `json:"forced,omitempty"`
 	LostGPUSeconds float64 `json:"lost_gpu_seconds,omitempty"`
 	ExitCode       int     `json:"exit_code"`
+	// Reason says why the node stopped a run no preemption request of
+	// this attempt asked to stop (its agent cut off from NATS or shut
+	// down, a GPU failed); empty after a request.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Requeued: the task went back to the queue at its original place.
@@ -164,6 +176,18 @@ type Failed struct {
 	ExitCode   int    `json:"exit_code"`
 	Error      string `json:"error,omitempty"`
 	StderrTail string `json:"stderr_tail,omitempty"`
+}
+
+// ProgressReported: the job reported its progress through its task socket;
+// the agent of its node records it when it moved, at most once per
+// interval (--progress-every). Step of Total, or a Fraction in [0, 1]
+// alone; Fraction is always set.
+type ProgressReported struct {
+	TaskID   string  `json:"task_id"`
+	Node     string  `json:"node"`
+	Step     int64   `json:"step,omitempty"`
+	Total    int64   `json:"total,omitempty"`
+	Fraction float64 `json:"fraction"`
 }
 
 // GPU is one device of a node's inventory, as NVML reports it.
@@ -228,6 +252,7 @@ func (Preempted) EventType() Type        { return TypePreempted }
 func (Requeued) EventType() Type         { return TypeRequeued }
 func (Completed) EventType() Type        { return TypeCompleted }
 func (Failed) EventType() Type           { return TypeFailed }
+func (ProgressReported) EventType() Type { return TypeProgressReported }
 func (Available) EventType() Type        { return TypeAvailable }
 func (Unhealthy) EventType() Type        { return TypeUnhealthy }
 func (Drained) EventType() Type          { return TypeDrained }
@@ -246,6 +271,7 @@ func (e Preempted) Key() string        { return e.TaskID }
 func (e Requeued) Key() string         { return e.TaskID }
 func (e Completed) Key() string        { return e.TaskID }
 func (e Failed) Key() string           { return e.TaskID }
+func (e ProgressReported) Key() string { return e.TaskID }
 func (e Available) Key() string        { return e.Node }
 func (e Unhealthy) Key() string        { return e.Node }
 func (e Drained) Key() string          { return e.Node }

@@ -47,13 +47,16 @@ func Handler(g prometheus.Gatherer) http.Handler {
 	return promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
-// Serve serves /metrics (and a plain /healthz: the process is up) on
-// addr until ctx ends. It returns once listening, or the listen error.
+// Serve serves /metrics and /healthz on addr until ctx ends. It returns
+// once listening, or the listen error. /healthz is healthz when given;
+// otherwise 200 while the process is up and no fold in it reports a
+// problem (service.HealthzProcess: a follow the server refused, with the
+// reason, 503).
 func Serve(ctx context.Context, addr string, g prometheus.Gatherer, healthz http.HandlerFunc) (string, error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET "+Path, Handler(g))
 	if healthz == nil {
-		healthz = func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) }
+		healthz = service.HealthzProcess
 	}
 	mux.HandleFunc("GET /healthz", healthz)
 	return serve(ctx, addr, mux)

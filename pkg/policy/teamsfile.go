@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -12,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/jsonguard"
 )
 
 // parseTeams reads a teams document, YAML or JSON (JSON is YAML), from its
@@ -22,6 +24,12 @@ import (
 //	  vision: {gpus: 8}
 //	  nlp: {share: 0.25}
 func parseTeams(b []byte) (Teams, error) {
+	if len(b) > MaxTeamsFileBytes {
+		return nil, fmt.Errorf("the file is %d bytes, more than the limit of %d", len(b), MaxTeamsFileBytes)
+	}
+	if err := checkNesting(b); err != nil {
+		return nil, err
+	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
 		return nil, errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
@@ -117,6 +125,93 @@ func (ts Teams) CheckCluster(total int) error {
 			parts = append(parts, fmt.Sprintf("%s %d", n, ts[n].of(total)))
 		}
 		return fmt.Errorf("teams: the guarantees add up to %d GPUs (%s) on a cluster of %d: they cannot all be met", sum, strings.Join(parts, ", "), total)
+	}
+	return nil
+}
+
+// MaxTeamsFileBytes bounds a teams file (a line or two a team). The YAML
+// parser's syntax tree costs up to about a hundred bytes for each byte of
+// a document of many tiny values, so the limit bounds its memory too.
+const MaxTeamsFileBytes = 64 << 10
+
+// checkNesting bounds the work of parsing a teams file before the YAML
+// parser sees it: a JSON document goes through jsonguard (nesting at
+// most jsonguard.MaxDepth, no repeated keys, valid UTF-8); YAML through a
+// scan that over-estimates its nesting — block levels by indentation,
+// compact "- " and "? " entries, flow brackets outside quotes — and
+// refuses more than jsonguard.MaxDepth levels. (The YAML parser's own
+// limit is 10,000 levels, and its work grows with the square of the
+// depth.)
+func checkNesting(b []byte) error {
+	_, err := jsonguard.Check(b)
+	var ge *jsonguard.Error
+	if err == nil || errors.As(err, &ge) && !ge.Syntax {
+		if err != nil && ge.Path != "" {
+			return fmt.Errorf("%s: %s", ge.Path, ge.Rule)
+		}
+		return err
+	}
+	return yamlNesting(b)
+}
+
+// yamlNesting refuses a YAML document that might nest deeper than
+// jsonguard.MaxDepth levels (see checkNesting).
+func yamlNesting(b []byte) error {
+	var indents []int // the indentation of the open block levels
+	flow := 0
+	for n, line := range bytes.Split(b, []byte("\n")) {
+		i := 0
+		for i < len(line) && line[i] == ' ' {
+			i++
+		}
+		if i == len(line) || line[i] == '#' || line[i] == '\r' {
+			continue
+		}
+		if flow == 0 {
+			for len(indents) > 0 && indents[len(indents)-1] >= i {
+				indents = indents[:len(indents)-1]
+			}
+			indents = append(indents, i)
+		}
+		depth := len(indents)
+		// Compact entries: "- - - x", "? - x".
+		for i+1 < len(line) && (line[i] == '-' || line[i] == '?') && (line[i+1] == ' ' || line[i+1] == '\t') {
+			depth++
+			i += 2
+			for i < len(line) && (line[i] == ' ' || line[i] == '\t') {
+				i++
+			}
+		}
+		// Flow collections, outside quotes, up to a comment.
+		var quote byte
+		prev := byte(' ')
+	scan:
+		for ; i < len(line); i++ {
+			c := line[i]
+			switch {
+			case quote == '"' && c == '\\':
+				i++
+			case quote != 0:
+				if c == quote {
+					quote = 0
+				}
+			case (c == '"' || c == '\'') && strings.IndexByte(" \t,[{:-", prev) >= 0:
+				quote = c
+			case c == '#' && (prev == ' ' || prev == '\t'):
+				break scan
+			case c == '[' || c == '{':
+				flow++
+			case (c == ']' || c == '}') && flow > 0:
+				flow--
+			}
+			if depth+flow > jsonguard.MaxDepth {
+				return fmt.Errorf("line %d: must not nest deeper than %d levels", n+1, jsonguard.MaxDepth)
+			}
+			prev = c
+		}
+		if depth+flow > jsonguard.MaxDepth {
+			return fmt.Errorf("line %d: must not nest deeper than %d levels", n+1, jsonguard.MaxDepth)
+		}
 	}
 	return nil
 }

@@ -84,6 +84,58 @@ type Fold struct {
 	StallAfter time.Duration
 	// Counters of this fold.
 	Counters Counters
+	// problem is why the last read or follow of the log could not be
+	// opened (nil once one works again): health checks report it.
+	problem atomic.Pointer[string]
+}
+
+// Problem is why the fold could not read or follow the log the last time
+// it tried (a consumer the server refused: "maximum consumers limit
+// reached", a permission), or nil when the read or follow works: a fold
+// that cannot follow answers from an old state, and its health says so.
+func (f *Fold) Problem() error {
+	if p := f.problem.Load(); p != nil {
+		return errors.New(*p)
+	}
+	return nil
+}
+
+// running are the folds whose Run is under way in this process, for
+// Problems.
+var running sync.Map // *Fold → struct{}
+
+// Problems are the problems (Problem) of every fold running in this
+// process, in no particular order: what a process's /healthz reports (one
+// service, or all of them under gpuq dev).
+func Problems() []error {
+	var out []error
+	running.Range(func(k, _ any) bool {
+		if err := k.(*Fold).Problem(); err != nil {
+			out = append(out, err)
+		}
+		return true
+	})
+	return out
+}
+
+// HealthzProcess answers 503 naming the problems of the folds running in
+// this process (Problems), 200 "ok" otherwise: the /healthz of a service's
+// metrics listener.
+func HealthzProcess(w http.ResponseWriter, _ *http.Request) {
+	if errs := Problems(); len(errs) > 0 {
+		http.Error(w, errors.Join(errs...).Error(), http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+func (f *Fold) setProblem(what string, err error) {
+	if err == nil {
+		f.problem.Store(nil)
+		return
+	}
+	msg := f.name + ": " + what + ": " + err.Error()
+	f.problem.Store(&msg)
 }
 
 // New returns a fold of log named for the service, from st (a restored
@@ -128,10 +180,15 @@ func (f *Fold) Lag(now time.Time) (seqs uint64, behind time.Duration) {
 	return seqs, behind
 }
 
-// Healthz answers 200 once the fold has caught up, 503 before.
+// Healthz answers 200 once the fold has caught up, 503 before, and 503
+// with the reason while the log cannot be followed (Problem).
 func (f *Fold) Healthz(w http.ResponseWriter, _ *http.Request) {
 	if !f.Ready() {
 		http.Error(w, f.name+": folding the log", http.StatusServiceUnavailable)
+		return
+	}
+	if err := f.Problem(); err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
 	_, _ = w.Write([]byte("ok\n"))
@@ -208,6 +265,8 @@ const (
 // read or a follow that fails is retried from the next unfolded sequence
 // with backoff, forever: NATS going away is never a reason to exit.
 func (f *Fold) Run(ctx context.Context, h Hooks) error {
+	running.Store(f, struct{}{})
+	defer running.Delete(f)
 	backoff := minBackoff
 	// 1. The initial read, retried until it succeeds.
 	for {
@@ -282,6 +341,9 @@ func (f *Fold) CatchUp(ctx context.Context, h *Hooks) error {
 		h = &Hooks{}
 	}
 	last, err := events.ReadAll(ctx, f.log, f.Seq()+1, "", func(r events.Record) error { f.applyRecord(r, h); return nil })
+	if ctx.Err() == nil {
+		f.setProblem("reading the log", err)
+	}
 	if err == nil && last > f.Counters.StreamLast.Load() {
 		f.Counters.StreamLast.Store(last)
 	}
@@ -304,6 +366,9 @@ func (f *Fold) follow(ctx context.Context, recs chan<- events.Stored) {
 	next := f.Seq() + 1
 	for ctx.Err() == nil {
 		fl, err := f.log.Follow(ctx, next, "")
+		if ctx.Err() == nil {
+			f.setProblem("following the log", err)
+		}
 		stalled := false
 		if err == nil {
 			var waiting, want atomic.Int64 // since when Next waits (Unix ns, 0: not waiting); the sequence it waits for

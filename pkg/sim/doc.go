@@ -41,6 +41,14 @@
 //     (MarkPreemptible: one draw per task from its own PCG).
 //   - A job that can never fit the simulated cluster (more GPUs than it
 //     has) is left out of every policy and counted in Scenario.Unplaceable.
+//   - A job that carries its own class, estimate and preemptibility (an
+//     export of a gpuq log, read by ReadExport, export.go) keeps them:
+//     the model supplies only what a trace lacks.
+//
+// The workload is a published trace, a synthetic one shaped like it
+// (trace.Synthetic) or an export of the live log (ReadExport). Several
+// cluster sizes run one after another on the same jobs (`--nodes 8,16,32`,
+// SweepResult, WriteSweepPlots).
 //
 // # Agents and preemption
 //

@@ -192,7 +192,9 @@ const minEstimate = time.Minute
 const SingleTeam = "trace"
 
 // Prepare models the trace's jobs as tasks for a cluster of totalGPUs:
-// estimates, classes and teams (by VC when byVC). Jobs asking for more
+// estimates, classes and teams (by VC when byVC). A job's own Class,
+// Estimate and NotPreemptible (an export of a gpuq log has them; the
+// published traces do not) are kept instead of the model's draws. Jobs asking for more
 // GPUs than the cluster has are left out and counted. Order is kept.
 func Prepare(jobs []trace.Job, totalGPUs int, em EstimateModel, cm ClassMix, byVC bool) (tasks []Task, unplaceable int) {
 	est := rand.New(rand.NewPCG(em.Seed, 0x5eed0e57))
@@ -216,8 +218,17 @@ func Prepare(jobs []trace.Job, totalGPUs int, em EstimateModel, cm ClassMix, byV
 		if byVC && j.VC != "" {
 			team = j.VC
 		}
-		tasks = append(tasks, Task{ID: j.ID, VC: j.VC, Team: team, Priority: cm.draw(u), Submit: j.Submit,
-			Duration: j.Duration, GPUs: j.GPUs, Hours: secs / 3600})
+		// What the trace records itself (an export of a gpuq log) wins
+		// over the model.
+		class := cm.draw(u)
+		if p, err := domain.ParsePriority(j.Class); j.Class != "" && err == nil {
+			class = p
+		}
+		if j.Estimate > 0 {
+			secs = j.Estimate.Seconds()
+		}
+		tasks = append(tasks, Task{ID: j.ID, VC: j.VC, Team: team, Priority: class, Submit: j.Submit,
+			Duration: j.Duration, GPUs: j.GPUs, Hours: secs / 3600, Fixed: j.NotPreemptible})
 	}
 	return tasks, unplaceable
 }

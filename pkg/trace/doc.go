@@ -1,7 +1,7 @@
 // Package trace reads real GPU-cluster job traces into one shape, Job, for
 // the trace simulator, the scheduler's benchmarks and the wait-estimate
 // evaluation. The traces live in shared/traces (see its README.md); this
-// package only reads them.
+// package only reads them, and measures them.
 //
 // Formats:
 //
@@ -42,5 +42,12 @@
 //
 // Every reader returns jobs sorted by Submit, then ID, so a trace always
 // replays in the same order. Stats summarises a job list: count, span,
-// GPU-hours and offered load against a given number of GPUs.
+// GPU-hours and offered load against a given number of GPUs; Shapes
+// measures what a synthetic workload needs of a trace (GPU counts,
+// run-time quantiles by size, arrivals by hour and weekday, VCs).
+//
+// Synthetic generates a workload shaped like a published trace from
+// those statistics alone (synthetic.go, with the figures and where each
+// comes from), so that `gpuq sim --workload synthetic:…` needs no trace
+// file. No job of a trace is kept in the code.
 package trace

@@ -60,3 +60,99 @@ func nearestRank(xs []time.Duration, p float64) time.Duration {
 	i := int(math.Ceil(p*float64(len(xs)))) - 1
 	return xs[max(0, min(i, len(xs)-1))]
 }
+
+// DurationQuantiles are the quantiles Shape gives of each group's run
+// times: the shortest, every tenth with the 5th, 95th and 99th
+// percentiles, and the longest.
+var DurationQuantiles = []float64{0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1}
+
+// Shape is what a synthetic workload needs of a trace: its summary
+// statistics, never its jobs.
+type Shape struct {
+	Jobs int
+	// GPUs counts the jobs by GPU count, rounded up to a power of two
+	// (Philly's 12- and 24-GPU jobs count at 16 and 32).
+	GPUs map[int]int
+	// Durations are the run-time quantiles (at DurationQuantiles,
+	// nearest-rank, whole seconds) of each group of jobs: a group is a
+	// rounded GPU count up to the maxGroup given to Shapes, which holds
+	// every larger job too.
+	Durations map[int][]time.Duration
+	// Hour and Weekday are the arrival rate by hour of day and by day of
+	// the week (index 0: Sunday), each relative to its mean (mean 1).
+	// Hours and days are those of SubmitTime where the trace has one
+	// (Philly, as published); from the trace's origin otherwise (openb:
+	// index 0 is the origin's day). A weekday's rate is its arrivals over
+	// the number of such days in the arrival window.
+	Hour    [24]float64
+	Weekday [7]float64
+	// VCs counts the jobs by VC (none for openb).
+	VCs map[string]int
+}
+
+// Pow2 is the least power of two ≥ n (1 for n ≤ 1).
+func Pow2(n int) int {
+	p := 1
+	for p < n {
+		p *= 2
+	}
+	return p
+}
+
+// Shapes measures jobs (sorted by Submit, as the readers return them).
+func Shapes(jobs []Job, maxGroup int) Shape {
+	s := Shape{Jobs: len(jobs), GPUs: map[int]int{}, Durations: map[int][]time.Duration{}, VCs: map[string]int{}}
+	if len(jobs) == 0 {
+		return s
+	}
+	groups := map[int][]time.Duration{}
+	var hours [24]float64
+	var days [7]float64
+	clock := func(j Job) time.Time {
+		if !j.SubmitTime.IsZero() {
+			return j.SubmitTime
+		}
+		// Day 0 of the origin's week is index 0 (Sunday): 1970-01-04.
+		return time.Date(1970, 1, 4, 0, 0, 0, 0, time.UTC).Add(j.Submit)
+	}
+	for _, j := range jobs {
+		g := Pow2(j.GPUs)
+		s.GPUs[g]++
+		k := min(g, maxGroup)
+		groups[k] = append(groups[k], j.Duration.Round(time.Second))
+		c := clock(j)
+		hours[c.Hour()]++
+		days[c.Weekday()]++
+		if j.VC != "" {
+			s.VCs[j.VC]++
+		}
+	}
+	for k, ds := range groups {
+		slices.Sort(ds)
+		q := make([]time.Duration, len(DurationQuantiles))
+		for i, p := range DurationQuantiles {
+			q[i] = nearestRank(ds, p)
+		}
+		s.Durations[k] = q
+	}
+	// Days of each weekday in the arrival window, first to last day.
+	first, last := clock(jobs[0]), clock(jobs[len(jobs)-1])
+	var count [7]float64
+	for d := time.Date(first.Year(), first.Month(), first.Day(), 0, 0, 0, 0, time.UTC); !d.After(last); d = d.AddDate(0, 0, 1) {
+		count[d.Weekday()]++
+	}
+	sum := 0.0
+	for i := range days {
+		if count[i] > 0 {
+			days[i] /= count[i]
+		}
+		sum += days[i]
+	}
+	for i := range days {
+		s.Weekday[i] = days[i] / (sum / 7)
+	}
+	for i := range hours {
+		s.Hour[i] = hours[i] / (float64(len(jobs)) / 24)
+	}
+	return s
+}

@@ -46,6 +46,15 @@ type Job struct {
 	// QoS is the openb qos class (LS, BE, Burstable, Guaranteed); empty
 	// for Philly.
 	QoS string
+
+	// Class, Estimate and NotPreemptible are what a gpuq log records and
+	// the published traces lack (an export of the live log, read by
+	// sim.ReadExport): the task's class ("critical" … "low"; "" when the
+	// trace has none), the user's run-time estimate (0: none) and whether
+	// the task was submitted not preemptible.
+	Class          string
+	Estimate       time.Duration
+	NotPreemptible bool
 }
 
 // DropReason says why a well-formed row was left out of a trace.

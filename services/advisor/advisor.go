@@ -3,8 +3,10 @@ package advisor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,6 +18,7 @@ import (
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/jsonguard"
 	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/policy"
 	"github.com/gpuq/gpuq/pkg/service"
@@ -270,6 +273,15 @@ func reply(m *nats.Msg, result any, err *api.Error) {
 }
 
 func (a *Advisor) onEstimate(m *nats.Msg) {
+	if _, err := jsonguard.Check(m.Data); err != nil {
+		var ge *jsonguard.Error
+		field := "body"
+		if errors.As(err, &ge) && ge.Path != "" {
+			field = ge.Path
+		}
+		reply(m, nil, &api.Error{Msg: strings.TrimPrefix(err.Error(), field+": "), Field: field})
+		return
+	}
 	var req api.EstimateRequest
 	if err := json.Unmarshal(m.Data, &req); err != nil {
 		reply(m, nil, &api.Error{Msg: "malformed request: " + err.Error(), Field: "body"})

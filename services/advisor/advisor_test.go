@@ -250,6 +250,8 @@ func TestEstimateOverNATS(t *testing.T) {
 		{"unknown priority", `{"task_id":"q","what_if_priority":"urgent"}`, "what_if_priority", false},
 		{"what-if on a running task", `{"task_id":"r","what_if_gpus":2}`, "task_id", false},
 		{"malformed", `{"task_id":`, "body", false},
+		{"nested 65 deep", `{"task_id":"q","x":` + strings.Repeat("[", 64) + strings.Repeat("]", 64) + `}`, "body", false},
+		{"repeated key", `{"task_id":"q","task_id":"r"}`, "task_id", false},
 	}
 	for _, b := range bad {
 		t.Run("bad input "+b.name, func(t *testing.T) {

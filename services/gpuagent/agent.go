@@ -55,10 +55,12 @@ import (
 	"github.com/gpuq/gpuq/pkg/auth"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
+	evjs "github.com/gpuq/gpuq/pkg/events/jetstream"
 	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/service"
 	"github.com/gpuq/gpuq/services/gpuagent/inventory"
 	"github.com/gpuq/gpuq/services/gpuagent/runner"
+	"github.com/gpuq/gpuq/services/gpuagent/tasksock"
 )
 
 // Config of one agent.
@@ -95,6 +97,11 @@ type Config struct {
 	Heartbeat time.Duration
 	// KillAfter is the wait between SIGTERM and SIGKILL (default 10 s).
 	KillAfter time.Duration
+	// ProgressEvery: a job's progress (its task socket's POST
+	// /v1/progress) is recorded in the log when it moved, at most once per
+	// ProgressEvery per task (default 10 s; negative: never, kept in
+	// memory only).
+	ProgressEvery time.Duration
 	// NodeTimeout is the scheduler's: cut off from NATS this long, the
 	// agent stops its tasks, and gone this long, the supervisors stop
 	// them (default 30 s).
@@ -137,7 +144,8 @@ type proc struct {
 	forced    bool
 	cancelled bool
 	preempt   bool
-	fenced    bool // stopped because the agent lost NATS
+	fenced    bool         // stopped because the agent lost NATS
+	progress  progressMark // the job's progress last recorded (socket.go)
 }
 
 // live reports whether the run's process still holds its GPUs.
@@ -176,6 +184,7 @@ type Agent struct {
 	liveRuns []bool         // what countLive saw, for the heartbeat
 	util     map[string]int // GPU UUID → utilization %, for the heartbeat
 	fold     atomic.Pointer[service.Fold]
+	socks    *tasksock.Server // the runs' task sockets (socket.go)
 }
 
 func runKey(task string, dispatch uint64) string { return fmt.Sprintf("%s/%d", task, dispatch) }
@@ -193,6 +202,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.KillAfter == 0 {
 		cfg.KillAfter = 10 * time.Second
 	}
+	if cfg.ProgressEvery == 0 {
+		cfg.ProgressEvery = 10 * time.Second
+	}
 	if cfg.NodeTimeout == 0 {
 		cfg.NodeTimeout = 30 * time.Second
 	}
@@ -207,6 +219,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.JobCredsTTL == 0 {
 		cfg.JobCredsTTL = DefaultJobCredsTTL
+	}
+	// An agent reads the log by direct gets and creates no consumer: its
+	// credential (which its jobs' user can read) may create none
+	// (auth.Roles).
+	if d, ok := cfg.Log.(interface{ Direct() *evjs.Log }); ok {
+		cfg.Log = d.Direct()
 	}
 	unlock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
@@ -235,6 +253,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	a := &Agent{cfg: cfg, inv: inv, st: domain.NewState(), procs: map[string]*proc{}, pending: map[string]report{},
 		exits: make(chan exit, 64), wake: make(chan struct{}, 1), boot: uuid.NewString(), reported: map[string]bool{}}
+	a.socks = tasksock.NewServer(socketBackend{a})
 	if cfg.Metrics != nil {
 		metrics.NodeFold(cfg.Metrics, "gpuagent", cfg.Node, a.fold.Load, cfg.Log.LastSeq)
 	}
@@ -338,6 +357,7 @@ func (a *Agent) run(ctx context.Context) error {
 					}
 				}
 				a.flush(ctx)
+				a.recordProgress(ctx)
 				a.fence()
 				a.escalate()
 				if now := a.cfg.Now(); now.Sub(lastAnnounce) >= a.cfg.Heartbeat && !a.fenced {
@@ -364,6 +384,7 @@ func (a *Agent) run(ctx context.Context) error {
 		a.stop()
 		snaps.Final(st, nil)
 	})
+	a.socks.CloseAll()
 	return err
 }
 
@@ -427,6 +448,7 @@ func (a *Agent) adopt() {
 		}
 		a.procs[pr.key] = pr
 		a.watch(pr)
+		a.reopenSocket(pr)
 		a.cfg.Logger.Info().Str("task_id", s.TaskID).Uint64("dispatch", s.Dispatch).Int("pid", p.PID()).Bool("live", !p.Exited()).
 			Msg("gpuagent: adopted a run of an earlier agent")
 	}
@@ -623,7 +645,8 @@ func (a *Agent) signalPreempt(pr *proc, t *domain.Task, grace time.Duration) {
 		}
 	}
 	pr.signalled, pr.preempt, pr.termAt = true, true, a.cfg.Now().Add(grace)
-	_ = pr.p.SignalJob(sig)
+	_ = pr.p.Preempt(sig)
+	a.notePreempt(pr, t, grace)
 }
 
 // fence stops every run when NATS has not taken a heartbeat for the node
@@ -710,7 +733,7 @@ func (a *Agent) stop() {
 					return false
 				}
 			}
-			_ = pr.p.SignalJob(sig)
+			_ = pr.p.Preempt(sig)
 			if wait(grace) {
 				return
 			}
@@ -787,6 +810,7 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 	// 3. Start the process under its supervisor, with a credential of its
 	//    own when the node has a job signing key.
 	creds := a.jobCreds(t, runDir)
+	sock, bindSocket := a.openSocket(key, a.socketTask(t, t.DispatchSeq, pl.GPUs), runDir)
 	placements, _ := json.Marshal(t.Placements)
 	var env []string
 	for _, k := range sortedKeys(sub.Env) {
@@ -802,6 +826,7 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 		// Never the agent's own credentials (issue 15): the run's own
 		// (jobCreds), or none.
 		"GPUQ_NATS_CREDS="+creds, "GPUQ_NATS_KEY=",
+		"GPUQ_TASK_SOCKET="+sock,
 	)
 	if t.ResumeFrom != "" {
 		env = append(env, "GPUQ_RESUME_FROM="+t.ResumeFrom)
@@ -822,12 +847,14 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 			Grace: time.Duration(t.GraceS * float64(time.Second)), KillAfter: a.cfg.KillAfter}}
 	p, err := runner.Start(spec)
 	if err != nil {
+		a.socks.Close(key)
 		a.reported[key] = true
 		a.append(ctx, events.Failed{TaskID: t.ID, Node: a.cfg.Node, ExitCode: -1, Error: "could not start: " + err.Error()},
 			fmt.Sprintf("exit:%s:%d", t.ID, t.DispatchSeq))
 		_ = os.RemoveAll(runDir)
 		return
 	}
+	bindSocket(p)
 	a.cfg.Logger.Info().Str("task_id", t.ID).Str("run", runDir).Str("gpus", strings.Join(pl.GPUs, ",")).Msg("gpuagent: started")
 	pr := &proc{key: key, p: p, task: t.ID, dispatch: t.DispatchSeq, gpus: pl.GPUs}
 	a.procs[key] = pr
@@ -867,6 +894,7 @@ func (a *Agent) jobCreds(t *domain.Task, runDir string) string {
 func (a *Agent) exited(x exit) {
 	pr := a.procs[x.key]
 	delete(a.procs, x.key)
+	a.socks.Close(x.key)
 	a.countLive()
 	if pr == nil {
 		return
@@ -882,10 +910,11 @@ func (a *Agent) exited(x exit) {
 	msgID := fmt.Sprintf("exit:%s:%d", pr.task, pr.dispatch)
 	forced := pr.forced || res.Forced
 	var ev events.Event
+	preempted, why := preemptedOutcome(t, pr, res, a.gpuDied(pr))
 	switch {
-	case t.State != domain.Cancelled && (t.State == domain.Preempting || pr.preempt || res.Stopped || a.gpuDied(pr)):
+	case preempted:
 		ev = events.Preempted{TaskID: pr.task, Node: a.cfg.Node, Checkpoint: t.Checkpoint, Forced: forced,
-			LostGPUSeconds: map[bool]float64{true: a.lost(t), false: 0}[forced], ExitCode: res.ExitCode}
+			LostGPUSeconds: map[bool]float64{true: a.lost(t), false: 0}[forced], ExitCode: res.ExitCode, Reason: why}
 		msgID = fmt.Sprintf("preempted:%s:%d", pr.task, pr.dispatch)
 	case res.ExitCode == 0 && !pr.cancelled && !res.Lost:
 		ev = events.Completed{TaskID: pr.task, Node: a.cfg.Node}
@@ -972,14 +1001,14 @@ func (a *Agent) spooled(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		ref := strings.TrimSpace(string(b))
+		ref, step := readSpool(b)
 		t := a.st.Tasks[task]
 		if ref == "" || t == nil || !t.HoldsGPUs() || t.Checkpoint == ref {
 			_ = os.Remove(path)
 			continue
 		}
 		sum := sha256.Sum256([]byte(ref))
-		_, err = events.Append(ctx, a.cfg.Log, events.Checkpointed{TaskID: task, Ref: ref}, events.Meta{Time: a.cfg.Now()},
+		_, err = events.Append(ctx, a.cfg.Log, events.Checkpointed{TaskID: task, Ref: ref, Step: step}, events.Meta{Time: a.cfg.Now()},
 			fmt.Sprintf("ckpt:%s:%x", task, sum[:8]), nil)
 		if err != nil {
 			continue

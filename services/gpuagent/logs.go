@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/jsonguard"
 )
 
 // LogsConfig configures ServeLogs.
@@ -73,6 +74,13 @@ func StartLogs(cfg LogsConfig) (stop func(), err error) {
 
 // answerLogs answers one request body.
 func answerLogs(cfg LogsConfig, data []byte) api.Reply {
+	if _, err := jsonguard.Check(data); err != nil {
+		var ge *jsonguard.Error
+		if errors.As(err, &ge) && ge.Path != "" {
+			return api.Reply{Error: ge.Rule, Field: ge.Path}
+		}
+		return api.Reply{Error: err.Error(), Field: "body"}
+	}
 	var req api.LogsRequest
 	if err := json.Unmarshal(data, &req); err != nil {
 		return api.Reply{Error: "must be a JSON object with task_id, offset, tail, max_bytes", Field: "body"}

@@ -117,3 +117,26 @@ func TestServeLogs(t *testing.T) {
 		t.Errorf("a node without an agent: %v, want an error naming it", err)
 	}
 }
+
+// TestAnswerLogsBounded: a logs request goes through the same bounded
+// pass as the submitter's: nesting past 64 levels, repeated keys and
+// invalid text are refused naming the field, before anything is read.
+func TestAnswerLogsBounded(t *testing.T) {
+	cfg := LogsConfig{Node: "node-1", DataDir: t.TempDir()}
+	for name, tc := range map[string]struct {
+		body, wantField, wantMsg string
+	}{
+		"nested 65 deep":     {`{"task_id":"t1","x":` + strings.Repeat("[", 64) + strings.Repeat("]", 64) + `}`, "body", "deeper than 64 levels"},
+		"a million brackets": {strings.Repeat("[", 1<<20), "body", "deeper than 64 levels"},
+		"repeated key":       {`{"task_id":"t1","task_id":"a"}`, "task_id", "is given twice"},
+		"lone surrogate":     {`{"task_id":"t\ud800"}`, "task_id", "lone surrogate"},
+		"overflowing number": {`{"task_id":"t1","offset":1e999}`, "offset", "must be a finite number"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := answerLogs(cfg, []byte(tc.body))
+			if r.Field != tc.wantField || !strings.Contains(r.Error, tc.wantMsg) {
+				t.Fatalf("reply %+v, want field %q …%s…", r, tc.wantField, tc.wantMsg)
+			}
+		})
+	}
+}

@@ -25,6 +25,26 @@ func withCaller(ctx context.Context, c auth.Caller) context.Context {
 	return context.WithValue(ctx, callerKey{}, c)
 }
 
+// authedKey marks a request whose caller was authenticated: an HTTP
+// token, or a NATS subject that the server lets only that credential
+// publish (Config.NATSAuth).
+type authedKey struct{}
+
+func withAuthenticated(ctx context.Context, c auth.Caller) context.Context {
+	return context.WithValue(withCaller(ctx, c), authedKey{}, true)
+}
+
+// actor is who acted, as the log records it: the authenticated
+// credential's name (auth.Caller.Name); false when the caller was not
+// authenticated (no tokens, NATS without gpuq's roles).
+func actor(ctx context.Context) (string, bool) {
+	c, ok := ctx.Value(callerKey{}).(auth.Caller)
+	if authed, _ := ctx.Value(authedKey{}).(bool); !ok || !authed {
+		return "", false
+	}
+	return c.Name(), true
+}
+
 func callerOf(ctx context.Context) (auth.Caller, bool) {
 	c, ok := ctx.Value(callerKey{}).(auth.Caller)
 	return c, ok && !c.Admin
@@ -154,5 +174,21 @@ func (s *server) authenticate(w http.ResponseWriter, r *http.Request) (*http.Req
 		writeError(w, &opError{Status: http.StatusUnauthorized, Field: "authorization", Msg: err.Error()})
 		return r, false
 	}
-	return r.WithContext(withCaller(r.Context(), c)), true
+	return r.WithContext(withAuthenticated(r.Context(), c)), true
+}
+
+// natsContext is natsCaller, and under Config.NATSAuth the credential the
+// server vouches for: the team of a team subject, the admin on an unscoped
+// subject (only the admin role may publish there). A job's subject names
+// its run, not a person: it stays as natsCaller left it.
+func (s *server) natsContext(ctx context.Context, subject string) (context.Context, string) {
+	ctx, op := natsCaller(ctx, subject)
+	if !s.natsAuth || jobOf(ctx) != nil {
+		return ctx, op
+	}
+	c, ok := ctx.Value(callerKey{}).(auth.Caller)
+	if !ok {
+		c = auth.Caller{Admin: true}
+	}
+	return withAuthenticated(ctx, c), op
 }

@@ -7,13 +7,18 @@
 //
 // The same internal operations are served two ways. Over NATS,
 // request/reply on gpuq.api.v1.<op> (queue group api.QueueGroup), ops
-// submit, show, queue, cancel, amend, checklist, checkpoint and history;
-// every answer is an api.Reply. Over HTTP, when Config.HTTPAddr is set:
+// submit, show, queue, cancel, amend, checklist, checkpoint and history,
+// and logs on the team-scoped subjects only (a team's credential may not
+// ask the agents itself; the unscoped gpuq.api.v1.logs.<node> are the
+// agents'); every answer is an api.Reply. queue answers a page
+// (api.QueueRequest: limit, after; the reply's next is the next page's
+// after). Over HTTP, when Config.HTTPAddr is set:
 //
 //	POST /v1/tasks                 submit      201, 200 for a duplicate
-//	GET  /v1/tasks[?all=true]      queue
+//	GET  /v1/tasks[?all=true]      queue       every task
+//	GET  /v1/tasks?limit=N&after=ID            a page; Link rel="next"
 //	GET  /v1/tasks/{id}            show
-//	POST /v1/tasks/{id}/cancel     cancel      body optional: {"by": "..."}
+//	POST /v1/tasks/{id}/cancel     cancel      body optional: {"by": "..."} (see Who acted)
 //	POST /v1/tasks/{id}/amend      amend
 //	POST /v1/tasks/{id}/checklist  checklist
 //	POST /v1/tasks/{id}/checkpoint checkpoint  {"ref": "..."}, from the task's job
@@ -21,6 +26,7 @@
 //	GET  /v1/events                the live stream (Server-Sent Events), below
 //	GET  /                         the dashboard (web/, embedded), no token needed
 //	GET  /healthz                  200 {"status":"ok"} once ready, 503 before
+//	GET  /metrics                  Prometheus text (Config.Metrics), before ready too
 //
 // Until the read model has caught up, every HTTP route but /healthz answers
 // 503, and the NATS subscriptions do not exist yet. /healthz also consults
@@ -37,13 +43,49 @@
 // api.MaxCheckpointRef bytes and free of control characters (it becomes the
 // next run's GPUQ_RESUME_FROM); it is kept as given.
 //
+// # Browser safety and auth
+//
+// Every HTTP route first refuses what a web page may have made a browser
+// send (browser.go): a Host that is not a name of the listener (421, field
+// Host; DNS rebinding), an Origin other than the request's own or one of
+// Config.HTTPOrigins (403, field Origin), and a POST, PUT, PATCH or DELETE
+// without Content-Type application/json (415, field Content-Type; a page
+// can post text/plain without a preflight). Then, with Config.Tokens, the
+// bearer token (scheme in any case): 401 without a known one, 403 for a
+// team's token on another team's task; /metrics wants the admin token
+// (Config.MetricsAddr serves it without one, on an address the operator
+// chose).
+//
+// Who acted: a cancel's by is the authenticated credential (auth.Caller.Name:
+// "admin", "team:<team>") — an HTTP token, or over NATS with
+// Config.NATSAuth the team subject's team or, on an unscoped subject, the
+// admin — and the caller's own by goes into the event's note. Without
+// authentication by is what the caller sent.
+//
 // A success answers the result JSON itself; a failure answers
 // {"error": "...", "field": "...", "not_found": true} with 400 (a field or the
 // body is wrong), 404 (no such task or route), 405, 409 (a checkpoint of a
 // task that is not running or preempting, with field task_id; or, without a
 // field, the task kept changing under a cancel, amend or checkpoint), 413
-// (body over 1 MiB), 503 (starting, or the read model is behind the log) or
-// 500. Over NATS the same errors carry the same field and not_found.
+// (field body: a body over events.MaxRecordBytes, 512 KiB, or a submission
+// whose encoded submitted record would be — nothing is acknowledged that the
+// log would refuse), 415, 421, 503 (starting, or the read model is behind
+// the log) or 500. A 409 with field idempotency_key refuses a key reused
+// with another payload. Over NATS the same errors carry the same field and not_found.
+//
+// # Bounded decoding
+//
+// Every request body, HTTP and NATS, goes first through one pass of
+// pkg/jsonguard, with work and memory linear in its length: nesting deeper
+// than 64 levels (field body), a repeated key, invalid UTF-8, a lone
+// surrogate escape and a number beyond a float64 are refused naming the
+// field, before encoding/json decodes it (which would keep the last key and
+// turn bad text into U+FFFD). Decoding a 1 MiB body of any adversarial
+// shape allocates at most 32 times its size (TestDecodeMemory). A
+// submission that leaves out gpus or hours gets domain.DefaultGPUs (1) and
+// domain.DefaultHours (4.0), as `gpuq submit` does; an explicit 0 is
+// refused. A task id in a request must be of the shape submit mints
+// (api.IsTaskID: a lower-case UUID), else 400 naming task_id.
 //
 // # Read model and consistency
 //
@@ -55,13 +97,31 @@
 // Records that do not decode are skipped, logged and counted; the fold still
 // advances past them.
 //
+// No request opens a JetStream consumer: show, queue and logs are answered
+// from the read model (which also keeps where each task last started),
+// history and a duplicate submission's original are read by direct gets
+// (pkg/events/jetstream: batched $JS.API.DIRECT.GET, nothing left on the
+// server) — a task's history is kept for its last sequence, so polling an
+// unchanged task reads nothing — and concurrent requests share one ask of
+// the log's last sequence. The service's one consumer is its fold's follow; when the
+// server refuses it (its consumer limit, a permission) /healthz answers
+// 503 naming why while the fold retries.
+//
 // # Writes
 //
 // Submissions are validated with domain.Request.Validate. An idempotency key
-// is checked against the fold's index first (it outlives JetStream's
-// de-duplication window); otherwise the submitted event carries the message
-// id "submit:<team>:<key>", so concurrent retries are de-duplicated by the
+// (the body's idempotency_key, or over HTTP the Idempotency-Key header;
+// both and different: 400 naming Idempotency-Key) is checked against the
+// fold's index first (it outlives JetStream's de-duplication window);
+// otherwise the submitted event carries the message id
+// "submit:<team>:<key>", so concurrent retries are de-duplicated by the
 // stream, and a duplicate ack is answered with the original task's id.
+// Either way the original submitted event is read back by its sequence (a
+// direct get) and compared with the request, validated and normalised,
+// field by field (samePayload): another payload is refused, 409 with field
+// idempotency_key naming the field that differs. The log stores no digest:
+// comparing against the recorded event works for records older than the
+// check, and amends (which change the task in the fold) do not count.
 //
 // Cancel, amend and checkpoint append with an expected last sequence on the
 // task's subjects (gpuq.task.<id>.>): if another writer (the scheduler, an

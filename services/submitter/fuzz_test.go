@@ -1,6 +1,7 @@
 package submitter
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpuq/gpuq/pkg/api"
+	"github.com/gpuq/gpuq/pkg/jsonguard"
 )
 
 // FuzzHTTP: any request to the HTTP API (method, path, body, and a token
@@ -37,6 +39,8 @@ func FuzzHTTP(f *testing.F) {
 		if err != nil || !strings.HasPrefix(r.URL.Path, "/") {
 			return
 		}
+		r.Host = testHost // the browser checks are TestBrowserSafety's
+		r.Header.Set("Content-Type", "application/json")
 		token := tokens[int(who)%len(tokens)]
 		if token != "" {
 			r.Header.Set("Authorization", "Bearer "+token)
@@ -68,6 +72,46 @@ func FuzzHTTP(f *testing.F) {
 		var rep api.Reply
 		if w.Code >= 400 && r.Method != "HEAD" && (json.Unmarshal(w.Body.Bytes(), &rep) != nil || rep.Error == "") {
 			t.Fatalf("%s %s: %d without an error message: %s", r.Method, path, w.Code, w.Body)
+		}
+	})
+}
+
+// FuzzNATS: any request to the NATS API (an operation, known or not, and
+// any body) is answered without a panic, with a result or an error, and
+// an error the caller caused names its field; a body the bounded pass
+// refuses never reaches an operation.
+func FuzzNATS(f *testing.F) {
+	f.Add(uint8(0), []byte(`{"name":"n","team":"vision","priority":"low","gpus":1,"hours":1,"hypothesis":"h","command":"c"}`))
+	f.Add(uint8(0), []byte(`{"name":"n","team":"vision","priority":"low","hypothesis":"h","command":"c"}`))
+	f.Add(uint8(0), []byte(`{"name":"\ud800","hours":1e309}`))
+	f.Add(uint8(1), []byte(`{"task_id":"TASK"}`))
+	f.Add(uint8(1), []byte(`{"task_id":"x/y/z"}`))
+	f.Add(uint8(2), []byte(`{"all":true}`))
+	f.Add(uint8(3), []byte(`{"task_id":"TASK","by":"x"}`))
+	f.Add(uint8(4), []byte(`{"task_id":"TASK","gpus":2,"gpus":3}`))
+	f.Add(uint8(5), []byte(`{"task_id":"TASK","item":"documentation","done":true}`))
+	f.Add(uint8(6), []byte(`{"task_id":"TASK"}`))
+	f.Add(uint8(7), []byte(`{"task_id":"TASK","ref":"/ckpt/1"}`))
+	f.Add(uint8(9), []byte(`{"node":"node-1","reason":"r"}`))
+	f.Add(uint8(11), []byte(strings.Repeat("[", 100)))
+	h := newHarness(f, nil)
+	id := h.submit(validReq()).TaskID
+	names := append(append([]string(nil), ops...), "explode")
+	f.Fuzz(func(t *testing.T, op uint8, body []byte) {
+		name := names[int(op)%len(names)]
+		body = bytes.ReplaceAll(body, []byte("TASK"), []byte(id))
+		r := h.s.handleNATS(h.ctx, name, body)
+		if (r.Error == "") == (r.Result == nil) {
+			t.Fatalf("%s %q: reply %+v: want a result or an error", name, body, r)
+		}
+		if r.Error != "" && r.Field == "" && !r.NotFound && !strings.Contains(r.Error, "not ready") {
+			t.Fatalf("%s %q: %q: an error without a field", name, body, r.Error)
+		}
+		if r.Error == "" && !json.Valid(r.Result) {
+			t.Fatalf("%s %q: result not JSON: %q", name, body, r.Result)
+		}
+		if _, err := jsonguard.Check(body); err != nil && len(bytes.TrimSpace(body)) > 0 && r.Error == "" {
+			t.Fatalf("%s %q: accepted what the bounded pass refuses (%v)", name, body, err)
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -75,7 +76,11 @@ func newHarness(t testing.TB, l events.Log) *harness {
 		ml.Now = clk.last
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := newServer(Config{Log: l, Limits: testLimits, Logger: testLogger(t), Now: clk.Now})
+	// The handler stands for a loopback listener; httptest.NewRequest's
+	// own Host (example.com) is one of its names too, so a test that makes
+	// its requests that way reaches the API (the browser checks have their
+	// own tests, with their own Hosts).
+	s := newServer(Config{Log: l, Limits: testLimits, Logger: testLogger(t), Now: clk.Now, HTTPHosts: []string{"example.com"}})
 	if err := s.catchUp(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -154,14 +159,33 @@ func (h *harness) natsCall(op string, req any) api.Reply {
 	return h.s.handleNATS(h.ctx, op, data)
 }
 
-// httpCall serves one HTTP request; body is sent as is.
+// testHost is the Host of the harness's HTTP requests: a name of the
+// loopback listener the harness stands for.
+const testHost = "localhost:8080"
+
+// httpCall serves one HTTP request as curl or the CLI sends it (Host
+// testHost, Content-Type application/json); body is sent as is.
 func (h *harness) httpCall(method, path, body string) *httptest.ResponseRecorder {
+	h.t.Helper()
+	return h.httpCallHeader(method, path, body, http.Header{"Content-Type": {"application/json"}})
+}
+
+// httpCallHeader is httpCall with these headers (and no others but Host).
+func (h *harness) httpCallHeader(method, path, body string, hdr http.Header) *httptest.ResponseRecorder {
 	h.t.Helper()
 	var r *http.Request
 	if body == "" {
 		r = httptest.NewRequest(method, path, nil)
 	} else {
 		r = httptest.NewRequest(method, path, bytes.NewBufferString(body))
+	}
+	r.Host = testHost
+	for k, vs := range hdr {
+		if strings.EqualFold(k, "Host") {
+			r.Host = vs[0]
+			continue
+		}
+		r.Header[http.CanonicalHeaderKey(k)] = vs
 	}
 	w := httptest.NewRecorder()
 	h.h.ServeHTTP(w, r)
@@ -218,3 +242,9 @@ func (l *interceptLog) set(match func(events.Msg) bool, hook func(context.Contex
 	defer l.mu.Unlock()
 	l.match, l.hook, l.fired = match, hook, false
 }
+
+// Task ids of the shape submit mints that no test submits.
+const (
+	unknownID = "00000000-0000-7000-8000-000000000000"
+	earlyID   = "0190a5b2-3c4d-7e8f-9a0b-1c2d3e4f5a6b"
+)

@@ -56,13 +56,45 @@ func (s *server) handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &opError{Status: http.StatusNotFound, Msg: "no such route: " + r.URL.Path})
 	})
-	if s.metrics == nil {
-		return s.guard(mux)
-	}
 	top := http.NewServeMux()
-	top.Handle("GET "+metrics.Path, metrics.Handler(s.metrics))
+	if s.metrics != nil {
+		top.Handle("GET "+metrics.Path, s.adminOnly(metrics.Handler(s.metrics)))
+	}
 	top.Handle("/", s.guard(mux))
-	return top
+	return s.browser(top)
+}
+
+// browser refuses what a web page may have made a browser send
+// (browser.go), on every route.
+func (s *server) browser(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := s.browserCheck(r); err != nil {
+			s.fail(w, "http", err)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// adminOnly lets only the admin's token through when tokens are
+// configured (401 without a known token, 403 with a team's); served
+// before the read model is ready too.
+func (s *server) adminOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.tokens != nil {
+			c, err := s.tokens.Caller(r.Header.Get("Authorization"))
+			if err != nil {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="gpuq"`)
+				writeError(w, &opError{Status: http.StatusUnauthorized, Field: "authorization", Msg: err.Error()})
+				return
+			}
+			if !c.Admin {
+				writeError(w, forbidden("authorization", fmt.Sprintf("%s is for the admin token (or the --metrics listener); the caller acts for team %s", r.URL.Path, c.Team)))
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // guard recovers panics and answers 503 until the service is ready.
@@ -91,7 +123,11 @@ func (s *server) guard(next http.Handler) http.Handler {
 
 func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
 	if !s.ready.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting"})
+		writeJSON(w, http.StatusServiceUnavailable, starting(s.m.problem()))
+		return
+	}
+	if err := s.m.problem(); err != nil { // e.g. the server refused its consumer
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
 		return
 	}
 	if s.health != nil {
@@ -105,15 +141,25 @@ func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
 
 // readBody decodes the request body (at most maxBody bytes) into v.
 func readBody(w http.ResponseWriter, r *http.Request, v any) error {
+	data, err := bodyOf(w, r)
+	if err != nil {
+		return err
+	}
+	_, err = decodeBody(data, v)
+	return err
+}
+
+// bodyOf reads the request body, at most maxBody bytes.
+func bodyOf(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return &opError{Status: http.StatusRequestEntityTooLarge, Field: "body", Msg: fmt.Sprintf("is larger than %d bytes", maxBody)}
+			return nil, tooLarge(-1)
 		}
-		return invalid("body", "could not be read: "+err.Error())
+		return nil, invalid("body", "could not be read: "+err.Error())
 	}
-	return decodeBody(data, v)
+	return data, nil
 }
 
 // pathID puts the path's task id into a body's task_id, which may be empty
@@ -128,13 +174,26 @@ func pathID(r *http.Request, bodyID *string) error {
 }
 
 func (s *server) httpSubmit(w http.ResponseWriter, r *http.Request) {
+	data, err := bodyOf(w, r)
 	var req domain.Request
-	if err := readBody(w, r, &req); err != nil {
+	fromHeader := false
+	if err == nil {
+		req, err = decodeSubmit(data)
+	}
+	if err == nil {
+		fromHeader, err = idempotencyHeader(r, &req)
+	}
+	if err != nil {
 		s.fail(w, "submit", err)
 		return
 	}
 	rep, err := s.submit(r.Context(), req)
 	if err != nil {
+		// A key from the header that is not a valid key is named as sent.
+		var fe *domain.FieldError
+		if fromHeader && errors.As(err, &fe) && fe.Field == "idempotency_key" {
+			err = invalid(idempotencyKeyHeader, fe.Rule)
+		}
 		s.fail(w, "submit", err)
 		return
 	}
@@ -146,6 +205,33 @@ func (s *server) httpSubmit(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, rep)
 }
 
+// idempotencyKeyHeader carries a submission's idempotency key as the IETF
+// draft (draft-ietf-httpapi-idempotency-key-header) and Stripe send it.
+const idempotencyKeyHeader = "Idempotency-Key"
+
+// idempotencyHeader takes the Idempotency-Key header into the request: it
+// may stand alone or repeat the body's idempotency_key; two different keys
+// (or the header twice) are refused. fromHeader: the key came from it.
+func idempotencyHeader(r *http.Request, req *domain.Request) (fromHeader bool, err error) {
+	vs := r.Header.Values(idempotencyKeyHeader)
+	switch {
+	case len(vs) == 0:
+		return false, nil
+	case len(vs) > 1:
+		return false, invalid(idempotencyKeyHeader, fmt.Sprintf("must be given once (got %d)", len(vs)))
+	}
+	key := vs[0]
+	if key == "" {
+		return false, invalid(idempotencyKeyHeader, "must not be empty")
+	}
+	if req.IdempotencyKey != "" && req.IdempotencyKey != key {
+		return false, invalid(idempotencyKeyHeader, fmt.Sprintf("%q differs from the body's idempotency_key %q; send one key", key, req.IdempotencyKey))
+	}
+	fromHeader = req.IdempotencyKey == ""
+	req.IdempotencyKey = key
+	return fromHeader, nil
+}
+
 func (s *server) httpQueue(w http.ResponseWriter, r *http.Request) {
 	all := false
 	if v := r.URL.Query().Get("all"); v != "" {
@@ -155,6 +241,10 @@ func (s *server) httpQueue(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		all = b
+	}
+	if q := r.URL.Query(); q.Has("limit") || q.Has("after") {
+		s.httpQueuePage(w, r, all)
+		return
 	}
 	res, err := s.queue(r.Context(), all)
 	s.respond(w, "queue", res, err)

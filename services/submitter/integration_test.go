@@ -49,7 +49,7 @@ func TestRunJetStream(t *testing.T) {
 	}
 
 	// A task submitted before the service starts is folded on start.
-	if _, err := events.Append(ctx, log, events.Submitted{TaskID: "early", Name: "early", Team: "nlp", Priority: "low",
+	if _, err := events.Append(ctx, log, events.Submitted{TaskID: earlyID, Name: "early", Team: "nlp", Priority: "low",
 		GPUs: 1, Hours: 1, Hypothesis: "h", Command: "c", SubmittedAt: t0}, events.Meta{Time: t0}, "", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -130,18 +130,18 @@ func TestRunJetStream(t *testing.T) {
 	for _, t := range q {
 		got = append(got, t.TaskID)
 	}
-	if diff := cmp.Diff([]string{sub.TaskID, ids[0], "early"}, got); diff != "" {
+	if diff := cmp.Diff([]string{sub.TaskID, ids[0], earlyID}, got); diff != "" {
 		t.Errorf("queue (-want +got):\n%s", diff)
 	}
 
 	// 5. Cancel over NATS; twice is an error; unknown is not found.
-	if err := cli.Call(api.OpCancel, api.IDRequest{TaskID: "early", By: "test"}, &v); err != nil || v.State != "cancelled" {
+	if err := cli.Call(api.OpCancel, api.IDRequest{TaskID: earlyID, By: "test"}, &v); err != nil || v.State != "cancelled" {
 		t.Errorf("cancel: %v %+v", err, v)
 	}
-	if err := cli.Call(api.OpCancel, api.IDRequest{TaskID: "early"}, nil); !api.IsInvalid(err) {
+	if err := cli.Call(api.OpCancel, api.IDRequest{TaskID: earlyID}, nil); !api.IsInvalid(err) {
 		t.Errorf("cancel twice: %v", err)
 	}
-	if err := cli.Call(api.OpCancel, api.IDRequest{TaskID: "nope"}, nil); !api.IsNotFound(err) {
+	if err := cli.Call(api.OpCancel, api.IDRequest{TaskID: unknownID}, nil); !api.IsNotFound(err) {
 		t.Errorf("cancel unknown: %v", err)
 	}
 
@@ -166,6 +166,7 @@ func TestRunJetStream(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -191,7 +192,7 @@ func TestRunJetStream(t *testing.T) {
 	if err := json.Unmarshal(b, &hist); code != 200 || err != nil || len(hist) != 2 || hist[0].Type != "submitted" || hist[1].Type != "amended" {
 		t.Errorf("http history: %d %s", code, b)
 	}
-	if code, b := httpDo("GET", "/v1/tasks/nope", nil); code != 404 {
+	if code, b := httpDo("GET", "/v1/tasks/"+unknownID, nil); code != 404 {
 		t.Errorf("http unknown: %d %s", code, b)
 	}
 
@@ -230,7 +231,7 @@ func TestRunJetStream(t *testing.T) {
 	if err := cli.Call(api.OpShow, api.IDRequest{TaskID: hs.TaskID}, &v); err != nil || v.Checkpoint != "/ckpt/vit/step-2" {
 		t.Errorf("show after checkpoints: %v, checkpoint %q", err, v.Checkpoint)
 	}
-	if err := cli.Call(api.OpCheckpoint, api.CheckpointRequest{TaskID: "nope", Ref: "/c"}, nil); !api.IsNotFound(err) {
+	if err := cli.Call(api.OpCheckpoint, api.CheckpointRequest{TaskID: unknownID, Ref: "/c"}, nil); !api.IsNotFound(err) {
 		t.Errorf("checkpoint unknown: %v", err)
 	}
 

@@ -17,13 +17,27 @@ import (
 // event (ok false when it never started). The fold keeps neither: they are
 // read from the task's started subject.
 func (s *server) lastStart(ctx context.Context, id string) (node, dir string, ok bool, err error) {
-	_, err = s.log.Read(ctx, 0, events.TaskPrefix+id+"."+string(events.TypeStarted), func(m events.Stored) error {
+	subject := events.TaskPrefix + id + "." + string(events.TypeStarted)
+	decode := func(m events.Stored) {
 		var env events.Envelope
 		var st events.Started
 		if json.Unmarshal(m.Data, &env) != nil || json.Unmarshal(env.Data, &st) != nil || st.Node == "" {
-			return nil // skipped, as the fold skips it
+			return // skipped, as the fold skips it
 		}
 		node, dir, ok = st.Node, st.LogDir, true
+	}
+	// One direct get of the subject's last message: no consumer, nothing
+	// left on the server, however many ask.
+	if lg, isLG := s.reads.(events.LastGetter); isLG {
+		m, found, err := lg.Last(ctx, subject)
+		if err != nil || !found {
+			return "", "", false, err
+		}
+		decode(m)
+		return node, dir, ok, nil
+	}
+	_, err = s.reads.Read(ctx, 0, subject, func(m events.Stored) error {
+		decode(m)
 		return nil
 	})
 	return node, dir, ok, err
@@ -35,11 +49,16 @@ func (s *server) withLog(ctx context.Context, v *api.TaskView) error {
 	if err != nil || !ok {
 		return err
 	}
+	setLog(v, node, dir)
+	return nil
+}
+
+// setLog fills the view's log location from a start's node and directory.
+func setLog(v *api.TaskView, node, dir string) {
 	v.LogNode = node
 	if dir != "" {
 		v.LogPath = filepath.Join(dir, "output.log")
 	}
-	return nil
 }
 
 // httpLogs answers GET /v1/tasks/{id}/logs[?offset=N|tail=N][&max_bytes=N]:
@@ -71,6 +90,12 @@ func (s *server) httpLogs(w http.ResponseWriter, r *http.Request) {
 	res, err := s.logs(r.Context(), req)
 	s.respond(w, "logs", res, err)
 }
+
+// teamOps are the NATS operations answered on the team-scoped subjects
+// only (gpuq.api.v1.team.<team>.<op>): logs, which a team's credential
+// may not ask of the agents itself; the unscoped gpuq.api.v1.logs.<node>
+// is the agents' own.
+var teamOps = []string{api.OpLogs}
 
 // logs asks the agent of the task's node for a piece of its output.
 func (s *server) logs(ctx context.Context, req api.LogsRequest) (api.LogsReply, error) {

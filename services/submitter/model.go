@@ -20,6 +20,27 @@ import (
 // reached a sequence.
 type model struct {
 	f *service.Fold
+	// starts is where each task last started (node, log directory), from
+	// the started records folded since this process began; guarded by the
+	// fold's lock (written by the Applied hook, read in read). The fold's
+	// state does not keep it; a task that started before a restored
+	// snapshot is looked up in the log (lastStart).
+	starts map[string]startAt
+}
+
+// startAt is a task's latest start.
+type startAt struct{ node, dir string }
+
+// saw keeps a folded record's start (called with the fold's lock held).
+func (m *model) saw(r events.Record, skipped string) {
+	st, ok := r.Event.(events.Started)
+	if !ok || skipped != "" || st.Node == "" {
+		return
+	}
+	if m.starts == nil {
+		m.starts = map[string]startAt{}
+	}
+	m.starts[st.TaskID] = startAt{node: st.Node, dir: st.LogDir}
 }
 
 func newModel(log events.Log, logger zerolog.Logger) *model {
@@ -46,3 +67,23 @@ func (m *model) waitFor(ctx context.Context, seq uint64, bound time.Duration) er
 // read runs fn with the state locked. fn must not block and must not keep
 // pointers into the state after it returns.
 func (m *model) read(fn func(st *domain.State)) { m.f.Read(fn) }
+
+// problem is why the fold cannot read or follow the log now, or another
+// fold of this process (gpuq dev runs every service in one): nil when
+// they can. /healthz reports it.
+func (m *model) problem() error {
+	if err := m.f.Problem(); err != nil {
+		return err
+	}
+	return errors.Join(service.Problems()...)
+}
+
+// starting is /healthz's answer before the fold is ready, with why it is
+// not getting there when it knows.
+func starting(problem error) map[string]string {
+	out := map[string]string{"status": "starting"}
+	if problem != nil {
+		out["error"] = problem.Error()
+	}
+	return out
+}

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -37,6 +38,16 @@ func (e *opError) Error() string {
 
 func invalid(field, rule string) error {
 	return &opError{Status: http.StatusBadRequest, Field: field, Msg: rule}
+}
+
+// tooLarge refuses a body of n bytes (n < 0: unknown, over the limit)
+// larger than maxBody.
+func tooLarge(n int) error {
+	msg := fmt.Sprintf("is larger than the limit of %d bytes (the log's record limit)", maxBody)
+	if n >= 0 {
+		msg = fmt.Sprintf("is %d bytes, larger than the limit of %d bytes (the log's record limit)", n, maxBody)
+	}
+	return &opError{Status: http.StatusRequestEntityTooLarge, Field: "body", Msg: msg}
 }
 
 func notFound(id string) error {
@@ -66,23 +77,17 @@ var errStop = errors.New("stop")
 // sync waits until the fold has reached the log's last sequence: every
 // write acknowledged before the call is visible afterwards.
 func (s *server) sync(ctx context.Context) error {
-	last, err := s.log.LastSeq(ctx)
+	last, err := s.lastSeq.get(ctx, s.log)
 	if err != nil {
 		return fmt.Errorf("reading the log's last sequence: %w", err)
 	}
 	return s.m.waitFor(ctx, last, s.syncTimeout)
 }
 
-// checkID rejects an empty id; an id that cannot be a subject token cannot
-// name a task, so it is not found.
+// checkID refuses an empty id or one that submit could not have given
+// (field task_id).
 func checkID(id string) error {
-	if id == "" {
-		return invalid("task_id", "is required")
-	}
-	if !events.ValidKey(id) {
-		return notFound(id)
-	}
-	return nil
+	return api.CheckTaskID(id)
 }
 
 // view renders a task; call it with the state locked. The checklist map is
@@ -120,6 +125,15 @@ func (s *server) submit(ctx context.Context, req domain.Request) (api.SubmitRepl
 			}
 		})
 		if ok {
+			// The same key with another payload is refused, not answered
+			// with a task that is not what was asked for.
+			orig, err := s.submittedAt(ctx, rep.Seq)
+			if err != nil {
+				return api.SubmitReply{}, err
+			}
+			if err := samePayload(orig, submittedOf(req, "", time.Time{})); err != nil {
+				return api.SubmitReply{}, err
+			}
 			return rep, nil
 		}
 	}
@@ -147,18 +161,23 @@ func (s *server) submit(ctx context.Context, req domain.Request) (api.SubmitRepl
 		return api.SubmitReply{}, err
 	}
 	now := s.now()
-	e := events.Submitted{
-		TaskID: id.String(), Name: req.Name, Team: req.Team, Priority: req.Priority, GPUs: req.GPUs,
-		Hours: req.Hours, Hypothesis: req.Hypothesis, Command: req.Command, Preemptible: !req.NoPreempt,
-		PreemptSignal: req.PreemptSignal, GraceS: req.GraceS, GPUModel: req.GPUModel,
-		MinGPUMemMiB: req.MinGPUMemMiB, IdempotencyKey: key, SubmittedAt: now.UTC(), Env: req.Env, Dir: req.Dir,
+	e := submittedOf(req, id.String(), now)
+	// The record, as the log would hold it, must fit the log's limit: a
+	// record the log refuses is never acknowledged.
+	subj, data, _, err := events.Encode(e, events.Meta{Time: now})
+	if err != nil {
+		return api.SubmitReply{}, err
+	}
+	if len(data) > events.MaxRecordBytes {
+		return api.SubmitReply{}, &opError{Status: http.StatusRequestEntityTooLarge, Field: "body",
+			Msg: fmt.Sprintf("makes a record of %d bytes, larger than the log's limit of %d bytes: shorten the command, the environment or the text", len(data), events.MaxRecordBytes)}
 	}
 	msgIDs := []string{""}
 	if key != "" {
 		msgIDs = []string{submitMsgID(req.Team, key), submitMsgIDLong(req.Team, key)}
 	}
 	for _, msgID := range msgIDs {
-		ack, err := events.Append(ctx, s.log, e, events.Meta{Time: now}, msgID, nil)
+		ack, err := s.log.Append(ctx, events.Msg{Subject: subj, Data: data, MsgID: msgID})
 		if err != nil {
 			return api.SubmitReply{}, err
 		}
@@ -173,6 +192,9 @@ func (s *server) submit(ctx context.Context, req domain.Request) (api.SubmitRepl
 			return api.SubmitReply{}, err
 		}
 		if orig.Team == req.Team && orig.IdempotencyKey == key {
+			if err := samePayload(orig, e); err != nil {
+				return api.SubmitReply{}, err
+			}
 			return api.SubmitReply{TaskID: orig.TaskID, Duplicate: true, Seq: ack.Seq}, nil
 		}
 		// The short id of another (team, key) pair collided with ours (a team
@@ -181,6 +203,69 @@ func (s *server) submit(ctx context.Context, req domain.Request) (api.SubmitRepl
 	}
 	return api.SubmitReply{}, &opError{Status: http.StatusInternalServerError,
 		Msg: "internal error: idempotency message id collides with another team's"}
+}
+
+// submittedOf is the submitted event of a validated request.
+func submittedOf(req domain.Request, id string, now time.Time) events.Submitted {
+	return events.Submitted{
+		TaskID: id, Name: req.Name, Team: req.Team, Priority: req.Priority, GPUs: req.GPUs,
+		Hours: req.Hours, Hypothesis: req.Hypothesis, Command: req.Command, Preemptible: !req.NoPreempt,
+		PreemptSignal: req.PreemptSignal, GraceS: req.GraceS, GPUModel: req.GPUModel,
+		MinGPUMemMiB: req.MinGPUMemMiB, IdempotencyKey: req.IdempotencyKey, SubmittedAt: now.UTC(), Env: req.Env, Dir: req.Dir,
+	}
+}
+
+// samePayload refuses a keyed submission whose payload is not the one the
+// key was first used with: 409, field idempotency_key, naming the first
+// field that differs by its request wire name (as Stripe and the IETF
+// Idempotency-Key draft do; silently answering the first task would hand
+// the caller a task that is not what it asked for).
+//
+// The payload compared is the request as the log records it, after
+// validation (trimmed name and team, the priority's canonical spelling,
+// defaults filled in): every field of the submitted event but task_id,
+// submitted_at and the key itself. The original is the submitted event
+// itself, read back by its sequence — not the task in the fold, which
+// amends change — so records written before this check compare too and the
+// log needs no digest. allow_unplaceable is not recorded and not compared:
+// it decides whether a request is accepted, not what the task is.
+func samePayload(orig, req events.Submitted) error {
+	diff := ""
+	switch {
+	case orig.Name != req.Name:
+		diff = "name"
+	case orig.Team != req.Team:
+		diff = "team"
+	case orig.Priority != req.Priority:
+		diff = "priority"
+	case orig.GPUs != req.GPUs:
+		diff = "gpus"
+	case orig.Hours != req.Hours:
+		diff = "hours"
+	case orig.Hypothesis != req.Hypothesis:
+		diff = "hypothesis"
+	case orig.Command != req.Command:
+		diff = "command"
+	case orig.Preemptible != req.Preemptible:
+		diff = "no_preempt"
+	case orig.PreemptSignal != req.PreemptSignal:
+		diff = "preempt_signal"
+	case orig.GraceS != req.GraceS:
+		diff = "grace_s"
+	case orig.GPUModel != req.GPUModel:
+		diff = "gpu_model"
+	case orig.MinGPUMemMiB != req.MinGPUMemMiB:
+		diff = "min_gpu_mem_mib"
+	case !maps.Equal(orig.Env, req.Env):
+		diff = "env"
+	case orig.Dir != req.Dir:
+		diff = "dir"
+	default:
+		return nil
+	}
+	return &opError{Status: http.StatusConflict, Field: "idempotency_key",
+		Msg: fmt.Sprintf("%q was used for task %s with another payload (%s differs); send the same request to get that task, or use a new key for a new task",
+			req.IdempotencyKey, orig.TaskID, diff)}
 }
 
 // submitMsgID is the Nats-Msg-Id of a keyed submission.
@@ -193,11 +278,12 @@ func submitMsgIDLong(team, key string) string {
 	return "submit#" + strconv.Itoa(len(team)) + ":" + team + ":" + key
 }
 
-// submittedAt reads the submitted event at seq.
+// submittedAt reads the submitted event at seq: by a direct get where the
+// log has one (no consumer), else by a read from seq.
 func (s *server) submittedAt(ctx context.Context, seq uint64) (events.Submitted, error) {
 	var rec events.Record
 	found := false
-	_, err := s.log.Read(ctx, seq, "", func(m events.Stored) error {
+	_, err := s.reads.Read(ctx, seq, "", func(m events.Stored) error {
 		r, err := events.Decode(m)
 		if err != nil {
 			return err
@@ -224,12 +310,17 @@ func (s *server) show(ctx context.Context, id string) (api.TaskView, error) {
 		return api.TaskView{}, err
 	}
 	var (
-		v  api.TaskView
-		ok bool
+		v       api.TaskView
+		ok      bool
+		started bool    // the task has started at least once
+		at      startAt // where it last started, when the read model knows
+		known   bool
 	)
 	s.m.read(func(st *domain.State) {
 		if t := st.Tasks[id]; t != nil {
 			v, ok = view(t), true
+			started = !t.FirstStarted.IsZero()
+			at, known = s.m.starts[id]
 		}
 	})
 	if !ok {
@@ -238,8 +329,13 @@ func (s *server) show(ctx context.Context, id string) (api.TaskView, error) {
 	if err := mayTask(ctx, id, v.Team); err != nil {
 		return api.TaskView{}, err
 	}
-	if err := s.withLog(ctx, &v); err != nil {
-		return api.TaskView{}, err
+	switch {
+	case known:
+		setLog(&v, at.node, at.dir)
+	case started: // before a restored snapshot: one direct get
+		if err := s.withLog(ctx, &v); err != nil {
+			return api.TaskView{}, err
+		}
 	}
 	return v, nil
 }
@@ -387,12 +483,26 @@ func (s *server) cancel(ctx context.Context, req api.IDRequest) (api.TaskView, e
 		if t.State.Terminal() {
 			return decision{}, invalid("task_id", "task is already "+string(t.State))
 		}
-		reason := "cancelled"
-		if req.By != "" {
-			reason = "cancelled by " + req.By
-		}
-		return decision{events.Cancelled{TaskID: t.ID, By: req.By, Reason: reason}, expectTask(t)}, nil
+		return decision{cancelled(ctx, t.ID, req.By), expectTask(t)}, nil
 	})
+}
+
+// cancelled is the event of a cancel: by is the authenticated credential
+// (actor) and what the caller said goes into note; without
+// authentication by is what the caller said, as before.
+func cancelled(ctx context.Context, id, said string) events.Cancelled {
+	e := events.Cancelled{TaskID: id, By: said}
+	if who, ok := actor(ctx); ok {
+		e.By, e.Note = who, said
+	}
+	e.Reason = "cancelled"
+	if e.By != "" {
+		e.Reason = "cancelled by " + e.By
+	}
+	if e.Note != "" {
+		e.Reason += fmt.Sprintf(" (note: %q)", e.Note)
+	}
+	return e
 }
 
 // amend changes a queued task's gpus, priority, hours or hypothesis. The
@@ -508,7 +618,7 @@ func (s *server) checkpoint(ctx context.Context, req api.CheckpointRequest) (api
 			return decision{}, err
 		}
 		state = t.State
-		return decision{events.Checkpointed{TaskID: t.ID, Ref: req.Ref}, expectTask(t)}, nil
+		return decision{events.Checkpointed{TaskID: t.ID, Ref: req.Ref, Step: req.Step}, expectTask(t)}, nil
 	})
 	if err != nil {
 		return api.CheckpointReply{}, err
@@ -536,19 +646,46 @@ func (s *server) history(ctx context.Context, id string) ([]api.HistoryEntry, er
 			return nil, err
 		}
 	}
-	out := []api.HistoryEntry{}
-	_, err := s.log.Read(ctx, 0, events.TaskSubjects(id), func(m events.Stored) error {
-		var env events.Envelope
-		if err := json.Unmarshal(m.Data, &env); err != nil || !json.Valid(env.Data) {
-			s.logger.Error().Err(err).Uint64("seq", m.Seq).Msg("history: skipping undecodable record")
-			return nil
+	var last, to uint64 // the task's last record; what the fold has seen
+	s.m.read(func(st *domain.State) {
+		if t := st.Tasks[id]; t != nil {
+			last = t.LastSeq
 		}
-		out = append(out, api.HistoryEntry{Seq: m.Seq, Type: string(env.Type), Time: env.Time, ID: env.ID,
-			CausationID: env.CausationID, Data: env.Data})
-		return nil
+		to = st.Seq
 	})
-	if err != nil {
-		return nil, err
+	return s.histories.get(id, last, func() ([]api.HistoryEntry, error) {
+		out := []api.HistoryEntry{}
+		err := s.readTo(ctx, 0, to, events.TaskSubjects(id), func(m events.Stored) error {
+			var env events.Envelope
+			if err := json.Unmarshal(m.Data, &env); err != nil || !json.Valid(env.Data) {
+				s.logger.Error().Err(err).Uint64("seq", m.Seq).Msg("history: skipping undecodable record")
+				return nil
+			}
+			out = append(out, api.HistoryEntry{Seq: m.Seq, Type: string(env.Type), Time: env.Time, ID: env.ID,
+				CausationID: env.CausationID, Data: env.Data})
+			return nil
+		})
+		return out, err
+	})
+}
+
+// readTo reads the records from sequence from up to to (which the fold
+// has reached) matching filter: by direct gets when the log can, with no
+// consumer and without asking the log for its last sequence.
+func (s *server) readTo(ctx context.Context, from, to uint64, filter string, fn func(events.Stored) error) error {
+	if r, ok := s.reads.(interface {
+		ReadTo(ctx context.Context, from, last uint64, filter string, fn func(events.Stored) error) error
+	}); ok {
+		return r.ReadTo(ctx, from, to, filter, fn)
 	}
-	return out, nil
+	_, err := s.reads.Read(ctx, from, filter, func(m events.Stored) error {
+		if m.Seq > to {
+			return errStop
+		}
+		return fn(m)
+	})
+	if errors.Is(err, errStop) {
+		return nil
+	}
+	return err
 }

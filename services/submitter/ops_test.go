@@ -191,9 +191,7 @@ func TestIdempotencyDedupeAck(t *testing.T) {
 	}
 	winner := uuid.Must(uuid.NewV7()).String()
 	il.set(func(m events.Msg) bool { return m.MsgID != "" }, func(ctx context.Context, inner events.Log, m events.Msg) {
-		e := events.Submitted{TaskID: winner, Name: req.Name, Team: req.Team, Priority: req.Priority, GPUs: req.GPUs,
-			Hours: req.Hours, Hypothesis: req.Hypothesis, Command: req.Command, IdempotencyKey: req.IdempotencyKey,
-			SubmittedAt: t0}
+		e := submittedOf(req, winner, t0) // the same request, retried
 		if _, err := events.Append(ctx, inner, e, events.Meta{Time: t0}, m.MsgID, nil); err != nil {
 			t.Errorf("competitor: %v", err)
 		}
@@ -265,10 +263,10 @@ func TestReadModelBehind(t *testing.T) {
 	if err := s.catchUp(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := events.Append(ctx, l, events.Cancelled{TaskID: "x"}, events.Meta{}, "", nil); err != nil {
+	if _, err := events.Append(ctx, l, events.Cancelled{TaskID: unknownID}, events.Meta{}, "", nil); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.show(ctx, "x")
+	_, err := s.show(ctx, unknownID)
 	if oe := asOpError(err); oe.Status != http.StatusServiceUnavailable || !strings.Contains(oe.Msg, "behind") {
 		t.Errorf("err = %v (status %d), want 503 behind", err, oe.Status)
 	}
@@ -303,8 +301,10 @@ func TestCancel(t *testing.T) {
 			},
 			wantField: "task_id", wantMsg: "task is already cancelled",
 		},
-		"unknown":           {id: "no-such-task", wantMsg: "task no-such-task not found", wantNF: true},
-		"id with wildcards": {id: "a.>", wantMsg: "task a.> not found", wantNF: true},
+		"unknown":           {id: unknownID, wantMsg: "task " + unknownID + " not found", wantNF: true},
+		"id with wildcards": {id: "a.>", wantField: "task_id", wantMsg: api.TaskIDRule + ` (got "a.>")`},
+		"id with a path":    {id: "x/y/z", wantField: "task_id", wantMsg: api.TaskIDRule + ` (got "x/y/z")`},
+		"id in upper case":  {id: strings.ToUpper(earlyID), wantField: "task_id", wantMsg: api.TaskIDRule + ` (got "` + strings.ToUpper(earlyID) + `")`},
 		"empty id":          {id: "-", wantField: "task_id", wantMsg: "is required"},
 		"dispatched": {
 			setup: func(h *harness, _ *interceptLog, id string) { h.dispatch(id) },
@@ -426,7 +426,7 @@ func TestAmend(t *testing.T) {
 		"blank hypothesis":  {req: api.AmendRequest{Hypothesis: "  "}, wantField: "hypothesis"},
 		"nothing to change": {req: api.AmendRequest{}, wantField: "body"},
 		"not queued":        {dispatch: true, req: api.AmendRequest{GPUs: 1}, wantField: "task_id"},
-		"unknown task":      {req: api.AmendRequest{TaskID: "nope", GPUs: 1}, wantNF: true},
+		"unknown task":      {req: api.AmendRequest{TaskID: unknownID, GPUs: 1}, wantNF: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -481,7 +481,7 @@ func TestChecklist(t *testing.T) {
 		},
 		"bad item":     {reqs: []api.ChecklistRequest{{Item: "coffee", Done: true}}, wantField: "item"},
 		"empty item":   {reqs: []api.ChecklistRequest{{Done: true}}, wantField: "item"},
-		"unknown task": {reqs: []api.ChecklistRequest{{TaskID: "nope", Item: "documentation"}}, wantNF: true},
+		"unknown task": {reqs: []api.ChecklistRequest{{TaskID: unknownID, Item: "documentation"}}, wantNF: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -777,12 +777,12 @@ func TestCheckpoint(t *testing.T) {
 			wantMsg: "task %s is queued: a checkpoint is accepted only while it runs or is being preempted",
 		},
 		"unknown task": {
-			req:        api.CheckpointRequest{TaskID: "no-such-task", Ref: ref},
-			wantStatus: http.StatusNotFound, wantMsg: "task no-such-task not found", wantNF: true,
+			req:        api.CheckpointRequest{TaskID: unknownID, Ref: ref},
+			wantStatus: http.StatusNotFound, wantMsg: "task " + unknownID + " not found", wantNF: true,
 		},
 		"id with wildcards": {
 			req:        api.CheckpointRequest{TaskID: "a.>", Ref: ref},
-			wantStatus: http.StatusNotFound, wantMsg: "task a.> not found", wantNF: true,
+			wantStatus: http.StatusBadRequest, wantField: "task_id", wantMsg: api.TaskIDRule + ` (got "a.>")`,
 		},
 		"empty id": {
 			req:        api.CheckpointRequest{TaskID: "-", Ref: ref},
@@ -813,7 +813,7 @@ func TestCheckpoint(t *testing.T) {
 			wantStatus: http.StatusBadRequest, wantField: "ref", wantMsg: "must be at most 4096 bytes (got 4097)",
 		},
 		"empty ref on an unknown task": {
-			req:        api.CheckpointRequest{TaskID: "nope"},
+			req:        api.CheckpointRequest{TaskID: unknownID},
 			wantStatus: http.StatusBadRequest, wantField: "ref", wantMsg: "must not be empty: say where the checkpoint was saved",
 		},
 	}

@@ -45,6 +45,8 @@ func tokenHarness(t testing.TB) (*harness, map[string]string) {
 func (h *harness) httpAs(token, method, path, body string) (int, string) {
 	h.t.Helper()
 	r, _ := http.NewRequest(method, path, strings.NewReader(body))
+	r.Host = testHost
+	r.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		r.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -112,6 +114,7 @@ func TestHTTPTokens(t *testing.T) {
 	}
 	// A 401 says how to authenticate.
 	r, _ := http.NewRequest("GET", "/v1/tasks", nil)
+	r.Host = testHost
 	w := httptest.NewRecorder()
 	h.h.ServeHTTP(w, r)
 	if w.Header().Get("WWW-Authenticate") == "" {

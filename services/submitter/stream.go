@@ -860,15 +860,23 @@ func (s *server) followAdvice(ctx context.Context, nc *nats.Conn) func() {
 			}
 		})
 		work := make(chan string)
-		var wg sync.WaitGroup
+		var (
+			wg       sync.WaitGroup
+			loaded   atomic.Int64
+			firstErr atomic.Value
+		)
 		for range adviceLoadConcurrency {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				for id := range work {
 					m, err := st.GetLastMsgForSubject(lctx, events.AdviceSubject(id))
-					if err == nil {
+					switch {
+					case err == nil:
 						s.hub.onAdvice(m.Data)
+						loaded.Add(1)
+					case !errors.Is(err, jetstream.ErrMsgNotFound):
+						firstErr.CompareAndSwap(nil, err)
 					}
 				}
 			}()
@@ -883,6 +891,11 @@ func (s *server) followAdvice(ctx context.Context, nc *nats.Conn) func() {
 		}
 		close(work)
 		wg.Wait()
+		ev := s.logger.Info()
+		if err, _ := firstErr.Load().(error); err != nil {
+			ev = s.logger.Warn().Err(err)
+		}
+		ev.Int("waiting", len(ids)).Int64("loaded", loaded.Load()).Msg("events: the latest advice of the waiting tasks read")
 	}()
 	return func() {
 		cancel()

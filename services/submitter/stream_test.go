@@ -238,7 +238,7 @@ func TestStreamSlowFollowerDropped(t *testing.T) {
 	fast.until(5*time.Second, func(g []sse) bool { return len(g) > 0 })
 
 	slow := &blockingWriter{header: http.Header{}, release: make(chan struct{}), blocked: make(chan struct{})}
-	req := httptest.NewRequest(http.MethodGet, "/v1/events", nil)
+	req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/v1/events", nil)
 	served := make(chan struct{})
 	go func() { defer close(served); h.h.ServeHTTP(slow, req) }()
 	// the slow follower registers, then its writes block: it reads nothing more

@@ -30,7 +30,7 @@ func TestDecodeStrict(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			var req domain.Request
-			err := decodeBody([]byte(tc.body), &req)
+			_, err := decodeBody([]byte(tc.body), &req)
 			var oe *opError
 			if !errors.As(err, &oe) || oe.Field != tc.field || !strings.Contains(oe.Msg, tc.rule) || oe.Status != 400 {
 				t.Fatalf("err = %#v, want 400 on %s: …%s…", err, tc.field, tc.rule)
@@ -43,7 +43,7 @@ func TestDecodeStrict(t *testing.T) {
 		})
 	}
 	var req domain.Request
-	if err := decodeBody([]byte(`{"gpus":2,"env":{"A":"1","B":"1"},"name":"x"}`), &req); err != nil || req.GPUs != 2 {
+	if _, err := decodeBody([]byte(`{"gpus":2,"env":{"A":"1","B":"1"},"name":"x"}`), &req); err != nil || req.GPUs != 2 {
 		t.Errorf("a good body: %v %+v", err, req)
 	}
 }

@@ -40,8 +40,24 @@ type Config struct {
 	Health func() error
 	// Tokens, when set, are the HTTP API's bearer tokens: every route but
 	// /healthz needs one (401), and a team's token reaches only its team's
-	// tasks (403). nil: the HTTP API is open.
+	// tasks (403); /metrics needs the admin's. nil: the HTTP API is open.
 	Tokens *auth.Tokens
+	// HTTPHosts are Host names the HTTP API answers to besides the listen
+	// address's own (browser.go); "*" admits any Host (a proxy in front
+	// checks it). HTTPOrigins are browser origins (scheme://host[:port])
+	// allowed besides the request's own.
+	HTTPHosts   []string
+	HTTPOrigins []string
+	// MetricsAddr, when set, also serves /metrics (and a plain /healthz)
+	// there, without a token: a listener the operator keeps off the
+	// network on purpose. /metrics on the HTTP API stays, behind the admin
+	// token when Tokens are set.
+	MetricsAddr string
+	// NATSAuth says the NATS server enforces gpuq's roles (`gpuq auth
+	// init`): a request on an unscoped API subject is the admin's, one on
+	// gpuq.api.v1.team.<team>.> the team's, and a cancel records that
+	// credential as its `by`. false: a cancel's by is what the caller said.
+	NATSAuth bool
 	// TLS, when set, serves the HTTP API over TLS.
 	TLS *tls.Config
 	// SnapshotEvery: applied events between two snapshots of the read
@@ -68,8 +84,10 @@ const (
 	shutdownTimeout = 5 * time.Second
 	// maxInFlight bounds concurrently handled NATS requests.
 	maxInFlight = 64
-	// maxBody bounds request bodies, HTTP and NATS.
-	maxBody = 1 << 20
+	// maxBody bounds request bodies, HTTP and NATS: the log's record
+	// limit, as no request needs more than a submission, and a submission
+	// larger than a record could not be recorded.
+	maxBody = events.MaxRecordBytes
 	// appendAttempts bounds retries of a conditional append after conflicts.
 	appendAttempts = 5
 )
@@ -77,6 +95,10 @@ const (
 // server holds what the operations share.
 type server struct {
 	log         events.Log
+	reads       events.Log // log, reading by direct gets where it can (reads.go)
+	lastSeq     lastSeqFlight
+	queueCache  queueCache
+	histories   historyCache
 	nc          *nats.Conn // asks agents for task output; nil: no logs
 	limits      domain.Limits
 	now         func() time.Time
@@ -88,6 +110,9 @@ type server struct {
 	ready       atomic.Bool
 	snaps       *service.Snapshots // nil: no snapshots
 	metrics     *prometheus.Registry
+	hosts       *hostPolicy     // the Host names the HTTP API answers to
+	origins     map[string]bool // browser origins allowed besides the request's own
+	natsAuth    bool
 	hub         *hub // the live stream's fan-out (stream.go)
 }
 
@@ -96,8 +121,13 @@ func newServer(cfg Config) *server {
 	if now == nil {
 		now = time.Now
 	}
+	origins, _ := originSet(cfg.HTTPOrigins) // Run refuses a bad one
 	s := &server{
+		hosts:       newHostPolicy(cfg.HTTPAddr, cfg.HTTPHosts),
+		origins:     origins,
+		natsAuth:    cfg.NATSAuth,
 		log:         cfg.Log,
+		reads:       directReads(cfg.Log),
 		nc:          cfg.NC,
 		limits:      cfg.Limits,
 		now:         now,
@@ -121,6 +151,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Log == nil {
 		return errors.New("submitter: Config.Log is required")
 	}
+	if _, err := originSet(cfg.HTTPOrigins); err != nil {
+		return fmt.Errorf("submitter: %w", err)
+	}
 	s := newServer(cfg)
 	lg := s.logger
 	if cfg.Metrics != nil {
@@ -138,7 +171,15 @@ func Run(ctx context.Context, cfg Config) error {
 		s.m = &model{f: service.New("submitter", cfg.Log, lg, st)}
 	}
 
-	// 1. Listen for HTTP first, so /healthz answers 503 while catching up.
+	// 1. Listen for HTTP first, so /healthz answers 503 while catching up;
+	// the operator's own metrics listener likewise.
+	if cfg.MetricsAddr != "" && cfg.Metrics != nil {
+		addr, err := metrics.Serve(ctx, cfg.MetricsAddr, cfg.Metrics, nil)
+		if err != nil {
+			return fmt.Errorf("submitter: metrics listen %s: %w", cfg.MetricsAddr, err)
+		}
+		lg.Info().Str("addr", addr).Msg("metrics listening")
+	}
 	var (
 		srv     *http.Server
 		httpErr = make(chan error, 1)
@@ -226,6 +267,16 @@ func Run(ctx context.Context, cfg Config) error {
 				if sub, err = cfg.NC.QueueSubscribe(subj, api.QueueGroup, serve); err != nil {
 					break subscribe
 				}
+				subs = append(subs, sub)
+			}
+		}
+		// Ops answered for teams only (teamOps).
+		for _, op := range teamOps {
+			if err != nil {
+				break
+			}
+			var sub *nats.Subscription
+			if sub, err = cfg.NC.QueueSubscribe(api.TeamPrefix+"*."+op, api.QueueGroup, serve); err == nil {
 				subs = append(subs, sub)
 			}
 		}
@@ -320,8 +371,9 @@ func (s *server) follow(ctx context.Context, caughtUp chan<- struct{}) {
 	go func() { defer close(hubDone); s.hub.run(ctx) }()
 	defer func() { <-hubDone }()
 	_ = s.m.f.Run(ctx, service.Hooks{
-		Applied: func(st *domain.State, r events.Record, _ string) {
+		Applied: func(st *domain.State, r events.Record, skipped string) {
 			s.snaps.Saw(r)
+			s.m.saw(r, skipped)
 			s.hub.applied(st, r)
 		},
 		CaughtUp: func(ctx context.Context) error {

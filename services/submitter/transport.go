@@ -16,23 +16,36 @@ import (
 
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/jsonguard"
 )
 
 // ops are the NATS operations this service answers, each on
 // api.SubjectPrefix + op.
 var ops = []string{api.OpSubmit, api.OpShow, api.OpQueue, api.OpCancel, api.OpAmend, api.OpChecklist, api.OpHistory, api.OpCheckpoint, api.OpNodes, api.OpDrain, api.OpUndrain}
 
-// decodeBody reads one JSON object into v, strictly: no unknown fields, no
-// repeated keys (the last would win silently), no trailing data, and a
-// whole number where the field is an integer. An empty body leaves v as it
-// is (the zero request). Errors name the field and the rule, never a Go
-// type; "body" when the body as a whole is at fault.
-func decodeBody(data []byte, v any) error {
+// decodeBody reads one JSON object into v, strictly: first one bounded
+// pass (jsonguard: nesting at most 64 deep, no repeated keys — the last
+// would win silently —, no invalid UTF-8 or lone surrogate, no number
+// beyond a float64, no trailing data), then encoding/json with no unknown
+// fields and a whole number where the field is an integer. An empty body
+// leaves v as it is (the zero request). Errors name the field and the
+// rule, never a Go type; "body" when the body as a whole is at fault. The
+// document (nil for an empty body) tells which top-level keys were given.
+func decodeBody(data []byte, v any) (*jsonguard.Doc, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
-		return nil
+		return nil, nil
 	}
-	if err := noRepeatedKeys(data); err != nil {
-		return err
+	doc, err := jsonguard.Check(data)
+	if err != nil {
+		var ge *jsonguard.Error
+		if errors.As(err, &ge) {
+			field := ge.Path
+			if field == "" {
+				field = "body"
+			}
+			return nil, invalid(field, ge.Rule)
+		}
+		return nil, invalid("body", err.Error())
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -41,22 +54,40 @@ func decodeBody(data []byte, v any) error {
 		var se *json.SyntaxError
 		switch {
 		case errors.As(err, &te) && te.Field != "":
-			return invalid(te.Field, jsonRule(te.Type.Kind(), te.Value))
+			return nil, invalid(te.Field, jsonRule(te.Type.Kind(), te.Value))
 		case errors.As(err, &te):
-			return invalid("body", fmt.Sprintf("must be a JSON object (got %s)", jsonValueKind(te.Value)))
+			return nil, invalid("body", fmt.Sprintf("must be a JSON object (got %s)", jsonValueKind(te.Value)))
 		case errors.As(err, &se):
-			return invalid("body", fmt.Sprintf("invalid JSON at byte %d: %s", se.Offset, se.Error()))
+			return nil, invalid("body", fmt.Sprintf("invalid JSON at byte %d: %s", se.Offset, se.Error()))
 		}
 		msg := strings.TrimPrefix(err.Error(), "json: ")
 		if f, ok := strings.CutPrefix(msg, "unknown field "); ok {
-			return invalid("body", "unknown field "+f+": not a field of this request")
+			return nil, invalid("body", "unknown field "+f+": not a field of this request")
 		}
-		return invalid("body", "invalid JSON: "+msg)
+		return nil, invalid("body", "invalid JSON: "+msg)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return invalid("body", "invalid JSON: unexpected data after the value")
+		return nil, invalid("body", "invalid JSON: unexpected data after the value")
 	}
-	return nil
+	return doc, nil
+}
+
+// decodeSubmit decodes a submission: gpus and hours a caller leaves out
+// are domain.DefaultGPUs and domain.DefaultHours, as with `gpuq submit`;
+// given, they must be valid (an explicit 0 is refused).
+func decodeSubmit(data []byte) (domain.Request, error) {
+	var req domain.Request
+	doc, err := decodeBody(data, &req)
+	if err != nil {
+		return req, err
+	}
+	if doc == nil || !doc.Has("gpus") {
+		req.GPUs = domain.DefaultGPUs
+	}
+	if doc == nil || !doc.Has("hours") {
+		req.Hours = domain.DefaultHours
+	}
+	return req, nil
 }
 
 // jsonRule states what a field of kind k must be; got is the decoder's
@@ -96,63 +127,10 @@ func jsonValueKind(got string) string {
 	return k
 }
 
-// noRepeatedKeys refuses an object with the same key twice, at any depth
-// (encoding/json keeps the last silently: {"gpus":1,"gpus":64} would ask
-// for 64). Syntax errors are left to the decoder proper.
-func noRepeatedKeys(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	err := repeatedKeys(dec, "")
-	var oe *opError
-	if errors.As(err, &oe) {
-		return err
-	}
-	return nil
-}
-
-func repeatedKeys(dec *json.Decoder, path string) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	switch tok {
-	case json.Delim('{'):
-		seen := map[string]bool{}
-		for dec.More() {
-			kt, err := dec.Token()
-			if err != nil {
-				return err
-			}
-			k, _ := kt.(string)
-			field := k
-			if path != "" {
-				field = path + "." + k
-			}
-			if seen[k] {
-				return invalid(field, "is given twice; give each key once")
-			}
-			seen[k] = true
-			if err := repeatedKeys(dec, field); err != nil {
-				return err
-			}
-		}
-	case json.Delim('['):
-		for i := 0; dec.More(); i++ {
-			if err := repeatedKeys(dec, fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
-			}
-		}
-	default:
-		return nil
-	}
-	_, err = dec.Token() // the closing delimiter
-	return err
-}
-
 // call decodes a request of type Req and runs op on it.
 func call[Req, Res any](data []byte, op func(Req) (Res, error)) (any, error) {
 	var req Req
-	if err := decodeBody(data, &req); err != nil {
+	if _, err := decodeBody(data, &req); err != nil {
 		return nil, err
 	}
 	return op(req)
@@ -161,18 +139,22 @@ func call[Req, Res any](data []byte, op func(Req) (Res, error)) (any, error) {
 // dispatch runs one NATS operation on a request body.
 func (s *server) dispatch(ctx context.Context, op string, data []byte) (res any, err error) {
 	if len(data) > maxBody {
-		return nil, &opError{Status: http.StatusRequestEntityTooLarge, Field: "body", Msg: fmt.Sprintf("is larger than %d bytes", maxBody)}
+		return nil, tooLarge(len(data))
 	}
 	if jobOf(ctx) != nil && !slices.Contains(api.JobOps, op) {
 		return nil, forbidden("op", fmt.Sprintf("a job's credential may ask only for %s, not %q", strings.Join(api.JobOps, " and "), op))
 	}
 	switch op {
 	case api.OpSubmit:
-		return call(data, func(r domain.Request) (api.SubmitReply, error) { return s.submit(ctx, r) })
+		req, err := decodeSubmit(data)
+		if err != nil {
+			return nil, err
+		}
+		return s.submit(ctx, req)
 	case api.OpShow:
 		return call(data, func(r api.IDRequest) (api.TaskView, error) { return s.show(ctx, r.TaskID) })
 	case api.OpQueue:
-		return call(data, func(r api.QueueRequest) ([]api.TaskView, error) { return s.queue(ctx, r.All) })
+		return call(data, func(r api.QueueRequest) (queuePage, error) { return s.queuePaged(ctx, r) })
 	case api.OpCancel:
 		return call(data, func(r api.IDRequest) (api.TaskView, error) { return s.cancel(ctx, r) })
 	case api.OpAmend:
@@ -187,6 +169,8 @@ func (s *server) dispatch(ctx context.Context, op string, data []byte) (res any,
 		return call(data, func(struct{}) ([]api.NodeView, error) { return s.nodes(ctx) })
 	case api.OpDrain:
 		return call(data, func(r api.DrainRequest) (api.NodeView, error) { return s.drain(ctx, r, false) })
+	case api.OpLogs: // team-scoped only (teamOps)
+		return call(data, func(r api.LogsRequest) (api.LogsReply, error) { return s.logs(ctx, r) })
 	case api.OpUndrain:
 		return call(data, func(r api.DrainRequest) (api.NodeView, error) { return s.drain(ctx, r, true) })
 	}
@@ -195,15 +179,19 @@ func (s *server) dispatch(ctx context.Context, op string, data []byte) (res any,
 
 // reply builds the api.Reply of a result or an error.
 func reply(res any, err error) api.Reply {
+	next := ""
+	if p, ok := res.(queuePage); ok { // a page: its tasks, and the next's cursor
+		res, next = p.Tasks, p.Next
+	}
 	if err == nil {
 		b, merr := json.Marshal(res)
 		if merr == nil {
-			return api.Reply{Result: b}
+			return api.Reply{Result: b, Next: next}
 		}
 		err = merr
 	}
 	oe := asOpError(err)
-	return api.Reply{Error: oe.Msg, Field: oe.Field, NotFound: oe.NotFound}
+	return api.Reply{Error: oe.Msg, Field: oe.Field, NotFound: oe.NotFound, Status: oe.Status}
 }
 
 // handleNATS answers one request body for op; it never panics.
@@ -225,7 +213,7 @@ func (s *server) handleNATS(ctx context.Context, op string, data []byte) (r api.
 
 // serveNATS answers one NATS request.
 func (s *server) serveNATS(ctx context.Context, msg *nats.Msg) {
-	ctx, op := natsCaller(ctx, msg.Subject)
+	ctx, op := s.natsContext(ctx, msg.Subject)
 	r := s.handleNATS(ctx, op, msg.Data)
 	if msg.Reply == "" {
 		return

@@ -26,6 +26,9 @@ type StreamConfig struct {
 	Replicas      int           // default 1; 3 in production
 	DedupeWindow  time.Duration // default events.DefaultDedupeWindow
 	MemoryStorage bool          // tests only; production is file storage
+	// Direct makes the Log read and follow by direct gets, creating no
+	// consumer (see Direct); otherwise it uses ordered consumers.
+	Direct bool
 }
 
 // Log is an events.Log over one JetStream stream.
@@ -33,12 +36,19 @@ type Log struct {
 	nc     *nats.Conn
 	js     js.JetStream
 	stream string
+	// direct: reads and follows by direct gets, no consumer (direct.go).
+	direct bool
+	// directOK caches whether the stream allows direct gets: 0 not known,
+	// 1 yes, negative: no, as of that Unix time in ns, negated. Shared by
+	// a Log and its Direct copies.
+	directOK *atomic.Int64
 }
 
 var (
-	_ events.Log     = (*Log)(nil)
-	_ events.Batcher = (*Log)(nil)
-	_ events.Getter  = (*Log)(nil)
+	_ events.Log        = (*Log)(nil)
+	_ events.Batcher    = (*Log)(nil)
+	_ events.Getter     = (*Log)(nil)
+	_ events.LastGetter = (*Log)(nil)
 )
 
 // Open creates the audit stream, or updates it where its configuration
@@ -57,7 +67,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg StreamConfig) (*Log, error) {
 	if _, err := events.EnsureStream(ctx, ensuring{j}, sc); err != nil {
 		return nil, fmt.Errorf("events/jetstream: %w", err)
 	}
-	return &Log{nc: nc, js: ensuring{j}, stream: sc.Name}, nil
+	return &Log{nc: nc, js: ensuring{j}, stream: sc.Name, direct: cfg.Direct, directOK: new(atomic.Int64)}, nil
 }
 
 // JetStream returns the underlying context, for KV buckets and streams
@@ -164,17 +174,14 @@ func (l *Log) awaitAcks(ctx context.Context, futures []js.PubAckFuture, out []ev
 	}
 }
 
-// LastSeq implements events.Log.
+// LastSeq implements events.Log: one stream info request (the info that
+// Stream fetches is current; asking Info again was a second round trip).
 func (l *Log) LastSeq(ctx context.Context) (uint64, error) {
 	s, err := l.js.Stream(ctx, l.stream)
 	if err != nil {
 		return 0, err
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return info.State.LastSeq, nil
+	return s.CachedInfo().State.LastSeq, nil
 }
 
 func (l *Log) consumer(ctx context.Context, from uint64, filter string) (js.Consumer, error) {
@@ -213,6 +220,9 @@ var ReadStallAfter = 30 * time.Second
 
 // Read implements events.Log.
 func (l *Log) Read(ctx context.Context, from uint64, filter string, fn func(events.Stored) error) (uint64, error) {
+	if l.direct {
+		return l.readDirect(ctx, from, filter, fn)
+	}
 	last, err := l.LastSeq(ctx)
 	if err != nil {
 		return 0, err
@@ -323,6 +333,9 @@ func nextCtx(ctx context.Context, it js.MessagesContext) (js.Msg, error) {
 
 // Follow implements events.Log.
 func (l *Log) Follow(ctx context.Context, from uint64, filter string) (events.Follower, error) {
+	if l.direct {
+		return l.followDirect(from, filter)
+	}
 	c, err := l.consumer(ctx, from, filter)
 	if err != nil {
 		return nil, err
@@ -435,7 +448,8 @@ func ackNum(s string) (uint64, bool) {
 func (f *follower) Close() { f.it.Stop() }
 
 // Attach returns a Log on an existing stream without creating or changing
-// it: what clients (the CLI, jobs) use.
+// it, reading by direct gets (no consumer): what clients (the CLI, the
+// auditor) use.
 func Attach(ctx context.Context, nc *nats.Conn, stream string) (*Log, error) {
 	if stream == "" {
 		stream = events.StreamName
@@ -447,5 +461,5 @@ func Attach(ctx context.Context, nc *nats.Conn, stream string) (*Log, error) {
 	if _, err := j.Stream(ctx, stream); err != nil {
 		return nil, fmt.Errorf("event stream %s: %w (is gpuq running on this NATS server?)", stream, err)
 	}
-	return &Log{nc: nc, js: ensuring{j}, stream: stream}, nil
+	return &Log{nc: nc, js: ensuring{j}, stream: stream, direct: true, directOK: new(atomic.Int64)}, nil
 }

@@ -3,7 +3,7 @@
 // — the agent's own binary re-executed (supervise.go), in its own session
 // — that starts `sh -c Command` in its own process group, appends its
 // stdout and stderr to the task's log file, keeps the last lines of stderr,
-// waits for it, stops whatever is left of its group, and writes the run's
+// waits for it, stops whatever is left of it, and writes the run's
 // records in the run directory: spec.json (what to run), proc.json (the
 // supervisor's and the job's pid, start ticks and boot id) and exit.json
 // (how it ended). A restarted agent adopts a run from those records
@@ -13,9 +13,17 @@
 // stops its job itself, by the preemption protocol, once no agent has been
 // alive for the node timeout.
 //
-// Signals go to the job's process group (Signal), or to the job without its
-// wrapping shell (SignalJob, the preemption signal); Stop is the escalation
-// (first signal, grace, SIGTERM, SIGKILL).
+// A task is every process its command started: the supervisor is their
+// child subreaper, so the task is the supervisor's descendants, whether
+// they stayed in the job's process group or left it (tree_linux.go; no
+// cgroup is used). Signals reach all of them (Signal); Preempt sends the
+// preemption signal the same way, the wrapping shell included, so the rest
+// of a shell chain never runs after it; Stop is the escalation (first
+// signal, grace, SIGTERM, SIGKILL). A command that ends by itself takes
+// what is left of its task with it; a task being stopped ends when its
+// last process ends. The supervisor records the task's processes every
+// 2 s (procs.json): should it be killed, its orphans go to init, and the
+// agent sweeps them from that record (by pid and start ticks).
 //
 // What the command runs with (GPU assignment, GPUQ_* variables, checkpoint
 // directories) is decided by the caller and passed in Spec.Env; reporting

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -95,9 +94,14 @@ const (
 	procFile    = "proc.json"
 	exitFile    = "exit.json"
 	stoppedFile = "stopped"
-	forcedFile  = "stopped.forced"
-	lockFile    = "supervisor.lock"
-	superLog    = "supervisor.log"
+	// procsFile lists the task's processes as its supervisor last saw
+	// them (identities), for an agent to sweep when the supervisor died.
+	procsFile = "procs.json"
+	// preemptedFile holds when the preemption signal was sent (RFC 3339).
+	preemptedFile = "preempted"
+	forcedFile    = "stopped.forced"
+	lockFile      = "supervisor.lock"
+	superLog      = "supervisor.log"
 )
 
 // ErrNoRun is returned by Adopt for a directory that holds no started run.
@@ -368,6 +372,7 @@ func (p *Proc) watch() {
 			if p.rec.Job.Alive() {
 				_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
 			}
+			killRecorded(p.spec.RunDir)
 			why := "its supervisor is gone without an exit record"
 			if p.rec.Supervisor.Boot != BootID() {
 				why = "the machine rebooted while it ran"
@@ -415,6 +420,24 @@ func (p *Proc) PID() int {
 	return pgid
 }
 
+// SupervisorPID is the pid of the run's supervisor, every process of the
+// task descending from it; 0 while it is not known yet, or when it is no
+// longer alive. It never waits.
+func (p *Proc) SupervisorPID() int {
+	select {
+	case <-p.ready:
+	default:
+		return 0
+	}
+	p.mu.Lock()
+	sup := p.rec.Supervisor
+	p.mu.Unlock()
+	if p.Exited() || !sup.Alive() {
+		return 0
+	}
+	return sup.PID
+}
+
 // RunDir is the run's directory.
 func (p *Proc) RunDir() string { return p.spec.RunDir }
 
@@ -443,27 +466,31 @@ func (p *Proc) Exited() bool {
 	}
 }
 
-// Signal sends sig to every process in the task's process group. It returns
-// os.ErrProcessDone once the task has exited.
+// Signal sends sig to every process of the task: its process group and
+// the descendants of its supervisor that left the group (see signalTask).
+// It returns os.ErrProcessDone once the task has exited.
 func (p *Proc) Signal(sig syscall.Signal) error {
 	rec, pgid := p.job()
-	if p.Exited() || pgid <= 0 || !rec.Job.Alive() {
+	if p.Exited() || pgid <= 0 {
 		return os.ErrProcessDone
 	}
-	if err := syscall.Kill(-pgid, sig); err != nil {
-		if errors.Is(err, syscall.ESRCH) {
+	if err := signalTask(rec.Supervisor, rec.Job, sig); err != nil {
+		if errors.Is(err, os.ErrProcessDone) {
 			return os.ErrProcessDone
 		}
-		return fmt.Errorf("runner: signal %v to group %d: %w", sig, pgid, err)
+		return fmt.Errorf("runner: signal %v to task %s: %w", sig, p.spec.TaskID, err)
 	}
 	return nil
 }
 
-// Stop ends the task: it sends first to the group and waits up to grace for
-// the leader to exit; then sends SIGTERM and waits up to TermTimeout; then
+// Stop ends the task: it sends first to every process of the task and
+// waits up to grace for the task to end (its last process); then sends SIGTERM and waits up to TermTimeout; then
 // sends SIGKILL. It returns when the process has exited, and reports whether
 // it had to escalate (the process did not exit within grace after first).
 func (p *Proc) Stop(grace time.Duration, first syscall.Signal) (forced bool) {
+	if !p.Exited() {
+		markPreempted(p.spec.RunDir, time.Now())
+	}
 	if p.waitFor(first, grace) {
 		return false
 	}
@@ -601,75 +628,52 @@ func (b *tailBuffer) String() string {
 	return strings.Join(out, "\n")
 }
 
-// SignalJob delivers a signal meant for the job itself (the preemption
-// signal) without killing the shell that wraps it: when the group leader
-// is still the wrapping /bin/sh, every other process of the group gets the
-// signal; when the shell exec'd the job (or is gone), the whole group does.
-// A shell that dies of SIGUSR1 would otherwise take the checkpointing job
-// with it (the runner stops the group when its leader exits).
-func (p *Proc) SignalJob(sig syscall.Signal) error {
+// Preempt delivers the preemption signal to every process of the task
+// (its process group and the descendants of its supervisor that left it),
+// the wrapping shell included: the rest of a shell chain must never run
+// after a preemption request, and a shell that does not trap the signal
+// dies of it, while a job that traps it checkpoints and exits. It first
+// records the request in the run directory (a restarted agent sees it,
+// and the supervisor then waits for the job's last process instead of
+// ending the job with its shell).
+func (p *Proc) Preempt(sig syscall.Signal) error {
 	rec, pgid := p.job()
-	if p.Exited() || pgid <= 0 || !rec.Job.Alive() {
+	if p.Exited() || pgid <= 0 {
 		return os.ErrProcessDone
 	}
-	return signalJob(pgid, sig)
+	markPreempted(p.spec.RunDir, time.Now())
+	return signalTask(rec.Supervisor, rec.Job, sig)
 }
 
-func signalJob(pgid int, sig syscall.Signal) error {
-	if !isShell(pgid) {
-		return syscall.Kill(-pgid, sig)
-	}
-	members := groupMembers(pgid)
-	if len(members) == 0 {
-		return syscall.Kill(-pgid, sig)
-	}
-	var first error
-	for _, pid := range members {
-		if err := syscall.Kill(pid, sig); err != nil && err != syscall.ESRCH && first == nil {
-			first = err
-		}
-	}
-	return first
-}
-
-// isShell reports whether pid runs the same binary as /bin/sh.
-func isShell(pid int) bool {
-	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+// PreemptedAt is when the preemption signal was sent to the run (by this
+// agent, an earlier one, or the supervisor's fence); ok is false when it
+// was not.
+func (p *Proc) PreemptedAt() (at time.Time, ok bool) {
+	b, err := os.ReadFile(filepath.Join(p.spec.RunDir, preemptedFile))
 	if err != nil {
-		return false
+		return time.Time{}, false
 	}
-	sh, err := filepath.EvalSymlinks("/bin/sh")
-	return err == nil && exe == sh
+	at, err = time.Parse(time.RFC3339Nano, strings.TrimSpace(string(b)))
+	return at, err == nil
 }
 
-// groupMembers lists the processes of process group pgid except its leader
-// (Linux /proc; empty elsewhere).
-func groupMembers(pgid int) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
+// markPreempted records the preemption request's time in the run
+// directory (kept from the first request).
+func markPreempted(dir string, at time.Time) {
+	path := filepath.Join(dir, preemptedFile)
+	if _, err := os.Stat(path); err == nil {
+		return
 	}
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == pgid {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp ...: comm may hold spaces; skip past ')'.
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) > 2 {
-			if g, err := strconv.Atoi(f[2]); err == nil && g == pgid {
-				out = append(out, pid)
-			}
+	_ = os.WriteFile(path, []byte(at.UTC().Format(time.RFC3339Nano)+"\n"), 0o644)
+}
+
+// stopping reports whether the job is being stopped on purpose: the
+// preemption signal was sent, or the run was marked stopped.
+func stopping(dir string) bool {
+	for _, f := range []string{preemptedFile, stoppedFile} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			return true
 		}
 	}
-	return out
+	return false
 }

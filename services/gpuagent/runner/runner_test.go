@@ -434,29 +434,151 @@ func TestTailBuffer(t *testing.T) {
 	}
 }
 
-// The shell wrapping a job must not die of the job's preemption signal: the
-// job (a child of the shell) handles it, checkpoints and exits 0.
-func TestGroupSignalReachesJobNotShell(t *testing.T) {
+// The preemption signal reaches every process of the task, the wrapping
+// shell included: the rest of a shell chain never runs after it, a job
+// that traps it checkpoints and exits (its status is the job's, not the
+// dead shell's), and a process that left the group gets it too.
+func TestPreemptReachesTheWholeJob(t *testing.T) {
+	tests := map[string]struct {
+		// command writes "ready" to the log once it is in place; "after" to
+		// the marker file name in $M when something ran after the signal.
+		command  string
+		want     Result
+		wantMark string // content of $M/ckpt, "" for no file
+		noAfter  bool   // $M/after must never appear
+	}{
+		"the rest of a shell chain never runs": {
+			command: `echo ready; sleep 3; echo ran > "$M/after"`,
+			want:    Result{ExitCode: 128 + 10, Signaled: true, Signal: syscall.SIGUSR1},
+			noAfter: true,
+		},
+		"a nested shell chain (sh job.sh; sleep) stops too": {
+			command: `sh -c 'echo ready; sleep 3; echo ran > "$M/after"'; sleep 3; echo ran > "$M/after"`,
+			want:    Result{ExitCode: 128 + 10, Signaled: true, Signal: syscall.SIGUSR1},
+			noAfter: true,
+		},
+		"a job that traps it checkpoints and exits 0 though its shell died": {
+			command:  `sh -c 'trap "sleep 0.3; echo saved > $M/ckpt; exit 0" USR1; echo ready; while :; do sleep 0.05; done'; echo ran > "$M/after"`,
+			want:     Result{ExitCode: 0},
+			wantMark: "saved\n",
+			noAfter:  true,
+		},
+		"a process that left the group gets it": {
+			command:  `setsid sh -c 'trap "echo saved > $M/ckpt; exit 0" USR1; echo ready; while :; do sleep 0.05; done' & wait`,
+			want:     Result{ExitCode: 0},
+			wantMark: "saved\n",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			log := filepath.Join(dir, "out.log")
+			p := start(t, Spec{Command: tc.command, LogPath: log, Env: []string{"M=" + dir}})
+			waitFile(t, log, "ready")
+			time.Sleep(100 * time.Millisecond) // the trap is set before "ready"; let the loop begin
+			if err := p.Preempt(syscall.SIGUSR1); err != nil {
+				t.Fatal(err)
+			}
+			if got := result(t, p); got != tc.want {
+				t.Errorf("Result = %+v, want %+v", got, tc.want)
+			}
+			if tc.noAfter {
+				time.Sleep(3500 * time.Millisecond) // past the chain's sleep
+				if _, err := os.Stat(filepath.Join(dir, "after")); err == nil {
+					t.Error("the rest of the shell chain ran after the preemption request")
+				}
+			}
+			b, _ := os.ReadFile(filepath.Join(dir, "ckpt"))
+			if string(b) != tc.wantMark {
+				t.Errorf("checkpoint mark = %q, want %q", b, tc.wantMark)
+			}
+			if at, ok := p.PreemptedAt(); !ok || time.Since(at) > time.Minute {
+				t.Errorf("PreemptedAt = %v, %v", at, ok)
+			}
+		})
+	}
+}
+
+// Nothing of a task outlives its end: processes that left the process
+// group (setsid, a daemon's double fork) are swept when the command ends
+// by itself, and reached by the escalation when they ignore the signals.
+func TestNothingOutlivesTheJob(t *testing.T) {
+	tests := map[string]struct {
+		cmd string // writes the stray's PID to pid.txt, then "ready"
+		end func(t *testing.T, p *Proc)
+	}{
+		"a setsid child, the command ends": {
+			cmd: `setsid sh -c 'echo $$ > pid.txt; exec sleep 1000' & while [ ! -s pid.txt ]; do sleep 0.01; done; echo ready; sleep 0.3; exit 0`,
+			end: func(t *testing.T, p *Proc) {},
+		},
+		"a double-forked daemon, the command ends": {
+			cmd: `(setsid sh -c 'echo $$ > pid.txt; exec sleep 1000' &); while [ ! -s pid.txt ]; do sleep 0.01; done; echo ready; sleep 0.3`,
+			end: func(t *testing.T, p *Proc) {},
+		},
+		"a setsid child ignoring USR1 and TERM, Stop escalates": {
+			cmd: `setsid sh -c 'trap "" USR1 TERM; echo $$ > pid.txt; while :; do sleep 0.05; done' & while [ ! -s pid.txt ]; do sleep 0.01; done; echo ready; wait`,
+			end: func(t *testing.T, p *Proc) {
+				p.TermTimeout = 200 * time.Millisecond
+				if !p.Stop(200*time.Millisecond, syscall.SIGUSR1) {
+					t.Error("Stop not forced")
+				}
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			log := filepath.Join(dir, "task.log")
+			p := start(t, Spec{Command: tc.cmd, LogPath: log, Dir: dir})
+			waitFile(t, log, "ready")
+			pid, err := strconv.Atoi(strings.TrimSpace(readFile(t, filepath.Join(dir, "pid.txt"))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pgid, _ := syscall.Getpgid(pid); pgid == p.PID() {
+				t.Fatalf("the stray %d is in the job's group; the case tests one that left it", pid)
+			}
+			tc.end(t, p)
+			result(t, p)
+			if alive(pid) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				t.Fatalf("process %d outlived the job", pid)
+			}
+		})
+	}
+}
+
+// A supervisor killed outright leaves its task's processes to init, out
+// of its tree: the agent sweeps them from the supervisor's last record,
+// those that left the job's process group included.
+func TestSupervisorKilledStrayIsSwept(t *testing.T) {
+	old := recordEvery
+	recordEvery = 50 * time.Millisecond
+	t.Cleanup(func() { recordEvery = old })
 	dir := t.TempDir()
-	mark := filepath.Join(dir, "ckpt")
-	job := `trap 'sleep 0.3; echo saved > ` + mark + `; exit 0' USR1; while :; do sleep 0.05; done`
-	p, err := Start(Spec{TaskID: "sig", Command: "sh -c \"" + job + "\"", LogPath: filepath.Join(dir, "out.log")})
+	log := filepath.Join(dir, "task.log")
+	p := start(t, Spec{Dir: dir, LogPath: log,
+		Command: `setsid sh -c 'echo $$ > pid.txt; exec sleep 1000' & while [ ! -s pid.txt ]; do sleep 0.01; done; echo ready; sleep 1000`})
+	waitFile(t, log, "ready")
+	pid, err := strconv.Atoi(strings.TrimSpace(readFile(t, filepath.Join(dir, "pid.txt"))))
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
-	if err := p.SignalJob(syscall.SIGUSR1); err != nil {
+	waitFile(t, filepath.Join(p.RunDir(), procsFile), fmt.Sprintf(`"pid":%d,`, pid))
+	sup := p.SupervisorPID()
+	if sup <= 0 {
+		t.Fatal("no supervisor pid")
+	}
+	if err := syscall.Kill(sup, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case r := <-p.Wait():
-		if r.ExitCode != 0 {
-			t.Errorf("exit %+v, want 0", r)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no exit")
+	if r := result(t, p); !r.Lost {
+		t.Errorf("Result = %+v, want Lost", r)
 	}
-	if b, err := os.ReadFile(mark); err != nil || string(b) != "saved\n" {
-		t.Errorf("job did not finish its checkpoint: %q %v", b, err)
+	for deadline := time.Now().Add(5 * time.Second); alive(pid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("process %d that left the group outlived its killed supervisor", pid)
+		}
 	}
 }

@@ -69,11 +69,13 @@ func supervise(dir string) int {
 		failStart(dir, "stderr pipe: "+err.Error())
 		return 1
 	}
+	// Orphans of the job come to the supervisor, not to init: the task is
+	// exactly its descendants (tree_linux.go), and it reaps them.
+	subreaper := becomeSubreaper() == nil
 	cmd := exec.Command("/bin/sh", "-c", s.Command)
 	cmd.Dir = s.Dir
 	cmd.Env = append(os.Environ(), s.Env...)
-	// Both are *os.File, so exec starts no copying goroutines and Wait
-	// returns when the leader exits, whatever its children hold open.
+	// Both are *os.File, so exec starts no copying goroutines.
 	cmd.Stdout = logf
 	cmd.Stderr = pw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -83,7 +85,9 @@ func supervise(dir string) int {
 	}
 	pw.Close()
 	pgid := cmd.Process.Pid
-	rec := procRecord{Supervisor: Self(), Job: Identity{PID: pgid, Start: startTicks(pgid), Boot: BootID()}}
+	self := Self()
+	job := Identity{PID: pgid, Start: startTicks(pgid), Boot: BootID()}
+	rec := procRecord{Supervisor: self, Job: job}
 	if err := writeJSON(filepath.Join(dir, procFile), rec); err != nil {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		_ = cmd.Wait()
@@ -98,17 +102,30 @@ func supervise(dir string) int {
 	}()
 	done := make(chan struct{})
 	if s.Fence != nil && s.Fence.AgentFile != "" && s.Fence.After > 0 {
-		go fence(dir, pgid, *s.Fence, done)
+		go fence(dir, self, job, *s.Fence, done)
 	}
-	err = cmd.Wait()
+	if subreaper {
+		go recordProcs(dir, self, done)
+	}
+	var leaderWS, lastWS syscall.WaitStatus
+	var werr error
+	if subreaper {
+		leaderWS, lastWS, werr = reapAll(dir, self, job)
+	} else {
+		// Without a subreaper (not Linux) only the leader is ours to wait
+		// for; whatever is left of its group goes with it.
+		werr = cmd.Wait()
+		if ps := cmd.ProcessState; ps != nil {
+			leaderWS, _ = ps.Sys().(syscall.WaitStatus)
+		}
+		lastWS = leaderWS
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
 	close(done)
-	// The task is over when its leader exits: whatever is left in its
-	// group would hold GPUs the next task gets, so it goes too.
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	select {
 	case <-copied:
 	case <-time.After(2 * time.Second):
-		// Something outside the group still holds stderr open.
+		// Something outside the task still holds stderr open.
 		pr.Close()
 		<-copied
 	}
@@ -117,15 +134,21 @@ func supervise(dir string) int {
 
 	res := Result{Ended: time.Now().UTC(), StderrTail: tail.String()}
 	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		res.ErrText = err.Error()
+	if werr != nil && !errors.As(werr, &ee) {
+		res.ErrText = werr.Error()
 	}
-	if ps := cmd.ProcessState; ps != nil {
-		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			res.Signaled, res.Signal, res.ExitCode = true, ws.Signal(), 128+int(ws.Signal())
-		} else {
-			res.ExitCode = ps.ExitCode()
-		}
+	// The job's status is its leader's, except when the leader was killed
+	// by a signal while the job was being stopped (the preemption signal
+	// kills a shell that does not trap it): then it is the status of the
+	// last of its processes to end, the one that checkpointed and exited.
+	ws := leaderWS
+	if ws.Signaled() && stopping(dir) {
+		ws = lastWS
+	}
+	if ws.Signaled() {
+		res.Signaled, res.Signal, res.ExitCode = true, ws.Signal(), 128+int(ws.Signal())
+	} else {
+		res.ExitCode = ws.ExitStatus()
 	}
 	if err := writeJSON(filepath.Join(dir, exitFile), res); err != nil {
 		return 1
@@ -140,7 +163,7 @@ func failStart(dir, why string) {
 
 // fence stops the job with the preemption protocol once no agent has
 // been alive for f.After; it returns when the job is done.
-func fence(dir string, pgid int, f Fence, done <-chan struct{}) {
+func fence(dir string, self, job Identity, f Fence, done <-chan struct{}) {
 	last := time.Now()
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
@@ -173,14 +196,51 @@ func fence(dir string, pgid int, f Fence, done <-chan struct{}) {
 			return false
 		}
 	}
-	_ = signalJob(pgid, sig)
+	markPreempted(dir, time.Now())
+	_ = signalTask(self, job, sig)
 	if wait(f.Grace) {
 		return
 	}
 	_ = os.WriteFile(filepath.Join(dir, forcedFile), nil, 0o644)
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	_ = signalTask(self, job, syscall.SIGTERM)
 	if wait(max(f.KillAfter, time.Second)) {
 		return
 	}
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	_ = signalTask(self, job, syscall.SIGKILL)
+}
+
+// reapAll waits for every process of the task — the leader, and the
+// orphans re-parented to the supervisor — and returns the leader's status
+// and the last one reaped. When the leader ends by itself (no stop
+// requested), what is left of the task is killed: a job ends with its
+// command, and a stray background process must not hold the GPUs the next
+// task gets. While the job is being stopped (the preemption signal was
+// sent: the shell may die of it while the job checkpoints), the job ends
+// when its last process ends; the agent's escalation (SIGTERM, SIGKILL at
+// the grace's end) bounds that.
+func reapAll(dir string, self, job Identity) (leader, last syscall.WaitStatus, err error) {
+	leaderDone := false
+	for {
+		var ws syscall.WaitStatus
+		pid, werr := syscall.Wait4(-1, &ws, 0, nil)
+		if errors.Is(werr, syscall.EINTR) {
+			continue
+		}
+		if werr != nil {
+			if !leaderDone && !errors.Is(werr, syscall.ECHILD) {
+				err = werr
+			}
+			return leader, last, err
+		}
+		if !ws.Exited() && !ws.Signaled() {
+			continue // stopped or continued: not an end
+		}
+		last = ws
+		if pid == job.PID {
+			leader, leaderDone = ws, true
+		}
+		if leaderDone && !stopping(dir) {
+			_ = signalTask(self, job, syscall.SIGKILL)
+		}
+	}
 }

@@ -34,6 +34,7 @@ type config struct {
 	node, dataDir, ckptDir string
 	inv                    inventory.Options
 	heartbeat, killAfter   time.Duration
+	progressEvery          time.Duration
 	nodeTimeout            time.Duration
 	stopOnExit             bool
 	metricsAddr            string
@@ -54,6 +55,7 @@ func main() {
 	f.String(&a.inv.MockModel, "gpu-model", "GPUQ_GPU_MODEL", "a100", "mock GPU model: "+strings.Join(inventory.MockModels(), ", "))
 	f.Duration(&a.heartbeat, "heartbeat", "GPUQ_HEARTBEAT", 5*time.Second, "heartbeat interval")
 	f.Duration(&a.killAfter, "kill-after", "GPUQ_KILL_AFTER", 10*time.Second, "wait between SIGTERM and SIGKILL")
+	f.Duration(&a.progressEvery, "progress-every", "GPUQ_PROGRESS_EVERY", 10*time.Second, "record a job's reported progress in the log when it moved, at most this often per task (0: never; it stays in the task socket's memory)")
 	f.Duration(&a.nodeTimeout, "node-timeout", "GPUQ_NODE_TIMEOUT", 30*time.Second, "the scheduler's node timeout: cut off from NATS (or gone) this long, the node's tasks are stopped")
 	f.Bool(&a.stopOnExit, "stop-tasks-on-exit", "GPUQ_STOP_TASKS_ON_EXIT", false, "stop the tasks when the agent stops (default: they keep running for the next agent to adopt)")
 	f.String(&a.metricsAddr, "metrics", "GPUQ_METRICS_ADDR", "", `Prometheus /metrics listen address, e.g. ":9090" ("" = none)`)
@@ -70,8 +72,13 @@ func main() {
 		f.Invalid("heartbeat", "must be ≥ 100ms")
 	case a.killAfter <= 0:
 		f.Invalid("kill-after", "must be > 0")
+	case a.progressEvery < 0 || (a.progressEvery > 0 && a.progressEvery < time.Second):
+		f.Invalid("progress-every", "must be 0 (never) or ≥ 1s")
 	case a.nodeTimeout < time.Second:
 		f.Invalid("node-timeout", "must be ≥ 1s")
+	}
+	if a.progressEvery == 0 {
+		a.progressEvery = -1 // gpuagent.Config: never
 	}
 	var signer *auth.JobSigner
 	if a.jobSigner != "" {
@@ -135,7 +142,7 @@ func run(ctx context.Context, c *svcmain.Common, a config, signer *auth.JobSigne
 		reg = r
 	}
 	return gpuagent.Run(ctx, gpuagent.Config{Metrics: reg, Log: log, Replicas: c.Replicas, JS: log.JetStream(), Node: a.node, NATSURL: c.NATSURL,
-		DataDir: a.dataDir, CheckpointRoot: a.ckptDir, Inventory: a.inv, Heartbeat: a.heartbeat, KillAfter: a.killAfter,
+		DataDir: a.dataDir, CheckpointRoot: a.ckptDir, Inventory: a.inv, Heartbeat: a.heartbeat, KillAfter: a.killAfter, ProgressEvery: a.progressEvery,
 		NodeTimeout: a.nodeTimeout, StopOnExit: a.stopOnExit, JobSigner: signer,
 		Logger: logger, Ready: func() { logger.Info().Str("data", a.dataDir).Str("checkpoints", a.ckptDir).Msg("ready") }})
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/rs/zerolog"
@@ -21,25 +22,34 @@ const name = "gpuq-submitter"
 func main() {
 	f := svcmain.NewFlags(name)
 	c := f.Common()
-	var httpAddr string
+	var httpAddr, hosts, origins, metricsAddr string
 	var lim domain.Limits
 	f.String(&httpAddr, "http", "GPUQ_HTTP_ADDR", ":8080", `HTTP API address ("" = NATS API only)`)
+	f.String(&hosts, "http-host", "GPUQ_HTTP_HOSTS", "", `more Host names the HTTP API answers to, comma-separated (a DNS name, a compose service name; "*": any, when a proxy in front checks Host); the listen address's own names always count`)
+	f.String(&origins, "http-origin", "GPUQ_HTTP_ORIGINS", "", "browser origins (scheme://host[:port]) allowed to call the HTTP API besides its own, comma-separated")
+	f.String(&metricsAddr, "metrics", "GPUQ_METRICS_ADDR", "", `also serve /metrics on this address without a token, e.g. "127.0.0.1:9090" ("" = only on the HTTP API, behind the admin token when --tokens is set)`)
 	f.Int(&lim.MaxGPUs, "max-gpus", "GPUQ_MAX_GPUS", domain.DefaultLimits.MaxGPUs, "largest GPU count a task may ask for")
 	f.Float(&lim.MaxHours, "max-hours", "GPUQ_MAX_HOURS", domain.DefaultLimits.MaxHours, "largest estimate (hours) a task may give")
 	h := f.HTTPAuth()
 	f.Parse(c)
 	tokens, tlsCfg := f.HTTPAuthOptions(h)
+	cfg := submitter.Config{HTTPAddr: httpAddr, Limits: lim, Tokens: tokens, TLS: tlsCfg,
+		HTTPHosts: list(hosts), HTTPOrigins: list(origins), MetricsAddr: metricsAddr, NATSAuth: c.Creds != ""}
 	switch {
 	case lim.MaxGPUs < 1:
 		f.Invalid("max-gpus", "must be ≥ 1")
 	case !(lim.MaxHours > 0):
 		f.Invalid("max-hours", "must be > 0")
 	}
+	if err := submitter.CheckOrigins(cfg.HTTPOrigins); err != nil {
+		f.Invalid("http-origin", err.Error())
+	}
 
 	logger := svcmain.Logger("submitter", c.LogLevel)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, c, submitter.Config{HTTPAddr: httpAddr, Limits: lim, Logger: logger, Tokens: tokens, TLS: tlsCfg}); err != nil && ctx.Err() == nil {
+	cfg.Logger = logger
+	if err := run(ctx, c, cfg); err != nil && ctx.Err() == nil {
 		logger.Error().Err(err).Msg("stopped")
 		stop()
 		os.Exit(1)
@@ -54,7 +64,7 @@ func run(ctx context.Context, c *svcmain.Common, cfg submitter.Config) error {
 	}
 	defer nc.Close()
 	cfg.NC, cfg.Log, cfg.Replicas = nc, log, c.Replicas
-	cfg.Metrics = metrics.New() // served at /metrics on the HTTP address
+	cfg.Metrics = metrics.New() // served at /metrics on the HTTP address, and on --metrics
 	metrics.NATS(cfg.Metrics, "submitter", nc)
 	cfg.Ready = func() { cfg.Logger.Info().Str("http", cfg.HTTPAddr).Str("nats", c.NATSURL).Msg("ready") }
 	return submitter.Run(ctx, cfg)
@@ -69,4 +79,15 @@ func notify(logger zerolog.Logger) svcmain.Notify {
 		}
 		logger.Info().Msg(msg)
 	}
+}
+
+// list splits a comma-separated flag value, dropping blanks.
+func list(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }

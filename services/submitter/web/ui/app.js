@@ -56,20 +56,21 @@ async function api(path) {
   return body;
 }
 
-// allTasks reads GET /v1/tasks page by page (?limit=&after=, the last
-// task's id as the cursor, or the server's own next cursor when it answers
-// an object), and at once from a server that does not paginate.
+// allTasks reads GET /v1/tasks page by page (?limit=&after=): the server
+// names the next page in its Link header (rel="next"), none on the last.
 async function allTasks() {
-  const LIMIT = 1000, out = [], seen = new Set();
-  let after = "";
-  for (let i = 0; i < 1000; i++) {
-    const r = await api("/v1/tasks?limit=" + LIMIT + (after ? "&after=" + encodeURIComponent(after) : ""));
-    const page = Array.isArray(r) ? r : (r.tasks || r.items || []);
+  const out = [], seen = new Set();
+  let url = "/v1/tasks?limit=1000";
+  for (let i = 0; url && i < 10000; i++) {
+    const res = await fetch(url, { headers: headers(), cache: "no-store" });
+    if (res.status === 401) throw new AuthError("the token was refused");
+    const body = await res.json().catch(() => null);
+    if (!res.ok) throw new Error((body && body.error) || res.status + " " + res.statusText);
+    const page = Array.isArray(body) ? body : [];
     let fresh = 0;
     for (const t of page) if (!seen.has(t.task_id)) { seen.add(t.task_id); out.push(t); fresh++; }
-    const next = Array.isArray(r) ? (page.length >= LIMIT ? page[page.length - 1].task_id : "") : (r.next || r.after || "");
-    if (!next || fresh === 0 || next === after) return out;
-    after = next;
+    const m = /<([^>]*)>\s*;\s*rel="?next"?/.exec(res.headers.get("Link") || "");
+    url = m && fresh > 0 && m[1].startsWith("/v1/tasks?") ? m[1] : "";
   }
   return out;
 }

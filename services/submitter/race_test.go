@@ -1,0 +1,7 @@
+//go:build race
+
+package submitter
+
+// raceEnabled: the race detector is on (its runs scale down the largest
+// tests).
+const raceEnabled = true
