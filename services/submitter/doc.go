@@ -154,8 +154,9 @@
 // Last-Event-ID (or ?after=N; the header wins) resumes after that
 // sequence: nothing repeated, nothing missed. The records since then come
 // from a ring of the last StreamConfig.Ring records the hub framed, and,
-// further back, from the log by sequence (events.Getter: a direct get, no
-// consumer per follower); then the follower goes on live.
+// further back, from the log with the submitter's direct reads (batched
+// direct gets by sequence: no consumer per follower); then the follower
+// goes on live.
 //
 // Everything is fanned out in memory (stream.go) from this submitter's
 // one fold (its Applied hook) and one core NATS subscription to

@@ -30,7 +30,7 @@ import (
 // buffer; the hub never waits for one: a follower whose buffer is full is
 // dropped (its response ends), and its client resumes with Last-Event-ID.
 // What a resuming follower missed is read back from the hub's ring of
-// recent records, and from the log itself (by sequence, events.Getter)
+// recent records, and from the log itself (direct gets by sequence)
 // when the ring no longer holds it: never a consumer per follower.
 
 // Stream defaults (Config.Stream overrides them).
@@ -768,8 +768,8 @@ func (s *server) httpEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 // readBack writes the records (after, to] team may see, read from the log
-// by sequence (events.Getter: no consumer), and returns to. A log that
-// cannot get by sequence is read from after+1, stopping at to.
+// with the submitter's reads (on JetStream, direct gets by sequence in
+// batches: no consumer), and returns to.
 func (s *server) readBack(ctx context.Context, after, to uint64, team string, write func([]byte) error) (uint64, error) {
 	emit := func(m events.Stored) error {
 		rec := events.DecodeRecord(m)
@@ -787,19 +787,7 @@ func (s *server) readBack(ctx context.Context, after, to uint64, team string, wr
 		}
 		return write(frameRecord(rec, tm, known))
 	}
-	if g, ok := s.log.(events.Getter); ok {
-		for seq := after + 1; seq <= to; seq++ {
-			m, err := g.Get(ctx, seq)
-			if err != nil {
-				return after, fmt.Errorf("reading record %d: %w", seq, err)
-			}
-			if err := emit(m); err != nil {
-				return after, err
-			}
-		}
-		return to, nil
-	}
-	_, err := s.log.Read(ctx, after+1, "", func(m events.Stored) error {
+	_, err := s.reads.Read(ctx, after+1, "", func(m events.Stored) error {
 		if m.Seq > to {
 			return errStop
 		}
