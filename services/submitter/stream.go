@@ -220,7 +220,8 @@ type hub struct {
 	advice map[string]adviceEntry
 
 	dropped atomic.Uint64
-	count   atomic.Int64
+	count   atomic.Int64 // followers registered
+	slots   atomic.Int64 // responses under way (the limit)
 }
 
 func newHub(s *server, cfg StreamConfig) *hub {
@@ -595,6 +596,21 @@ func (h *hub) adviceSnapshot(team string) [][]byte {
 	return out
 }
 
+// waitHead waits until the hub has fanned out seq, at most d, and returns
+// its head then.
+func (h *hub) waitHead(ctx context.Context, seq uint64, d time.Duration) uint64 {
+	deadline := time.Now().Add(d)
+	for {
+		h.mu.Lock()
+		head := h.head
+		h.mu.Unlock()
+		if head >= seq || time.Now().After(deadline) || ctx.Err() != nil {
+			return head
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // streamAfter reads Last-Event-ID (or ?after=): the sequence to resume
 // after, and whether one was given.
 func streamAfter(r *http.Request) (uint64, bool, error) {
@@ -630,12 +646,14 @@ func (s *server) httpEvents(w http.ResponseWriter, r *http.Request) {
 	case <-r.Context().Done():
 		return
 	}
-	if h.count.Load() >= int64(h.cfg.MaxFollowers) {
+	if h.slots.Add(1) > int64(h.cfg.MaxFollowers) {
+		h.slots.Add(-1)
 		w.Header().Set("Retry-After", "5")
 		writeError(w, &opError{Status: http.StatusServiceUnavailable,
 			Msg: fmt.Sprintf("too many followers of the stream (limit %d); try again later", h.cfg.MaxFollowers)})
 		return
 	}
+	defer h.slots.Add(-1)
 	team := ""
 	if c, ok := callerOf(r.Context()); ok {
 		team = c.Team
@@ -683,6 +701,13 @@ func (s *server) httpEvents(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	head := h.head
 	h.mu.Unlock()
+	if resume && after > head {
+		// Another replica's fold may be ahead of this one: wait for a
+		// sequence the log holds.
+		if last, err := s.log.LastSeq(ctx); err == nil && after <= last {
+			head = h.waitHead(ctx, after, s.syncTimeout)
+		}
+	}
 	switch {
 	case !resume:
 		after = head

@@ -455,7 +455,7 @@ func TestStreamFollowerLimit(t *testing.T) {
 		t.Errorf("the third follower: %d (Retry-After %q), want 503 with Retry-After", c.res.StatusCode, c.res.Header.Get("Retry-After"))
 	}
 	a.res.Body.Close()
-	waitUntil(func() bool { return h.s.hub.count.Load() == 1 }, 5*time.Second)
+	waitUntil(func() bool { return h.s.hub.slots.Load() == 1 }, 5*time.Second)
 	if d := openStream(t, srv.URL+"/v1/events"); d.res.StatusCode != http.StatusOK {
 		t.Errorf("after one left: %d, want 200", d.res.StatusCode)
 	}
