@@ -5,20 +5,25 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/gpuq/gpuq/pkg/bench"
+	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events/jetstream"
 	"github.com/gpuq/gpuq/services/scheduler"
+	"github.com/gpuq/gpuq/services/submitter"
 )
 
 func newBench() *cobra.Command {
 	var (
 		asJSON, quick bool
-		dir           string
+		dir, only     string
 		logEvents     int
 	)
 	c := &cobra.Command{
@@ -33,7 +38,10 @@ task, the scheduler's cold restart and each service's restart (scheduler,
 submitter, advisor, agent) from its own snapshot with the raw replay of
 the same log beside it, with the goals of docs/performance.md met or
 missed. A missed goal is information: the exit code is 0 unless a
-measurement fails. --quick runs a smaller version (under 30 s on 2 cores).`,
+measurement fails. --quick runs a smaller version (under 30 s on 2 cores).
+The stream group (--only stream runs it alone) has 1,000 followers of
+GET /v1/events on one submitter and reports every record's latency to
+every follower and the memory it took.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			cfg := bench.Full()
@@ -46,8 +54,12 @@ measurement fails. --quick runs a smaller version (under 30 s on 2 cores).`,
 			if logEvents > 0 {
 				cfg.LogEvents = logEvents
 			}
-			cfg.Dir = dir
+			if only != "" && !slices.Contains(bench.Groups, only) {
+				return invalid("only", fmt.Sprintf("must be one of %s (got %q)", strings.Join(bench.Groups, ", "), only))
+			}
+			cfg.Dir, cfg.Only = dir, only
 			cfg.Scheduler = serviceScheduler
+			cfg.Stream = serviceStream
 			cfg.Progress = func(s string) { fmt.Fprintln(os.Stderr, "bench:", s) }
 			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -64,6 +76,7 @@ measurement fails. --quick runs a smaller version (under 30 s on 2 cores).`,
 	fl := c.Flags()
 	fl.BoolVar(&asJSON, "json", false, "print JSON (every metric, ratio, goal and measurement)")
 	fl.BoolVar(&quick, "quick", false, "a smaller run: under 30 s on 2 cores; the restart is extrapolated from 50,000 events")
+	fl.StringVar(&only, "only", "", "run one group alone: stream (1,000 followers of GET /v1/events)")
 	fl.StringVar(&dir, "dir", "", "parent directory of the temporary JetStream stores (default: the system's temp dir)")
 	fl.IntVar(&logEvents, "log-events", 0, "events in the log that is replayed, folded and restarted from, every service's restart included (0: 1,000,000, the figure the restart goals name; 50,000 with --quick, extrapolated to 1M)")
 	return c
@@ -75,4 +88,11 @@ measurement fails. --quick runs a smaller version (under 30 s on 2 cores).`,
 func serviceScheduler(ctx context.Context, log *jetstream.Log, ready func()) error {
 	return scheduler.Run(ctx, scheduler.Config{Log: log, JS: log.JetStream(), Logger: zerolog.Nop(),
 		Instance: "bench", NodeTimeout: -1, Ready: ready})
+}
+
+// serviceStream runs services/submitter with its HTTP API on addr, for the
+// stream measurement: no logging, no snapshots.
+func serviceStream(ctx context.Context, log *jetstream.Log, nc *nats.Conn, addr string, ready func()) error {
+	return submitter.Run(ctx, submitter.Config{Log: log, NC: nc, HTTPAddr: addr, Logger: zerolog.Nop(),
+		Limits: domain.DefaultLimits, SnapshotEvery: -1, Ready: ready})
 }

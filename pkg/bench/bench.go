@@ -34,7 +34,16 @@ type Config struct {
 	Scheduler SchedulerFunc
 	// Progress, when set, is told each step as it starts.
 	Progress func(step string)
+	// Stream, when set, runs the stream group (StreamRun) with it (cmd/gpuq
+	// passes services/submitter): 1,000 followers of GET /v1/events.
+	Stream    StreamFunc
+	StreamRun StreamOptions
+	// Only, when set, runs that group alone: "stream".
+	Only string
 }
+
+// Groups are the names Config.Only takes.
+var Groups = []string{"stream"}
 
 // RestartTarget is the log size restart_1m_s is named for.
 const RestartTarget = 1_000_000
@@ -44,7 +53,7 @@ func Full() Config {
 	return Config{RawMsgs: 200_000, IngestMsgs: 200_000, LogEvents: RestartTarget, LogNodes: 125, Rounds: 2,
 		Lifecycle: LifecycleOptions{Tasks: 20_000, Nodes: 125},
 		Placement: PlacementOptions{Nodes: 1000, PerNode: 8, Queued: 100_000, Events: 1000, NoEnvQueued: 20_000},
-		R3Msgs:    50_000, R3Tasks: 5_000}
+		R3Msgs:    50_000, R3Tasks: 5_000, StreamRun: StreamOptions{Followers: 1000, Events: 1000, Rate: 200}}
 }
 
 // Quick is the smaller run (under 30 s on two cores): fewer messages, a
@@ -55,13 +64,14 @@ func Quick() Config {
 	return Config{Quick: true, RawMsgs: 30_000, IngestMsgs: 30_000, LogEvents: 50_000, LogNodes: 125, Rounds: 1,
 		Lifecycle: LifecycleOptions{Tasks: 5_000, Nodes: 125},
 		Placement: PlacementOptions{Nodes: 1000, PerNode: 8, Queued: 100_000, Events: 100},
-		R3Msgs:    10_000, R3Tasks: 2_000}
+		R3Msgs:    10_000, R3Tasks: 2_000, StreamRun: StreamOptions{Followers: 1000, Events: 200, Rate: 100}}
 }
 
 // Result is one run: the headline metrics (the names `gpuq bench --json`
 // prints), their ratios, the goals, and every measurement behind them.
 type Result struct {
 	Quick     bool    `json:"quick"`
+	Only      string  `json:"only,omitempty"`
 	Machine   Machine `json:"machine"`
 	Transport string  `json:"transport"`
 
@@ -124,6 +134,12 @@ type Result struct {
 	// wall-clock ratios tend to when the machine is busy with other work.
 	IngestVsRawCPU float64 `json:"ingest_vs_raw_cpu"`
 	FoldVsRawCPU   float64 `json:"fold_vs_raw_cpu"`
+
+	// The stream group: every record to each of 1,000 followers of GET
+	// /v1/events (Detail.Stream).
+	StreamP99Ms        float64 `json:"stream_p99_ms,omitempty"`
+	StreamHeapGrowthMB float64 `json:"stream_heap_growth_mb,omitempty"`
+	StreamRSSGrowthMB  float64 `json:"stream_rss_growth_mb,omitempty"`
 
 	Goals  []Goal  `json:"goals"`
 	Detail Detail  `json:"detail"`
@@ -191,6 +207,7 @@ type Detail struct {
 	R3RawPublish     *Rate            `json:"r3_raw_publish,omitempty"`
 	R3Ingest         *Rate            `json:"r3_ingest,omitempty"`
 	R3Lifecycle      *LifecycleResult `json:"r3_lifecycle,omitempty"`
+	Stream           *StreamResult    `json:"stream,omitempty"`
 }
 
 // Step is one measurement of a run and its wall time, setup included.
@@ -245,6 +262,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		runtime.GC()
 	}
 	var err error
+	if cfg.Only != "" {
+		return runOnly(ctx, cfg, res, step, start)
+	}
 
 	// Raw and gpuq's ingest alternate, twice; the best of each counts (the
 	// first publishes of a process run on a cold heap and page cache).
@@ -312,6 +332,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("r3 lifecycle: %w", err)
 		}
 		res.Detail.R3Lifecycle = &lr
+	}
+	if cfg.Stream != nil {
+		if err := runStream(ctx, cfg, res, step); err != nil {
+			return nil, err
+		}
 	}
 	res.Steps[len(res.Steps)-1].TookS = time.Since(last).Seconds()
 	runtime.GC()
@@ -388,6 +413,27 @@ func ratio(a, b float64) float64 {
 
 // Goals evaluates the issue's targets on r.
 func Goals(r *Result) []Goal {
+	g := fullGoals(r)
+	if r.Only != "" {
+		g = nil
+	}
+	if r.Detail.Stream != nil {
+		g = append(g,
+			Goal{Metric: "stream_p99_ms", Op: "<=", Target: 1000, Value: r.StreamP99Ms, Why: "every record to each of 1,000 followers of GET /v1/events within 1 s (p99)"},
+			Goal{Metric: "stream_heap_growth_mb", Op: "<=", Target: 200, Value: r.StreamHeapGrowthMB, Why: "the heap's growth with 1,000 followers (theirs in the same process included)"})
+	}
+	for i := range g {
+		if g[i].Op == ">=" {
+			g[i].Met = g[i].Value >= g[i].Target
+		} else {
+			g[i].Met = g[i].Value <= g[i].Target
+		}
+	}
+	return g
+}
+
+// fullGoals are the goals of the full run.
+func fullGoals(r *Result) []Goal {
 	g := []Goal{
 		{Metric: "ingest_vs_raw", Op: ">=", Target: 0.5, Value: r.IngestVsRaw, Why: "validated submits at least half the raw publish rate"},
 		{Metric: "fold_vs_raw", Op: ">=", Target: 0.5, Value: r.FoldVsRaw, Why: "the fold at least half the raw replay rate"},
@@ -409,13 +455,6 @@ func Goals(r *Result) []Goal {
 	if r.R3LifecycleTasksPerS > 0 {
 		g = append(g, Goal{Metric: "r3_lifecycle_vs_raw", Op: ">=", Target: 0.5, Value: r.R3LifecycleVsRaw, Why: "R3 tasks/s at least half the raw R3 publish rate ÷ 4"})
 	}
-	for i := range g {
-		if g[i].Op == ">=" {
-			g[i].Met = g[i].Value >= g[i].Target
-		} else {
-			g[i].Met = g[i].Value <= g[i].Target
-		}
-	}
 	return g
 }
 
@@ -435,6 +474,22 @@ func (r *Result) WriteTable(w io.Writer) error {
 		kind, m.CPU, m.NumCPU, m.GOMAXPROCS, m.OS, m.Go, m.NATSServer, r.Transport, m.LoadStart, m.LoadEnd, rev)
 	d := r.Detail
 	row := func(name, value, note string) { fmt.Fprintf(bw, "  %-30s %14s   %s\n", name, value, note) }
+	if r.Only == "" {
+		r.writeAll(bw, row)
+	}
+	if s := d.Stream; s != nil {
+		row("stream_p99_ms", fmt.Sprintf("%.1f", r.StreamP99Ms), fmt.Sprintf("%d followers × %d records at %.0f/s: delivered %d, missing %d, behind at the end %d; p50 %.1f ms, max %.1f ms; connected in %.2f s; cpu %.1f s (%.2f µs per delivery, all in one process)",
+			s.Followers, s.Events, float64(s.Events)/max(s.Took.Seconds(), 1e-9), s.Delivered, s.Missing, s.Ended, ms(s.P50), ms(s.Max), s.Connect.Seconds(),
+			s.CPU.Seconds(), float64(s.CPU)/float64(time.Microsecond)/float64(max(s.Delivered, 1))))
+		row("stream_heap_growth_mb", fmt.Sprintf("%.1f", r.StreamHeapGrowthMB), fmt.Sprintf("heap in use %d → peak %d MB; resident set %d → peak %d MB (+%.1f MB); the followers run in the same process",
+			s.HeapBefore>>20, s.HeapPeak>>20, s.RSSBefore>>20, s.RSSPeak>>20, r.StreamRSSGrowthMB))
+	}
+	return r.writeGoals(bw)
+}
+
+// writeAll writes the rows of the full run.
+func (r *Result) writeAll(bw *bufio.Writer, row func(name, value, note string)) {
+	d := r.Detail
 	row("raw_publish_dedup_per_s", rate(r.RawPublishDedupPerS), fmt.Sprintf("%d × %d B, async, Nats-Msg-Id, best of 2; cpu %s/msg", d.RawPublish.N, RawMsgBytes, us(d.RawPublish.CPUPerOp())))
 	row("submit_ingest_per_s", rate(r.SubmitIngestPerS), fmt.Sprintf("%d submits of %.0f B, best of 2; cpu %s/submit; ingest_vs_raw %.2f (cpu %.2f)",
 		d.Ingest.N, perN(d.Ingest.Bytes, d.Ingest.N), us(d.Ingest.CPUPerOp()), r.IngestVsRaw, r.IngestVsRawCPU))
@@ -489,6 +544,10 @@ func (r *Result) WriteTable(w io.Writer) error {
 	}
 	row("snapshot_bytes", fmt.Sprintf("%d", sn.StoredBytes), fmt.Sprintf("%d tasks at seq %d: state %d B before S2; encode %.2f s, store %.2f s",
 		sn.Tasks, sn.Seq, sn.StateBytes, sn.Encode.Seconds(), sn.Store.Seconds()))
+}
+
+// writeGoals writes the goals and the steps, and flushes.
+func (r *Result) writeGoals(bw *bufio.Writer) error {
 	fmt.Fprintf(bw, "\ngoals (information; a miss is not an error):\n")
 	for _, g := range r.Goals {
 		mark := "met   "
@@ -565,3 +624,39 @@ func loadavg() string {
 }
 
 func us(d time.Duration) string { return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond)) }
+
+// runStream runs the stream group into res.
+func runStream(ctx context.Context, cfg Config, res *Result, step func(string)) error {
+	o := cfg.StreamRun
+	step(fmt.Sprintf("stream: %d followers of GET /v1/events, %d records at %.0f/s", o.Followers, o.Events, o.Rate))
+	sr, err := Stream(ctx, cfg.Dir, o, cfg.Stream)
+	if err != nil {
+		return fmt.Errorf("stream: %w", err)
+	}
+	res.Detail.Stream = &sr
+	res.StreamP99Ms = ms(sr.P99)
+	res.StreamHeapGrowthMB, res.StreamRSSGrowthMB = sr.HeapGrowthMB(), sr.RSSGrowthMB()
+	return nil
+}
+
+// runOnly runs the group cfg.Only alone.
+func runOnly(ctx context.Context, cfg Config, res *Result, step func(string), start time.Time) (*Result, error) {
+	res.Only = cfg.Only
+	switch cfg.Only {
+	case "stream":
+		if cfg.Stream == nil {
+			return nil, fmt.Errorf("the stream group needs Config.Stream")
+		}
+		t := time.Now()
+		if err := runStream(ctx, cfg, res, step); err != nil {
+			return nil, err
+		}
+		res.Steps[len(res.Steps)-1].TookS = time.Since(t).Seconds()
+	default:
+		return nil, fmt.Errorf("no group %q (groups: %s)", cfg.Only, strings.Join(Groups, ", "))
+	}
+	res.Goals = Goals(res)
+	res.Machine.LoadEnd = loadavg()
+	res.TookS = time.Since(start).Seconds()
+	return res, nil
+}
