@@ -95,7 +95,7 @@ check-metrics: build ## gpuq dev's /metrics (every service's) through promtool c
 	@scripts/check-metrics.sh
 
 contract: build ## The shared black-box contract checks
-	@for s in ../shared/contract/core-e2e.sh ../shared/contract/preempt-resume.sh ../shared/contract/advice.sh ../shared/contract/poison.sh ../shared/contract/audit.sh ../shared/contract/task-socket.sh ../shared/contract/notify.sh; do \
+	@for s in ../shared/contract/core-e2e.sh ../shared/contract/preempt-resume.sh ../shared/contract/advice.sh ../shared/contract/poison.sh ../shared/contract/audit.sh ../shared/contract/task-socket.sh ../shared/contract/notify.sh ../shared/contract/stream.sh; do \
 	  [ -x $$s ] || continue; echo "== $$s"; bash $$s || exit 1; done
 	@echo "== scripts/ci-audit.sh (gpuq audit verify on a short gpuq dev session, live and after a restart)"; scripts/ci-audit.sh bin/gpuq
 
