@@ -8,7 +8,9 @@ export CGO_CFLAGS := -Wno-deprecated-declarations
 # make run's own gpuq dev: its data directory and ports differ from the
 # tour's `bin/gpuq dev` defaults (./.gpuq, 4222, 8080), so the two never
 # share a log or a port.
-DATA ?= ./.gpuq-demo
+# Empty DATA: ./.gpuq-demo, or ./.gpuq-demo-withauth with AUTH (a data
+# directory holds one log, of one auth mode: gpuq dev refuses another).
+DATA ?=
 NATS_PORT ?= 4322
 HTTP ?= 127.0.0.1:8180
 # make run AUTH=DIR: credentials per role, made there by gpuq auth init when missing.
@@ -21,7 +23,7 @@ help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
 	@echo
 	@echo "Variables (make run VAR=value):"
-	@echo "  DATA           make run's data directory (default $(DATA))"
+	@echo "  DATA           make run's data directory (default ./.gpuq-demo; with AUTH ./.gpuq-demo-withauth)"
 	@echo "  NATS_PORT      make run's NATS port (default $(NATS_PORT))"
 	@echo "  HTTP           make run's HTTP API address (default $(HTTP))"
 	@echo "  AUTH           make run with credentials per role from this directory (gpuq auth init; default none)"
@@ -48,7 +50,7 @@ test-race: ## Run every module's tests with the race detector
 # and GPUQ_FAULTS_KILLS scale scheduler-kill (default 10,000 and 10).
 FAULTS ?= .
 FAULTS_SERVICES := ./services/scheduler/cmd/gpuq-scheduler ./services/submitter/cmd/gpuq-submitter \
-	./services/gpuagent/cmd/gpuq-agent ./services/advisor/cmd/gpuq-advisor ./cmd/gpuq
+	./services/gpuagent/cmd/gpuq-agent ./services/advisor/cmd/gpuq-advisor ./services/notifier/cmd/gpuq-notifier ./cmd/gpuq
 test-faults: ## Process-level fault scenarios, no Docker (kill -9, SIGSTOP, poison, NATS restart, retry storm, clock skew)
 	@set -o pipefail; bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; \
 	echo "== building the services and gpuq-natsd into $$bin"; \
@@ -93,14 +95,14 @@ check-metrics: build ## gpuq dev's /metrics (every service's) through promtool c
 	@scripts/check-metrics.sh
 
 contract: build ## The shared black-box contract checks
-	@for s in ../shared/contract/core-e2e.sh ../shared/contract/preempt-resume.sh ../shared/contract/advice.sh ../shared/contract/poison.sh ../shared/contract/audit.sh; do \
+	@for s in ../shared/contract/core-e2e.sh ../shared/contract/preempt-resume.sh ../shared/contract/advice.sh ../shared/contract/poison.sh ../shared/contract/audit.sh ../shared/contract/task-socket.sh ../shared/contract/notify.sh ../shared/contract/stream.sh; do \
 	  [ -x $$s ] || continue; echo "== $$s"; bash $$s || exit 1; done
 	@echo "== scripts/ci-audit.sh (gpuq audit verify on a short gpuq dev session, live and after a restart)"; scripts/ci-audit.sh bin/gpuq
 
 images: ## Build FROM-scratch images for deploy/compose.yaml
 	deploy/build-images.sh
 
-compose-up: images ## Start the compose stack (3 NATS servers, 2 schedulers, advisor, submitter, 2 agents)
+compose-up: images ## Start the compose stack (3 NATS servers, 2 schedulers, advisor, notifier, submitter, 2 agents)
 	docker-compose -f deploy/compose.yaml up -d
 
 compose-smoke: images ## Compose smoke: up, one 2-GPU task over HTTP to completed, down -v

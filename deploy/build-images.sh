@@ -7,6 +7,7 @@
 #   gpuq/submitter:$TAG  gpuq-submitter, CGO_ENABLED=0
 #   gpuq/scheduler:$TAG  gpuq-scheduler, CGO_ENABLED=0
 #   gpuq/advisor:$TAG    gpuq-advisor,   CGO_ENABLED=0
+#   gpuq/notifier:$TAG   gpuq-notifier,  CGO_ENABLED=0
 #   gpuq/agent:$TAG      gpuq-agent, static cgo build (mock GPUs only) + static busybox as /bin/sh
 #
 # Every image also holds /gpuq (static) for its health check, `gpuq health URL`.
@@ -62,7 +63,7 @@ static='-s -w -buildid='
 
 CGO_ENABLED=0 build nats nats-server github.com/nats-io/nats-server/v2 -ldflags "$static"
 mkdir -p "$OUT/nats/data"
-for s in submitter scheduler advisor; do
+for s in submitter scheduler advisor notifier; do
   CGO_ENABLED=0 build "$s" "gpuq-$s" "./services/$s/cmd/gpuq-$s" -ldflags "$static"
 done
 # go-nvml needs cgo. A static glibc link warns that dlopen/getaddrinfo need
@@ -82,7 +83,7 @@ CGO_ENABLED=1 CGO_CFLAGS=${CGO_CFLAGS:--Wno-deprecated-declarations} \
   -ldflags "$static -linkmode external -extldflags \"-static\"" 2>&1 |
   grep -v -e 'statically linked applications requires at runtime' -e ': in function .*Cfunc_dlopen' -e '^# ' || true
 [[ -x $OUT/gpuq/gpuq ]] || die "gpuq did not build"
-for img in nats submitter scheduler advisor agent; do cp "$OUT/gpuq/gpuq" "$OUT/$img/gpuq"; done
+for img in nats submitter scheduler advisor notifier agent; do cp "$OUT/gpuq/gpuq" "$OUT/$img/gpuq"; done
 
 for b in "$OUT"/nats/nats-server "$OUT"/*/gpuq-* "$OUT"/gpuq/gpuq; do
   if ldd "$b" >/dev/null 2>&1; then die "$b is not statically linked"; fi
@@ -90,7 +91,7 @@ done
 
 # Without the buildx plugin, the legacy builder (it pulls nothing for FROM scratch).
 if ! "$DOCKER" buildx version >/dev/null 2>&1; then export DOCKER_BUILDKIT=0; fi
-for img in nats submitter scheduler advisor agent; do
+for img in nats submitter scheduler advisor notifier agent; do
   echo "== docker build gpuq/$img:$TAG"
   "$DOCKER" build -q -t "gpuq/$img:$TAG" -f "$DOCKERFILES/$img.Dockerfile" "$OUT/$img" 2> >(grep -v -e 'legacy builder is deprecated' -e 'BuildKit is currently disabled' -e 'environment-variable\.' -e '^$' >&2)
 done

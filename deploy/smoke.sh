@@ -32,7 +32,7 @@ if curl -s -o /dev/null --max-time 2 "$API/healthz"; then
 fi
 
 missing=0
-for img in nats submitter scheduler advisor agent; do
+for img in nats submitter scheduler advisor notifier agent; do
   docker image inspect "gpuq/$img:$GPUQ_TAG" >/dev/null 2>&1 || missing=1
 done
 if [[ $BUILD == 1 || ($BUILD == auto && $missing == 1) ]]; then

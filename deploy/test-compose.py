@@ -63,8 +63,8 @@ NODE_TIMEOUT = int(os.environ.setdefault("GPUQ_NODE_TIMEOUT", "10s").rstrip("s")
 API = f"http://127.0.0.1:{HTTP_PORT}"
 TASKS = int(os.environ.get("TASKS", "50"))
 GPUQ = os.environ.get("GPUQ", os.path.join(ROOT, "bin", "gpuq"))
-SERVICES = ["submitter", "scheduler-1", "scheduler-2", "advisor", "agent-1", "agent-2"]
-IMAGES = ["nats", "submitter", "scheduler", "advisor", "agent"]
+SERVICES = ["submitter", "scheduler-1", "scheduler-2", "advisor", "notifier", "agent-1", "agent-2"]
+IMAGES = ["nats", "submitter", "scheduler", "advisor", "notifier", "agent"]
 T0 = time.time()
 
 
@@ -212,7 +212,7 @@ def run():
     dc("up", "-d")
     wait("every service healthy", 180, lambda: all(healthy(s) for s in SERVICES + ["nats-1", "nats-2", "nats-3"]), 1)
     wait("two nodes up", 60, lambda: len([n for n in api("GET", "/v1/nodes") if n.get("state") in ("ready", "up")]) == 2)
-    say("stack healthy: 3 NATS servers, 2 schedulers, advisor, submitter, 2 agents")
+    say("stack healthy: 3 NATS servers, 2 schedulers, advisor, notifier, submitter, 2 agents")
 
     # 1. 50 tasks.
     ids = []

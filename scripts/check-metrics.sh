@@ -12,7 +12,10 @@ fi
 GPUQ=${GPUQ:-bin/gpuq}
 dir=$(mktemp -d "${TMPDIR:-/tmp}/gpuq-metrics.XXXXXX")
 port=$(( 20000 + RANDOM % 20000 )); http=127.0.0.1:$(( port + 1 ))
-"$GPUQ" dev --data "$dir" --nats-port "$port" --http "$http" --nodes 2 --gpus 4 >"$dir/dev.log" 2>&1 &
+# --webhook runs the notifier too; nothing listens there, so its notices
+# are recorded and retried.
+"$GPUQ" dev --data "$dir" --nats-port "$port" --http "$http" --nodes 2 --gpus 4 \
+  --webhook "http://127.0.0.1:$(( port + 2 ))/hook" >"$dir/dev.log" 2>&1 &
 dev=$!
 trap 'kill -INT $dev 2>/dev/null; wait $dev 2>/dev/null; rm -rf "$dir"' EXIT
 for _ in $(seq 1 150); do "$GPUQ" health "http://$http/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
@@ -23,7 +26,8 @@ id=$("$GPUQ" submit --team vision --priority high --gpus 2 --hours 0.01 --name m
 for _ in $(seq 1 100); do "$GPUQ" show "$id" | grep -q 'completed' && break; sleep 0.2; done
 curl -fsS "http://$http/metrics" >"$dir/metrics.txt"
 for m in gpuq_tasks gpuq_gpus_free gpuq_scheduler_pass_duration_seconds_bucket gpuq_fold_lag_seconds \
-  gpuq_scheduler_decisions_total gpuq_estimate_p90_coverage_ratio gpuq_scheduler_lease_epoch gpuq_nats_reconnects_total; do
+  gpuq_scheduler_decisions_total gpuq_estimate_p90_coverage_ratio gpuq_scheduler_lease_epoch gpuq_nats_reconnects_total \
+  gpuq_notifications_total gpuq_notification_delivery_seconds_bucket gpuq_notifications_pending; do
   grep -q "^$m" "$dir/metrics.txt" || { echo "check-metrics: $m missing"; exit 1; }
 done
 promtool check metrics <"$dir/metrics.txt"

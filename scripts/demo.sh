@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # make run: start `gpuq dev`, submit a small demo once it is healthy, keep running.
 set -euo pipefail
-DATA=${1:-./.gpuq-demo}; PORT=${2:-4322}; HTTP=${3:-127.0.0.1:8180}; AUTH=${4:-}
+DATA=${1:-}; PORT=${2:-4322}; HTTP=${3:-127.0.0.1:8180}; AUTH=${4:-}
+# A data directory holds one log, of one auth mode (gpuq dev refuses
+# another): with credentials the demo keeps its own.
+[ -n "$DATA" ] || DATA=./.gpuq-demo${AUTH:+-withauth}
 export GPUQ_NATS_URL=nats://127.0.0.1:$PORT
 authflag=(); curlauth=""
 if [ -n "$AUTH" ]; then   # make run AUTH=DIR: credentials per role (docs/operations.md, Security)

@@ -233,10 +233,17 @@ cp "$GPUQ_NATS_CREDS" "$GPUQ_CHECKPOINT_DIR/kept.creds"`
 	if code := run([]string{"logs", rep.TaskID, "--nats", srv.URL(), "--creds", auth.CredsPath(authDir, "ci-nlp")}, &stdout, &stderr); code != exitInvalid {
 		t.Errorf("gpuq logs of a vision task as ci-nlp: exit %d, want %d: %s", code, exitInvalid, stderr.String())
 	}
-	if _, err := os.Stat(filepath.Join(dir, "node-1", "tasks", rep.TaskID, "runs")); err == nil {
-		ents, _ := os.ReadDir(filepath.Join(dir, "node-1", "tasks", rep.TaskID, "runs"))
-		if len(ents) > 0 {
-			t.Errorf("the run directory (and its credential) outlived the run: %v", ents)
+	// The agent removes the run directory once its report is in the log,
+	// so the log may say completed a moment before: wait for it a while.
+	runs := filepath.Join(dir, "node-1", "tasks", rep.TaskID, "runs")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ents, _ := os.ReadDir(runs)
+		if len(ents) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the run directory (and its credential) outlived the run by 10 s: %v", ents)
+			break
 		}
 	}
 

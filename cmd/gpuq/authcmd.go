@@ -21,7 +21,7 @@ func newAuth() *cobra.Command {
                             with the accounts' JWTs (include it in nats-server's config;
                             gpuq dev --auth DIR loads it)
   creds/<role>.creds        one user JWT with the role's permissions and its seed per role
-                            (nats --creds FILE): submitter, scheduler, advisor, auditor, admin,
+                            (nats --creds FILE): submitter, scheduler, advisor, notifier, auditor, admin,
                             agent-<node> per --nodes, ci-<team> per --teams
   creds/agent-<node>.jobs.nk  the node's scoped signing key: its agent mints each run's own
                             credential with it (gpuq-agent --job-signer)
@@ -70,7 +70,7 @@ func newAuthRotate() *cobra.Command {
 		Long: `Makes new credentials under DIR (written by gpuq auth init) for each NAME,
 keeping the operator and the accounts (keys/), so the server's JetStream data
 stays where it is:
-  <role>        submitter, scheduler, advisor, auditor, admin, agent-<node>,
+  <role>        submitter, scheduler, advisor, notifier, auditor, admin, agent-<node>,
                 ci-<team>: a new creds/<role>.creds; the old user is revoked.
                 A role that does not exist yet is added (ci-<team> with its
                 HTTP token, agent-<node> with its job signing key).

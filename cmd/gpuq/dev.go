@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -11,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,6 +27,7 @@ import (
 	"github.com/gpuq/gpuq/services/advisor"
 	"github.com/gpuq/gpuq/services/gpuagent"
 	"github.com/gpuq/gpuq/services/gpuagent/inventory"
+	"github.com/gpuq/gpuq/services/notifier"
 	"github.com/gpuq/gpuq/services/scheduler"
 	"github.com/gpuq/gpuq/services/submitter"
 )
@@ -60,13 +61,15 @@ type devFlags struct {
 	httpTLS    auth.TLSFiles
 	httpHosts  []string
 	origins    []string
+	webhooks   []string
+	hookSecret string
 }
 
 func newDev() *cobra.Command {
 	var f devFlags
 	c := &cobra.Command{
 		Use:   "dev",
-		Short: "Run everything in one process: embedded NATS (JetStream on disk), all four services, mock GPUs",
+		Short: "Run everything in one process: embedded NATS (JetStream on disk), every service, mock GPUs",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			switch {
@@ -96,6 +99,14 @@ func newDev() *cobra.Command {
 			}
 			if _, err := parseXids(f.injectXid, f.nodes, f.gpus); err != nil {
 				return err
+			}
+			for _, u := range f.webhooks {
+				if err := notifier.CheckURL(u); err != nil {
+					return invalid("webhook", err.Error())
+				}
+			}
+			if f.hookSecret != "" && len(f.webhooks) == 0 {
+				return invalid("webhook-secret", "needs --webhook")
 			}
 			if err := checkDevAuth(f); err != nil {
 				return err
@@ -135,6 +146,8 @@ func newDev() *cobra.Command {
 	fl.StringVar(&f.httpTLS.Key, "http-key", "", "PEM key of --http-cert")
 	fl.StringSliceVar(&f.httpHosts, "http-host", nil, `more Host names the HTTP API answers to besides --http's own (e.g. a machine name for --http 0.0.0.0:8080; "*": any); repeatable or comma-separated`)
 	fl.StringSliceVar(&f.origins, "http-origin", nil, "browser origins (scheme://host[:port]) allowed to call the HTTP API besides its own; repeatable or comma-separated")
+	fl.StringArrayVar(&f.webhooks, "webhook", nil, "URL that gets every notification (starts_soon, eta_changed, alert, suggestion, preempt_requested, started, completed, failed) as a signed JSON POST; repeatable")
+	fl.StringVar(&f.hookSecret, "webhook-secret", "", "secret that signs the POSTs to --webhook (X-Gpuq-Signature: t=UNIX,v1=HEX HMAC-SHA256 of \"UNIX.BODY\")")
 	fl.StringArrayVar(&f.injectXid, "inject-xid", nil, "NODE:GPU_INDEX:AFTER — a critical Xid (79) on that mock GPU AFTER the start (e.g. node-1:0:30s); repeatable")
 	return c
 }
@@ -157,6 +170,15 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 		return err
 	}
 	defer release()
+	// The data directory holds one log: refuse another auth mode's.
+	want, err := wantIdentity(f)
+	if err != nil {
+		return err
+	}
+	rec, err := checkDataIdentity(data, want)
+	if err != nil {
+		return err
+	}
 	if err := checkPort(f.port); err != nil {
 		return err
 	}
@@ -193,8 +215,11 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	// this one.
 	conns := &devConns{srv: srv, dir: f.auth, cfg: jetstream.StreamConfig{DedupeWindow: f.dedupe}}
 	defer conns.close()
-	adminNC, _, err := conns.open(ctx, "admin") // creates the audit stream
+	adminNC, adminLog, err := conns.open(ctx, "admin") // creates the audit stream
 	if err != nil {
+		return err
+	}
+	if err := recordIdentity(ctx, data, want, rec, adminLog, logger); err != nil {
 		return err
 	}
 	var tokens *auth.Tokens
@@ -208,28 +233,23 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	metrics.NATS(reg, "dev", adminNC)
 
 	// 2. The four services, each as it would run on its own.
-	var ready sync.WaitGroup
 	// --nodes 0 runs no agent and no scheduler: nothing writes to the log,
 	// so that a log can be imported (gpuq audit import) without another
 	// writer's decision landing between its records.
 	withScheduler := f.nodes > 0
-	services := 3 + f.nodes
-	if !withScheduler {
-		services = 2
-	}
-	ready.Add(services)
-	var readyOnce []sync.Once = make([]sync.Once, services)
-	readyFn := func(i int) func() { return func() { readyOnce[i].Do(ready.Done) } }
-	allReady := make(chan struct{})
-	go func() { ready.Wait(); close(allReady) }()
-	health := func() error {
-		select {
-		case <-allReady:
-			return nil
-		default:
-			return errors.New("starting")
+	names := []string{"submitter", "advisor"}
+	if withScheduler {
+		names = append(names, "scheduler")
+		for i := 1; i <= f.nodes; i++ {
+			names = append(names, fmt.Sprintf("gpuagent node-%d", i))
 		}
 	}
+	names = append(names, "notifier") // last: Ready is readyFn(services - 1)
+	services := len(names)
+	rd := newReadiness(names)
+	readyFn := rd.done
+	allReady := rd.all
+	health := rd.health
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -277,6 +297,21 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	spawn("advisor", func() error {
 		return advisor.Run(ctx, advisor.Config{Log: advLog, JS: advLog.JetStream(), NC: advNC, Policy: policy.New(opts), Logger: logger.With().Str("svc", "advisor").Logger(), Ready: readyFn(1),
 			Metrics: reg})
+	})
+	// The notifier, as its own role with --auth (notifierRole): to every
+	// --webhook, and to the teams' destinations of gpuq notify add (on
+	// loopback too, which only gpuq dev allows by default).
+	_, notLog, err := conns.open(ctx, notifierRole(f))
+	if err != nil {
+		return err
+	}
+	var dests []notifier.Destination
+	for _, u := range f.webhooks {
+		dests = append(dests, notifier.NewDestination("", u, []byte(f.hookSecret), nil))
+	}
+	spawn("notifier", func() error {
+		return notifier.Run(ctx, notifier.Config{Log: notLog, JS: notLog.JetStream(), Destinations: dests, Allow: notifier.Allow{Local: true},
+			Logger: logger.With().Str("svc", "notifier").Logger(), Ready: readyFn(services - 1), Metrics: reg})
 	})
 	xids, _ := parseXids(f.injectXid, f.nodes, f.gpus)
 	for i := 1; i <= f.nodes; i++ {
@@ -481,4 +516,68 @@ const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
 func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// readiness is which of gpuq dev's services are ready: /healthz names
+// those still catching up with the log (issue 22: after a restart it said
+// "starting" for two minutes while the advisor replayed, and nothing said
+// which).
+type readiness struct {
+	names []string
+	ready []atomic.Bool
+	once  []sync.Once
+	left  atomic.Int32
+	all   chan struct{} // closed once every service is ready
+}
+
+func newReadiness(names []string) *readiness {
+	r := &readiness{names: names, ready: make([]atomic.Bool, len(names)), once: make([]sync.Once, len(names)), all: make(chan struct{})}
+	r.left.Store(int32(len(names)))
+	if len(names) == 0 {
+		close(r.all)
+	}
+	return r
+}
+
+// done is service i's Ready.
+func (r *readiness) done(i int) func() {
+	return func() {
+		r.once[i].Do(func() {
+			r.ready[i].Store(true)
+			if r.left.Add(-1) == 0 {
+				close(r.all)
+			}
+		})
+	}
+}
+
+// health is nil once every service is ready, else names the others.
+func (r *readiness) health() error {
+	var waiting []string
+	for i, n := range r.names {
+		if !r.ready[i].Load() {
+			waiting = append(waiting, n)
+		}
+	}
+	if len(waiting) == 0 {
+		return nil
+	}
+	verb := "is"
+	if len(waiting) > 1 {
+		verb = "are"
+	}
+	return fmt.Errorf("starting: %s %s still catching up with the log", strings.Join(waiting, ", "), verb)
+}
+
+// notifierRole is the role the notifier connects as: its own when the
+// auth directory has it, else the admin's (an auth directory made before
+// the notifier existed).
+func notifierRole(f devFlags) string {
+	if f.auth == "" {
+		return "notifier"
+	}
+	if _, err := os.Stat(auth.CredsPath(f.auth, "notifier")); err == nil {
+		return "notifier"
+	}
+	return "admin"
 }

@@ -67,9 +67,13 @@ func printAdvice(w io.Writer, a estimate.Advice, now time.Time) {
 		return
 	}
 	fmt.Fprintf(w, ", position %d\n", a.Position)
-	if a.Method == "never" {
+	switch a.Method {
+	case "never":
 		fmt.Fprintf(w, "start: never on this cluster as it is (%s)\n", a.Reason)
-	} else {
+	case "capped":
+		fmt.Fprintf(w, "start: after %s (in %s) at the earliest: the simulation's budget ran out before it started\n",
+			timeFmt{}.at(a.P50Start), until(a.P50Start, now))
+	default:
 		fmt.Fprintf(w, "start: P50 %s (in %s), P90 %s (in %s)\n", timeFmt{}.at(a.P50Start), until(a.P50Start, now),
 			timeFmt{}.at(a.P90Start), until(a.P90Start, now))
 	}
@@ -146,6 +150,9 @@ func newStats() *cobra.Command {
 func printEstimateStats(w io.Writer, s map[string]any) {
 	fmt.Fprintf(w, "judged: %v tasks (waited ≥ 60 s)\nP90 coverage: %.1f%%\nmedian |P50 error|: %s\nalerts raised: %v\n",
 		s["n"], 100*num(s["p90_coverage"]), time.Duration(num(s["p50_median_abs_err_s"])*float64(time.Second)).Round(time.Second), s["alerts_raised"])
+	if n := num(s["capped"]); n > 0 {
+		fmt.Fprintf(w, "capped estimates: %v (the simulation's budget ran out first: lower bounds; the last tasks: %v)\n", n, s["capped_tasks"])
+	}
 }
 
 // summary counts tasks by state, and the GPUs held, in all and per team.
@@ -195,8 +202,9 @@ func num(v any) float64 {
 func newWait() *cobra.Command {
 	var f clientFlags
 	var timeout time.Duration
+	var bell bool
 	c := &cobra.Command{
-		Use:   "wait ID [--timeout D]",
+		Use:   "wait ID [--timeout D] [--notify]",
 		Short: "Block until the task starts (exit 0) or ends without starting (exit 4); shows when, why and what to do",
 		Args:  oneID,
 		RunE: func(c *cobra.Command, args []string) error {
@@ -253,8 +261,14 @@ func newWait() *cobra.Command {
 					if !f.json {
 						fmt.Println(startedLine(v, timeFmt{}))
 					}
+					if bell {
+						terminalNotify(os.Stderr, fmt.Sprintf("gpuq: %s started on %s", v.Name, v.Node))
+					}
 					return nil
 				case domain.TaskState(v.State).Terminal():
+					if bell {
+						terminalNotify(os.Stderr, fmt.Sprintf("gpuq: %s ended without starting (%s)", v.Name, v.State))
+					}
 					return &exitError{exitNotRun, fmt.Errorf("task %s ended without starting: %s", id, v.State)}
 				case a.Action == estimate.ChangeRequest:
 					return &exitError{exitNotRun, fmt.Errorf("task %s cannot start on this cluster as it is (%s); change the request or cancel it", id, a.Reason)}
@@ -272,6 +286,7 @@ func newWait() *cobra.Command {
 	}
 	f.add(c)
 	c.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (exit 5)")
+	c.Flags().BoolVar(&bell, "notify", false, "when it starts or ends: a terminal bell and a desktop notification (OSC 9) on stderr, if a terminal")
 	return c
 }
 

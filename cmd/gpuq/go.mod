@@ -7,6 +7,7 @@ require (
 	github.com/gpuq/gpuq/pkg v0.0.0
 	github.com/gpuq/gpuq/services/advisor v0.0.0
 	github.com/gpuq/gpuq/services/gpuagent v0.0.0
+	github.com/gpuq/gpuq/services/notifier v0.0.0
 	github.com/gpuq/gpuq/services/scheduler v0.0.0
 	github.com/gpuq/gpuq/services/submitter v0.0.0
 	github.com/nats-io/nats.go v1.55.0
@@ -52,6 +53,7 @@ replace (
 	github.com/gpuq/gpuq/pkg => ../../pkg
 	github.com/gpuq/gpuq/services/advisor => ../../services/advisor
 	github.com/gpuq/gpuq/services/gpuagent => ../../services/gpuagent
+	github.com/gpuq/gpuq/services/notifier => ../../services/notifier
 	github.com/gpuq/gpuq/services/scheduler => ../../services/scheduler
 	github.com/gpuq/gpuq/services/submitter => ../../services/submitter
 )

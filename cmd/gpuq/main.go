@@ -189,7 +189,7 @@ func newRoot() *cobra.Command {
 		return usageError(c, flagError(err))
 	})
 	root.AddCommand(newDev(), newAudit(), newReplay(), newExplain(), newSubmit(), newShow(), newQueue(), newHistory(), newCancel(), newAmend(),
-		newChecklist(), newCheckpoint(), newWatch(), newLogs(), newEstimate(), newWait(), newStats(), newBench(), newSim(), newVersion(), newNode(), newAuth(), newHealth())
+		newChecklist(), newCheckpoint(), newWatch(), newLogs(), newEstimate(), newWait(), newStats(), newBench(), newSim(), newVersion(), newNode(), newAuth(), newHealth(), newNotify())
 	guardArgs(root)
 	// cobra's own help command answers an unknown topic with the whole
 	// usage and exit 0; this one is a usage error like the others.

@@ -25,7 +25,7 @@ func TestUsageErrors(t *testing.T) {
 		{"unknown flag", []string{"queue", "--bogus"}, `gpuq: unknown flag: --bogus; see 'gpuq queue --help'`},
 		{"unknown help topic", []string{"help", "frobnicate"}, `gpuq: unknown help topic "frobnicate"; see 'gpuq --help'`},
 		{"flag without value", []string{"submit", "--gpus"}, `gpuq: flag needs an argument: --gpus; see 'gpuq submit --help'`},
-		{"bench group unknown", []string{"bench", "--only", "advisor,nope"}, `gpuq: --only: "nope" is not a group of measurements (one of publish, log, lifecycle, placement, r3, advisor)`},
+		{"bench group unknown", []string{"bench", "--only", "advisor,nope"}, `gpuq: --only: "nope" is not a group of measurements (one of publish, log, lifecycle, placement, r3, advisor, stream)`},
 		{"bench advisor scale negative", []string{"bench", "--only", "advisor", "--advisor-queued", "-1"}, `gpuq: --advisor-queued: must be ≥ 1 (or 0 for the run's own size)`},
 	}
 	for _, tc := range cases {

@@ -136,7 +136,7 @@ func (c *Client) CallPage(op string, req, out any) (next string, err error) {
 	m, err := c.request(subj, op, body, to)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return "", &unanswered{fmt.Sprintf("no gpuq submitter is answering on %s (is `gpuq dev` or the submitter running?)", c.NC.ConnectedUrl()), err}
+			return "", &unanswered{NoResponders(op, c.NC.ConnectedUrl()).Error(), err}
 		}
 		return "", err
 	}
@@ -170,4 +170,24 @@ func (c *Client) Queue(all bool) ([]TaskView, error) {
 		}
 		after = next
 	}
+}
+
+// Service is the gpuq service that answers op: the advisor for estimate
+// and stats, the submitter for the rest.
+func Service(op string) string {
+	if op == OpEstimate || op == OpStats {
+		return AdvisorQueueGroup
+	}
+	return QueueGroup
+}
+
+// NoResponders is the error of a request to op that no service answered:
+// it names the service that answers op (a service subscribes only once it
+// has folded the log, so after a restart the advisor answers stats
+// minutes after the submitter answers the rest; before, the CLI blamed
+// the submitter).
+func NoResponders(op, url string) error {
+	svc := Service(op)
+	return fmt.Errorf("no gpuq %s is answering %s on %s: it is not running, or still catching up with the log after a start (its /healthz, or gpuq dev's, says which); is `gpuq dev` or the %s running?",
+		svc, op, url, svc)
 }

@@ -317,7 +317,7 @@ func TestInitFiles(t *testing.T) {
 	for _, r := range roles {
 		names = append(names, r.Name)
 	}
-	want := "admin advisor agent-gpu-a1 auditor ci-vision scheduler submitter"
+	want := "admin advisor agent-gpu-a1 auditor ci-vision notifier scheduler submitter"
 	if got := strings.Join(names, " "); got != want {
 		t.Fatalf("roles %q, want %q", got, want)
 	}
@@ -397,5 +397,27 @@ func TestServerConfigIncluded(t *testing.T) {
 	}
 	if ac.Name != auth.AccountName || len(ac.SigningKeys) != 2 || !ac.Limits.JetStreamLimits.IsUnlimited() {
 		t.Fatalf("account %q with %d signing keys, JetStream %+v", ac.Name, len(ac.SigningKeys), ac.Limits.JetStreamLimits)
+	}
+}
+
+// TestAccountKey: the gpuq account of an auth directory, the same after
+// a rotation (JetStream's data lives under it).
+func TestAccountKey(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "auth")
+	if _, err := auth.Init(dir, []string{"vision"}, []string{"node-1"}); err != nil {
+		t.Fatal(err)
+	}
+	key, err := auth.AccountKey(dir)
+	if err != nil || len(key) != 56 || key[0] != 'A' {
+		t.Fatalf("AccountKey = %q, %v; want an account public key", key, err)
+	}
+	if _, err := auth.Rotate(dir, []string{"submitter"}); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := auth.AccountKey(dir); err != nil || again != key {
+		t.Errorf("after a rotation: %q, %v; want %q", again, err, key)
+	}
+	if _, err := auth.AccountKey(t.TempDir()); err == nil {
+		t.Error("a directory without a configuration: no error")
 	}
 }

@@ -161,6 +161,11 @@ var adviceRead = []string{"$JS.API.INFO", "$JS.API.STREAM.INFO." + events.Advice
 	"$JS.API.STREAM.MSG.GET." + events.AdviceStreamName, "$JS.API.DIRECT.GET." + events.AdviceStreamName,
 	"$JS.API.DIRECT.GET." + events.AdviceStreamName + ".>"}
 
+// adviceLast lets the submitter read a task's latest advice, and no more
+// (its user JWT, sent whole in CONNECT, must stay under the server's
+// 4 KiB control line).
+var adviceLast = []string{"$JS.API.STREAM.INFO." + events.AdviceStreamName, "$JS.API.STREAM.MSG.GET." + events.AdviceStreamName}
+
 // heartbeatRead lets a client read the heartbeat bucket's keys.
 var heartbeatRead = []string{"$JS.API.STREAM.INFO." + kv(events.HeartbeatBucket),
 	"$JS.API.STREAM.MSG.GET." + kv(events.HeartbeatBucket), "$JS.API.DIRECT.GET." + kv(events.HeartbeatBucket) + ".>"}
@@ -181,12 +186,14 @@ func Roles(teams, nodes []string) []Role {
 	teamAPI := func(ops []string) []string { return prefixed(TeamAPIPrefix+"*.", ops) }
 	rs := []Role{
 		{Name: "submitter", Responses: true,
-			Doc: "the submitter service: appends submitted, amended, cancelled, checklist_updated, checkpointed and drained/undrained; serves the request API; keeps its snapshots",
+			Doc: "the submitter service: appends submitted, amended, cancelled, checklist_updated, checkpointed and drained/undrained; serves the request API; hears and reads the advice for the live stream; keeps its snapshots",
 			PubAllow: cat(readStream(stream), createStream(stream), heartbeatRead,
 				taskEvents(events.TypeSubmitted, events.TypeAmended, events.TypeCancelled, events.TypeChecklistUpdated, events.TypeCheckpointed),
 				nodeEvents("*", events.TypeDrained, events.TypeUndrained),
-				[]string{apiPrefix + "logs.*"}, snapshotStore(events.SnapshotBucketOf("submitter"))),
-			SubAllow: cat(prefixed(apiPrefix, SubmitterOps), teamAPI(SubmitterOps), teamAPI(TeamOnlyOps), prefixed(api.JobPrefix+"*.*.*.", api.JobOps))},
+				[]string{apiPrefix + "logs.*"}, snapshotStore(events.SnapshotBucketOf("submitter")), adviceLast),
+			// the live stream (GET /v1/events) passes the advice on
+			SubAllow: cat(prefixed(apiPrefix, SubmitterOps), teamAPI(SubmitterOps), teamAPI(TeamOnlyOps), prefixed(api.JobPrefix+"*.*.*.", api.JobOps),
+				[]string{events.AdvicePrefix + ">"})},
 		{Name: "scheduler",
 			Doc: "the scheduler: appends dispatched, preempt_requested, requeued and lost; holds the leader lease; watches heartbeats; keeps snapshots",
 			PubAllow: cat(readStream(stream), createStream(stream),
@@ -200,6 +207,12 @@ func Roles(teams, nodes []string) []Role {
 			PubAllow: cat(readStream(stream), createStream(stream), createStream(events.AdviceStreamName), adviceRead,
 				[]string{events.AdvicePrefix + ">"}, snapshotStore(events.SnapshotBucketOf("advisor"))),
 			SubAllow: cat(prefixed(apiPrefix, AdvisorOps), teamAPI(AdvisorOps))},
+		{Name: "notifier",
+			Doc: "the notifier: reads the log and the advice, keeps its cursor, deliveries and the teams' destinations (gpuq_notify_* buckets); appends nothing",
+			PubAllow: cat(readStream(stream), createStream(stream), createStream(events.AdviceStreamName), readStream(events.AdviceStreamName),
+				readStream(kv(events.NotifyStateBucket)), createStream(kv(events.NotifyStateBucket)), []string{"$KV." + events.NotifyStateBucket + ".>"},
+				readStream(kv(events.NotifyDeliveryBucket)), createStream(kv(events.NotifyDeliveryBucket)), []string{"$KV." + events.NotifyDeliveryBucket + ".>"},
+				readStream(kv(events.NotifyDestBucket)), createStream(kv(events.NotifyDestBucket)), []string{"$KV." + events.NotifyDestBucket + ".>"})},
 		{Name: "auditor",
 			Doc:      "read-only: the log (by direct gets: no consumer), advice, heartbeats, the scheduler's lease (its state digest, for audit verify), and the read operations of the API",
 			PubAllow: cat(readDirect(stream), adviceRead, heartbeatRead, readDirect(kv(events.LeaderBucket)), prefixed(apiPrefix, ReadOps)),

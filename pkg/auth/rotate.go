@@ -30,7 +30,7 @@ func JobKeyName(node string) string { return "jobs-" + node }
 // that the server's JetStream data, which lives under the account's
 // public key, stays where it is:
 //
-//   - a role (submitter, scheduler, advisor, auditor, admin, agent-<node>,
+//   - a role (submitter, scheduler, advisor, notifier, auditor, admin, agent-<node>,
 //     ci-<team>): a new user key and JWT in creds/<role>.creds, and the
 //     old user revoked in the account JWT; a role that does not exist yet
 //     is added (a new ci-<team> with its HTTP token, a new agent-<node>
@@ -183,7 +183,7 @@ func roleNamed(name string) (Role, error) {
 			return r, nil
 		}
 	}
-	return Role{}, fmt.Errorf("%q is not a role: submitter, scheduler, advisor, auditor, admin, agent-<node>, ci-<team> (or jobs-<node>, a job signing key)", name)
+	return Role{}, fmt.Errorf("%q is not a role: submitter, scheduler, advisor, notifier, auditor, admin, agent-<node>, ci-<team> (or jobs-<node>, a job signing key)", name)
 }
 
 func exists(path string) bool { _, err := os.Stat(path); return err == nil }

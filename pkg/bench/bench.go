@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,26 +39,33 @@ type Config struct {
 	Only []string
 	// Progress, when set, is told each step as it starts.
 	Progress func(step string)
+	// Stream runs the stream group (StreamRun) with it (cmd/gpuq passes
+	// services/submitter): 1,000 followers of GET /v1/events. The group
+	// runs only when Only names it.
+	Stream    StreamFunc
+	StreamRun StreamOptions
 }
 
 // Groups are the groups of measurements a run is made of, for
-// Config.Only (`gpuq bench --only`).
-var Groups = []string{"publish", "log", "lifecycle", "placement", "r3", "advisor"}
+// Config.Only (`gpuq bench --only`). A run without Only runs all of them
+// but "stream" (heavy: 1,000 followers), which runs only when named.
+var Groups = []string{"publish", "log", "lifecycle", "placement", "r3", "advisor", "stream"}
+
+// namedOnly is the group that a run without Only leaves out.
+const namedOnly = "stream"
 
 // AdvisorFull is the advisor's measurement at the scale of the issue:
 // 100,000 queued on 10,000 × 8 busy GPUs.
 var AdvisorFull = AdvisorOptions{Nodes: 10_000, PerNode: 8, Queued: 100_000, Events: 40}
 
-func (c Config) runs(group string) bool {
-	if len(c.Only) == 0 {
-		return true
+func (c Config) runs(group string) bool { return runs(c.Only, group) }
+
+// runs is whether a run with only (Config.Only) measures group.
+func runs(only []string, group string) bool {
+	if len(only) == 0 {
+		return group != namedOnly
 	}
-	for _, g := range c.Only {
-		if g == group {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(only, group)
 }
 
 // RestartTarget is the log size restart_1m_s is named for.
@@ -68,7 +76,8 @@ func Full() Config {
 	return Config{RawMsgs: 200_000, IngestMsgs: 200_000, LogEvents: RestartTarget, LogNodes: 125, Rounds: 2,
 		Lifecycle: LifecycleOptions{Tasks: 20_000, Nodes: 125},
 		Placement: PlacementOptions{Nodes: 1000, PerNode: 8, Queued: 100_000, Events: 1000, NoEnvQueued: 20_000},
-		R3Msgs:    50_000, R3Tasks: 5_000, Advisor: AdvisorFull}
+		R3Msgs:    50_000, R3Tasks: 5_000, Advisor: AdvisorFull,
+		StreamRun: StreamOptions{Followers: 1000, Events: 1000, Rate: 200}}
 }
 
 // Quick is the smaller run (under 30 s on two cores): fewer messages, a
@@ -79,15 +88,17 @@ func Quick() Config {
 	return Config{Quick: true, RawMsgs: 30_000, IngestMsgs: 30_000, LogEvents: 50_000, LogNodes: 125, Rounds: 1,
 		Lifecycle: LifecycleOptions{Tasks: 5_000, Nodes: 125},
 		Placement: PlacementOptions{Nodes: 1000, PerNode: 8, Queued: 100_000, Events: 100},
-		R3Msgs:    10_000, R3Tasks: 2_000, Advisor: AdvisorOptions{Nodes: 1000, PerNode: 8, Queued: 10_000, Events: 20}}
+		R3Msgs:    10_000, R3Tasks: 2_000, Advisor: AdvisorOptions{Nodes: 1000, PerNode: 8, Queued: 10_000, Events: 20},
+		StreamRun: StreamOptions{Followers: 1000, Events: 200, Rate: 100}}
 }
 
 // Result is one run: the headline metrics (the names `gpuq bench --json`
 // prints), their ratios, the goals, and every measurement behind them.
 type Result struct {
-	Quick     bool    `json:"quick"`
-	Machine   Machine `json:"machine"`
-	Transport string  `json:"transport"`
+	Quick     bool     `json:"quick"`
+	Only      []string `json:"only,omitempty"` // the groups run (Config.Only); none: all but stream
+	Machine   Machine  `json:"machine"`
+	Transport string   `json:"transport"`
 
 	RawPublishDedupPerS       float64 `json:"raw_publish_dedup_per_s"`
 	SubmitIngestPerS          float64 `json:"submit_ingest_per_s"`
@@ -154,11 +165,16 @@ type Result struct {
 	// scaled when the run is smaller: see Detail.Advisor), the p99 from an
 	// event's arrival to every changed advice computed, and the heap of the
 	// advisor's fold, estimator and advice.
-	EstimateAll100kS      float64  `json:"estimate_all_100k_s,omitempty"`
-	AdviceAfterEventP99Ms float64  `json:"advice_after_event_p99_ms,omitempty"`
-	AdvisorHeapBytes      uint64   `json:"advisor_heap_bytes,omitempty"`
-	AdvisorQueued         int      `json:"advisor_queued,omitempty"`
-	Only                  []string `json:"only,omitempty"`
+	EstimateAll100kS      float64 `json:"estimate_all_100k_s,omitempty"`
+	AdviceAfterEventP99Ms float64 `json:"advice_after_event_p99_ms,omitempty"`
+	AdvisorHeapBytes      uint64  `json:"advisor_heap_bytes,omitempty"`
+	AdvisorQueued         int     `json:"advisor_queued,omitempty"`
+
+	// The stream group: every record to each of 1,000 followers of GET
+	// /v1/events (Detail.Stream).
+	StreamP99Ms        float64 `json:"stream_p99_ms,omitempty"`
+	StreamHeapGrowthMB float64 `json:"stream_heap_growth_mb,omitempty"`
+	StreamRSSGrowthMB  float64 `json:"stream_rss_growth_mb,omitempty"`
 
 	Goals  []Goal  `json:"goals"`
 	Detail Detail  `json:"detail"`
@@ -197,7 +213,9 @@ func serviceRows(l LogResult) []ServiceRestartRow {
 		row.Restart1MS = row.MeasuredS
 		if l.Events != RestartTarget && l.Events > 0 {
 			tail1M := serviceTail(sr.Service, RestartTarget)
-			before := float64(l.Events - sr.TailEvents)
+			// the records the snapshot held (restored, not folded): a tail
+			// cut by the advisor's budget still starts at the snapshot
+			before := float64(sr.Seq)
 			tailS := sr.TailFold.Seconds() * float64(tail1M) / float64(max(sr.TailEvents, 1))
 			if sr.Service == "advisor" {
 				// its tail is cut by the budget too: at most the budget and
@@ -225,6 +243,7 @@ type Detail struct {
 	R3Ingest         *Rate            `json:"r3_ingest,omitempty"`
 	R3Lifecycle      *LifecycleResult `json:"r3_lifecycle,omitempty"`
 	Advisor          *AdvisorResult   `json:"advisor,omitempty"`
+	Stream           *StreamResult    `json:"stream,omitempty"`
 }
 
 // Step is one measurement of a run and its wall time, setup included.
@@ -279,6 +298,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		runtime.GC()
 	}
 	var err error
+	if cfg.runs("stream") && cfg.Stream == nil {
+		return nil, fmt.Errorf("the stream group needs Config.Stream")
+	}
 
 	res.Only = cfg.Only
 	if cfg.runs("publish") {
@@ -367,6 +389,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.EstimateAll100kS, res.AdviceAfterEventP99Ms = ar.EstimateAll.Seconds(), ar.P99Ms
 		res.AdvisorHeapBytes, res.AdvisorQueued = ar.HeapBytes, ar.Queued
 	}
+	if cfg.runs("stream") {
+		if err := runStream(ctx, cfg, res, step); err != nil {
+			return nil, err
+		}
+	}
 	if len(res.Steps) > 0 {
 		res.Steps[len(res.Steps)-1].TookS = time.Since(last).Seconds()
 	}
@@ -407,15 +434,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.IngestVsRawCPU = ratio(float64(d.RawPublish.CPUPerOp()), float64(d.Ingest.CPUPerOp()))
 	res.FoldVsRawCPU = ratio(float64(d.Log.RawReplay.CPUPerOp()), float64(d.Log.Fold.CPUPerOp()))
 	res.Goals = Goals(res)
-	if len(cfg.Only) > 0 {
-		var kept []Goal
-		for _, g := range res.Goals {
-			if cfg.runs(goalGroup(g.Metric)) {
-				kept = append(kept, g)
-			}
-		}
-		res.Goals = kept
-	}
 	res.Machine.LoadEnd = loadavg()
 	res.TookS = time.Since(start).Seconds()
 	return res, nil
@@ -453,6 +471,30 @@ func ratio(a, b float64) float64 {
 
 // Goals evaluates the issue's targets on r.
 func Goals(r *Result) []Goal {
+	var g []Goal
+	// A group's goals only when the run measured it (Config.Only).
+	for _, gl := range fullGoals(r) {
+		if r.ran(goalGroup(gl.Metric)) {
+			g = append(g, gl)
+		}
+	}
+	if r.Detail.Stream != nil {
+		g = append(g,
+			Goal{Metric: "stream_p99_ms", Op: "<=", Target: 1000, Value: r.StreamP99Ms, Why: "every record to each of 1,000 followers of GET /v1/events within 1 s (p99)"},
+			Goal{Metric: "stream_heap_growth_mb", Op: "<=", Target: 200, Value: r.StreamHeapGrowthMB, Why: "the heap's growth with 1,000 followers (theirs in the same process included)"})
+	}
+	for i := range g {
+		if g[i].Op == ">=" {
+			g[i].Met = g[i].Value >= g[i].Target
+		} else {
+			g[i].Met = g[i].Value <= g[i].Target
+		}
+	}
+	return g
+}
+
+// fullGoals are the goals of the full run.
+func fullGoals(r *Result) []Goal {
 	g := []Goal{
 		{Metric: "ingest_vs_raw", Op: ">=", Target: 0.5, Value: r.IngestVsRaw, Why: "validated submits at least half the raw publish rate"},
 		{Metric: "fold_vs_raw", Op: ">=", Target: 0.5, Value: r.FoldVsRaw, Why: "the fold at least half the raw replay rate"},
@@ -479,13 +521,6 @@ func Goals(r *Result) []Goal {
 			Goal{Metric: "estimate_all_100k_s", Op: "<=", Target: 1, Value: r.EstimateAll100kS, Why: "one full re-estimate, 100,000 queued on 10,000 × 8 busy GPUs"},
 			Goal{Metric: "advice_after_event_p99_ms", Op: "<=", Target: 100, Value: r.AdviceAfterEventP99Ms, Why: "from an event's arrival to every changed advice computed, same scale"},
 			Goal{Metric: "advisor_heap_bytes", Op: "<=", Target: 2 << 30, Value: float64(r.AdvisorHeapBytes), Why: "the advisor's fold, estimator and advice at that scale, ≤ 2 GiB"})
-	}
-	for i := range g {
-		if g[i].Op == ">=" {
-			g[i].Met = g[i].Value >= g[i].Target
-		} else {
-			g[i].Met = g[i].Value <= g[i].Target
-		}
 	}
 	return g
 }
@@ -571,6 +606,13 @@ func (r *Result) WriteTable(w io.Writer) error {
 			a.Events, a.P50Ms, a.MaxMs, a.P50CPUMs, a.P99CPUMs, a.Full, a.Incremental))
 		row("advisor_heap_bytes", fmt.Sprintf("%d", r.AdvisorHeapBytes), "live heap of the fold, the estimator and every queued task's advice (in-process)")
 	}
+	if s := d.Stream; s != nil {
+		row("stream_p99_ms", fmt.Sprintf("%.1f", r.StreamP99Ms), fmt.Sprintf("%d followers × %d records at %.0f/s: delivered %d, missing %d, behind at the end %d; p50 %.1f ms, max %.1f ms; connected in %.2f s; cpu %.1f s (%.2f µs per delivery, all in one process)",
+			s.Followers, s.Events, float64(s.Events)/max(s.Took.Seconds(), 1e-9), s.Delivered, s.Missing, s.Ended, ms(s.P50), ms(s.Max), s.Connect.Seconds(),
+			s.CPU.Seconds(), float64(s.CPU)/float64(time.Microsecond)/float64(max(s.Delivered, 1))))
+		row("stream_heap_growth_mb", fmt.Sprintf("%.1f", r.StreamHeapGrowthMB), fmt.Sprintf("heap in use %d → peak %d MB; resident set %d → peak %d MB (+%.1f MB); the followers run in the same process",
+			s.HeapBefore>>20, s.HeapPeak>>20, s.RSSBefore>>20, s.RSSPeak>>20, r.StreamRSSGrowthMB))
+	}
 	fmt.Fprintf(bw, "\ngoals (information; a miss is not an error):\n")
 	for _, g := range r.Goals {
 		mark := "met   "
@@ -653,6 +695,8 @@ func goalGroup(metric string) string {
 	switch {
 	case strings.HasPrefix(metric, "r3_"):
 		return "r3"
+	case strings.HasPrefix(metric, "stream_"):
+		return "stream"
 	case strings.HasPrefix(metric, "estimate_all"), strings.HasPrefix(metric, "advice_"), strings.HasPrefix(metric, "advisor_"):
 		return "advisor"
 	case strings.HasPrefix(metric, "lifecycle"):
@@ -666,14 +710,18 @@ func goalGroup(metric string) string {
 }
 
 // ran is whether the run measured the group (Config.Only).
-func (r *Result) ran(group string) bool {
-	if len(r.Only) == 0 {
-		return true
+func (r *Result) ran(group string) bool { return runs(r.Only, group) }
+
+// runStream runs the stream group into res.
+func runStream(ctx context.Context, cfg Config, res *Result, step func(string)) error {
+	o := cfg.StreamRun
+	step(fmt.Sprintf("stream: %d followers of GET /v1/events, %d records at %.0f/s", o.Followers, o.Events, o.Rate))
+	sr, err := Stream(ctx, cfg.Dir, o, cfg.Stream)
+	if err != nil {
+		return fmt.Errorf("stream: %w", err)
 	}
-	for _, g := range r.Only {
-		if g == group {
-			return true
-		}
-	}
-	return false
+	res.Detail.Stream = &sr
+	res.StreamP99Ms = ms(sr.P99)
+	res.StreamHeapGrowthMB, res.StreamRSSGrowthMB = sr.HeapGrowthMB(), sr.RSSGrowthMB()
+	return nil
 }

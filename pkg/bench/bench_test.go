@@ -367,3 +367,47 @@ func TestOnly(t *testing.T) {
 		})
 	}
 }
+
+// A run without Only runs every group but stream (heavy: 1,000
+// followers); stream runs when named, alone or with others.
+func TestRuns(t *testing.T) {
+	tests := map[string]struct {
+		only []string
+		want []string
+	}{
+		"full run":           {only: nil, want: []string{"publish", "log", "lifecycle", "placement", "r3", "advisor"}},
+		"stream alone":       {only: []string{"stream"}, want: []string{"stream"}},
+		"stream and advisor": {only: []string{"advisor", "stream"}, want: []string{"advisor", "stream"}},
+		"advisor alone":      {only: []string{"advisor"}, want: []string{"advisor"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			cfg := Config{Only: tc.only}
+			r := Result{Only: tc.only}
+			var got []string
+			for _, g := range Groups {
+				if cfg.runs(g) != r.ran(g) {
+					t.Errorf("group %s: Config.runs %v, Result.ran %v", g, cfg.runs(g), r.ran(g))
+				}
+				if cfg.runs(g) {
+					got = append(got, g)
+				}
+			}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("groups run (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// The stream group needs its submitter (Config.Stream): without it the
+// run fails at once, before any measurement.
+func TestOnlyStreamNeedsStream(t *testing.T) {
+	cfg := tiny()
+	cfg.Only = []string{"stream"}
+	var steps []string
+	cfg.Progress = func(s string) { steps = append(steps, s) }
+	if _, err := Run(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "Config.Stream") || len(steps) > 0 {
+		t.Errorf("Run = %v after steps %q; want the error naming Config.Stream before any step", err, steps)
+	}
+}

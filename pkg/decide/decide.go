@@ -187,6 +187,8 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 func PreemptedWhy(st *domain.State, t *domain.Task) string {
 	why := "preempted"
 	switch {
+	case t.NotStarted():
+		why = t.Reason
 	case t.PreemptFor != "":
 		why = "preempted for " + t.PreemptFor
 		if p := st.Tasks[t.PreemptFor]; p != nil {

@@ -116,3 +116,47 @@ func TestPlan(t *testing.T) {
 		})
 	}
 }
+
+// TestRequeueNotStarted: a task its node gave back because its process
+// never started (events.Preempted.NotStarted) is requeued saying so, from
+// its checkpoint, and not counted as a preemption (before, the agent
+// reported it failed: "no record of the task's process").
+func TestRequeueNotStarted(t *testing.T) {
+	now := t0.Add(time.Minute)
+	fresh := map[string]time.Time{"n1": now.Add(-time.Second)}
+	tests := map[string]struct {
+		report     events.Preempted
+		wantReason string
+		wantCount  int
+	}{
+		"never started": {
+			report:     events.Preempted{TaskID: "r", Node: "n1", Checkpoint: "step-427", ExitCode: -1, NotStarted: true},
+			wantReason: domain.NotStartedReason("n1") + "; resumes from step-427",
+		},
+		"preempted after running": {
+			report:     events.Preempted{TaskID: "r", Node: "n1", Checkpoint: "step-427", ExitCode: -1, Forced: true},
+			wantReason: "preempted; resumes from step-427", // no request of this attempt: a plain preempted
+			wantCount:  1,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			log := append([]events.Event{dt.Node("n1").GPUs(1).Available()}, running("r", domain.Medium, true, dt.On("n1", 0), 1)...)
+			st := fold(append(log, events.Checkpointed{TaskID: "r", Ref: "step-427"}, tc.report)...)
+			if got := st.Tasks["r"].Preemptions; got != tc.wantCount {
+				t.Errorf("preemptions %d, want %d", got, tc.wantCount)
+			}
+			cmds := decide.Plan(st, policy.New(policy.Options{}), now, decide.Liveness{LastSeen: fresh, Beats: fresh, Timeout: 30 * time.Second}, nil)
+			var got []events.Requeued
+			for _, c := range cmds {
+				if r, ok := c.Event.(events.Requeued); ok {
+					got = append(got, r)
+				}
+			}
+			want := []events.Requeued{{TaskID: "r", Reason: tc.wantReason, ResumeFrom: "step-427", BasedOnSeq: st.Seq}}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("requeued (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

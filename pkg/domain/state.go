@@ -270,6 +270,9 @@ func (s *State) Apply(r events.Record) (skipped string) {
 		if why := s.fromNode(t, "preempted", e.Node); why != "" {
 			return why
 		}
+		if e.NotStarted {
+			t.StartedAt = time.Time{} // no run: nothing to count
+		}
 		s.endRun(t, at)
 		if e.Checkpoint != "" && e.Checkpoint != t.Checkpoint {
 			t.Checkpoint, t.CheckpointStep = e.Checkpoint, 0
@@ -281,7 +284,13 @@ func (s *State) Apply(r events.Record) (skipped string) {
 		}
 		t.LostGPUSecs += e.LostGPUSeconds
 		s.release(t)
-		if t.State != Cancelled {
+		switch {
+		case t.State == Cancelled:
+		case e.NotStarted:
+			// Back to the queue by the scheduler's requeued, with this
+			// reason (decide), not counted as a preemption.
+			t.State, t.PreemptFor, t.Reason = Preempting, "", NotStartedReason(e.Node)
+		default:
 			t.Preemptions++
 			t.State = Preempting // until the scheduler's requeued
 		}

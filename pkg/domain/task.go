@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"strings"
 	"time"
 
 	"github.com/gpuq/gpuq/pkg/events"
@@ -195,4 +196,20 @@ func (t *Task) holdsOn(node string) bool {
 		}
 	}
 	return false
+}
+
+// notStartedPrefix begins NotStartedReason.
+const notStartedPrefix = "not started on "
+
+// NotStartedReason is the reason of a task whose node reported its
+// process never started (events.Preempted.NotStarted): it goes back to
+// the queue for it.
+func NotStartedReason(node string) string {
+	return notStartedPrefix + node + ": its agent stopped between recording the start and starting the process; nothing ran"
+}
+
+// NotStarted reports whether t yields its GPUs because its process never
+// started (NotStartedReason).
+func (t *Task) NotStarted() bool {
+	return t.State == Preempting && t.PreemptFor == "" && strings.HasPrefix(t.Reason, notStartedPrefix)
 }

@@ -16,6 +16,7 @@ type Suggestion struct {
 	Text     string  `json:"text"`
 	Command  string  `json:"command,omitempty"`
 	P50WaitS float64 `json:"p50_wait_s,omitempty"` // the what-if's estimate
+	Never    bool    `json:"never,omitempty"`      // the what-if could not start either
 }
 
 // Mindset thresholds from the source document.
@@ -88,6 +89,11 @@ func (e *Estimator) advise(st *domain.State, t *domain.Task, pos int, est Estima
 	if a.Blockers == nil {
 		a.Blockers = []string{}
 	}
+	if est.Capped {
+		// The simulation's budget ran out before the task started: the
+		// start is at least this late.
+		a.Method = "capped"
+	}
 	if est.Never {
 		a.Method = "never"
 		a.Reason = w.Reason
@@ -117,6 +123,7 @@ func (e *Estimator) advise(st *domain.State, t *domain.Task, pos int, est Estima
 			Text: fmt.Sprintf("waited more than %g× its estimated run time; with %d GPUs it would start ", FewerGPUsFactor, n)}
 		if wi.Never {
 			s.Text += "no sooner (it cannot fit either)"
+			s.Never = true
 		} else {
 			when := "at once"
 			if wi.P50Wait > 0 {

@@ -2,7 +2,9 @@ package estimate
 
 import (
 	"math"
+	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/gpuq/gpuq/pkg/domain"
@@ -17,6 +19,10 @@ type Estimate struct {
 	// Raw is the forward simulation's wait before calibration.
 	Raw   time.Duration
 	Never bool // the task cannot start on this cluster as it is
+	// Capped: the forward simulation reached its horizon (its budget of
+	// passes) before the task started; the estimate is where it stopped,
+	// a lower bound (listed by Stats.Capped and Estimator.OnCapped).
+	Capped bool
 }
 
 // Estimator is the advisor's core, pure and deterministic: fed the log in
@@ -56,7 +62,18 @@ type Estimator struct {
 	// default: the P50 is calibrated by bin).
 	NoWaitBins bool
 
-	res ring
+	// OnCapped, when set, is told of each estimate whose forward
+	// simulation reached its horizon before the task started (the advisor
+	// logs it); it may be called on a worker's goroutine.
+	OnCapped func(taskID string, simulated time.Duration)
+	// Steps is an estimate's budget: the passes a forward simulation of
+	// one task may plan (0: 100,000; the whole queue's gets ten times as
+	// many). A simulation that spends it stops there: the estimate is
+	// Capped.
+	Steps int
+
+	capped cappedList
+	res    ring
 	// byClass are the same residuals by the task's class, over the span
 	// of res (the class's residuals among res's, or its last
 	// MinClassResiduals when res holds fewer): a class with
@@ -96,6 +113,11 @@ type Stats struct {
 	P90Coverage float64 `json:"p90_coverage"` // share started by the P90
 	MedianAbsS  float64 `json:"p50_median_abs_err_s"`
 	Alerts      int     `json:"alerts"` // waits beyond 2× the P50 at submission
+	// Capped counts the estimates whose forward simulation reached its
+	// horizon before the task started (each is a lower bound);
+	// CappedTasks are the last few such tasks.
+	Capped      int      `json:"capped"`
+	CappedTasks []string `json:"capped_tasks,omitempty"`
 	errs        []float64
 	covered     int
 }
@@ -136,6 +158,14 @@ func NewEstimator(pol *policy.Policy) *Estimator {
 const DefaultCoarse = 0.1
 
 func (e *Estimator) coarse() float64 { return max(e.Coarse, 0) }
+
+// steps is the budget of a forward simulation, times k.
+func (e *Estimator) steps(k int) int {
+	if e.Steps > 0 {
+		return e.Steps * k
+	}
+	return forwardSteps * k
+}
 
 // Observe learns from one record, which st has just applied.
 func (e *Estimator) Observe(st *domain.State, r events.Record) {
@@ -240,6 +270,7 @@ type pending struct {
 	q50, q90 float64
 	bins     *[waitBins]float64 // the P50's log-ratio by waitBin, or nil
 	top      float64            // the longest simulated wait calibrated (0: no guard)
+	capped   func(id string, simulated time.Duration)
 }
 
 func (p *pending) get() Estimate {
@@ -279,16 +310,16 @@ func (e *Estimator) estimate(st *domain.State, id string, now time.Time, async b
 	if async {
 		pred = pred.Snapshot()
 	}
-	p := &pending{target: id, now: now}
+	p := &pending{target: id, now: now, capped: e.cappedFn()}
 	p.q50, p.q90 = e.quantiles(t.Priority)
 	p.bins = e.waitQuantiles(t.Priority, p.q50)
 	p.top = e.guardTop()
-	f, starts := startForward(st, e.Pol, pred, now, id, 0.5, arr, forwardSteps, e.coarse())
+	f, starts := startForward(st, e.Pol, pred, now, id, 0.5, arr, e.steps(1), e.coarse())
 	switch {
 	case f == nil:
-		p.settle(starts)
+		p.settle(starts, nil)
 	case !async:
-		p.settle(f.run())
+		p.settle(f.run(), f)
 	default:
 		if e.jobs == nil {
 			e.jobs = make(chan *pending, 4*e.Workers)
@@ -302,9 +333,18 @@ func (e *Estimator) estimate(st *domain.State, id string, now time.Time, async b
 	return p
 }
 
-// settle calibrates the forward simulation's start of the target.
-func (p *pending) settle(starts map[string]time.Time) {
-	if at, ok := starts[p.target]; ok {
+// settle calibrates the forward simulation's start of the target; f is
+// the simulation (nil when its first pass settled it).
+func (p *pending) settle(starts map[string]time.Time, f *fwd) {
+	at, ok := starts[p.target]
+	capped := !ok && f != nil && f.capped
+	if capped {
+		// Over budget: the start is later than where the simulation
+		// stopped; that is the estimate, marked.
+		at, ok = f.vnow, true
+		p.capped(p.target, f.vnow.Sub(p.now))
+	}
+	if ok {
 		raw := nonNeg(at.Sub(p.now))
 		q50 := p.q50
 		if p.bins != nil {
@@ -312,6 +352,7 @@ func (p *pending) settle(starts map[string]time.Time) {
 		}
 		q50 = guarded(raw.Seconds(), p.top, q50)
 		p.est = calibrated(raw, p.now, q50, p.q90)
+		p.est.Capped = capped
 	} else {
 		p.est = Estimate{Never: true}
 	}
@@ -319,7 +360,7 @@ func (p *pending) settle(starts map[string]time.Time) {
 
 func work(jobs <-chan *pending) {
 	for p := range jobs {
-		p.settle(p.f.run())
+		p.settle(p.f.run(), p.f)
 		p.f = nil
 		close(p.done)
 	}
@@ -335,6 +376,9 @@ func (e *Estimator) Stats() Stats {
 		s.MedianAbsS = quantileSorted(errs, 0.5)
 	}
 	s.errs = nil
+	e.capped.mu.Lock()
+	s.Capped, s.CappedTasks = e.capped.n, slices.Clone(e.capped.ids)
+	e.capped.mu.Unlock()
 	return s
 }
 
@@ -351,17 +395,54 @@ func (e *Estimator) EstimateAll(st *domain.State, now time.Time) map[string]Esti
 	if !e.NoArrivals {
 		arr = e.arrivals(now, domain.Low)
 	}
-	starts := ForwardAllWindow(st, e.Pol, e.Pred, now, 0.5, arr, e.coarse())
+	starts, f := forward(st, e.Pol, e.Pred, now, "", 0.5, arr, e.steps(forwardAllSteps/forwardSteps), e.coarse())
 	out := map[string]Estimate{}
+	capped := e.cappedFn()
 	for _, t := range st.Queued() {
 		at, ok := starts[t.ID]
-		if !ok {
+		switch {
+		case !ok && f != nil && f.capped:
+			est := e.calibrate(nonNeg(f.vnow.Sub(now)), now, t.Priority)
+			est.Capped = true
+			out[t.ID] = est
+			capped(t.ID, f.vnow.Sub(now))
+		case !ok:
 			out[t.ID] = Estimate{Never: true}
-			continue
+		default:
+			out[t.ID] = e.calibrate(nonNeg(at.Sub(now)), now, t.Priority)
 		}
-		out[t.ID] = e.calibrate(nonNeg(at.Sub(now)), now, t.Priority)
 	}
 	return out
+}
+
+// cappedList counts the estimates over budget and keeps the last few
+// tasks (safe for the workers' goroutines).
+type cappedList struct {
+	mu  sync.Mutex
+	n   int
+	ids []string
+}
+
+// cappedKeep is how many capped tasks Stats lists.
+const cappedKeep = 16
+
+// cappedFn records one capped estimate and tells OnCapped.
+func (e *Estimator) cappedFn() func(id string, simulated time.Duration) {
+	return func(id string, simulated time.Duration) {
+		c := &e.capped
+		c.mu.Lock()
+		c.n++
+		if !slices.Contains(c.ids, id) {
+			c.ids = append(c.ids, id)
+			if len(c.ids) > cappedKeep {
+				c.ids = c.ids[1:]
+			}
+		}
+		c.mu.Unlock()
+		if e.OnCapped != nil {
+			e.OnCapped(id, simulated)
+		}
+	}
 }
 
 func nonNeg(d time.Duration) time.Duration {

@@ -49,7 +49,7 @@ func Forward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Tim
 // number of waves ahead (Alibaba at 3 nodes: 63–160 days predicted
 // against 17–22 actual; 36–43 with the bound, docs/performance.md).
 func ForwardWindow(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, target string, q float64, arrivals []Arrival, window float64) (time.Time, bool) {
-	starts := forward(st, pol, pred, now, target, q, arrivals, forwardSteps, window)
+	starts, _ := forward(st, pol, pred, now, target, q, arrivals, forwardSteps, window)
 	at, ok := starts[target]
 	return at, ok
 }
@@ -63,12 +63,39 @@ func ForwardAll(st *domain.State, pol *policy.Policy, pred *Predictor, now time.
 
 // ForwardAllWindow is ForwardAll with ForwardWindow's coarser steps.
 func ForwardAllWindow(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, q float64, arrivals []Arrival, window float64) map[string]time.Time {
-	return forward(st, pol, pred, now, "", q, arrivals, 1000000, window)
+	starts, _ := forward(st, pol, pred, now, "", q, arrivals, forwardAllSteps, window)
+	return starts
 }
+
+// forwardAllSteps is the horizon of a forward simulation of the whole
+// queue, in passes.
+const forwardAllSteps = 1000000
 
 // forwardSteps is the horizon of a forward simulation for one task, in
 // passes.
 const forwardSteps = 100000
+
+// MinStep is the least a forward simulation's clock advances from one
+// pass to the next: the ends and arrivals within MinStep of the last pass
+// are planned together, at MinStep after it at the earliest. Without it a
+// prediction that ended before the simulation's clock (one overflowed by a
+// log-ratio learned from a task estimated at 1e-300 hours) left the batch
+// empty and the clock where it was, and every simulation ran its
+// forwardSteps passes without time moving (issue 22: a replay of 3 s took
+// 94 s). One second is the scheduler's own period (it plans at least once
+// a second, scheduler.Config.Tick): a start the simulation places up to a
+// second late is within the resolution of the starts it predicts, and far
+// below the estimates' own error (a median |P50 error| of hundreds of
+// seconds, docs/performance.md).
+const MinStep = time.Second
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return b
+	}
+	return a
+}
 
 type fwd struct {
 	sim   *domain.State
@@ -96,6 +123,10 @@ type fwd struct {
 	waiting  map[string]bool
 	predict  func(*domain.Task) time.Duration
 	res      policy.Result // the first pass's decisions
+	// capped: the simulation stopped at its horizon of maxSteps passes,
+	// at vnow, with tasks still waiting (each starts later than vnow, if
+	// ever).
+	capped bool
 }
 
 // nextAt is the time of the next live end or arrival (stale ends, of tasks
@@ -131,13 +162,15 @@ func wakeAt(res policy.Result, vnow time.Time) (at time.Time, wake bool) {
 	return res.PatientUntil, true
 }
 
-// forward simulates on a copy of st; st itself is only read.
-func forward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, target string, q float64, arrivals []Arrival, maxSteps int, window float64) map[string]time.Time {
+// forward simulates on a copy of st; st itself is only read. f is the
+// simulation when it went past its first pass (nil otherwise): f.capped
+// tells whether it stopped at its horizon.
+func forward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, target string, q float64, arrivals []Arrival, maxSteps int, window float64) (map[string]time.Time, *fwd) {
 	f, starts := startForward(st, pol, pred, now, target, q, arrivals, maxSteps, window)
 	if f == nil {
-		return starts
+		return starts, nil
 	}
-	return f.run()
+	return f.run(), f
 }
 
 // startForward is what a forward simulation must do while st is as
@@ -281,8 +314,9 @@ func (f *fwd) run() map[string]time.Time {
 		// 4. Advance to the next end or arrival, and with a window, take
 		//    every event up to window × (time ahead) after it too.
 		first, ok := f.nextAt(arrivals, ai)
+		floor := f.vnow.Add(MinStep)
 		if at, wake := wakeAt(res, f.vnow); wake && (!ok || at.Before(first)) {
-			f.vnow = at // a patient reclaimer preempts now: plan again
+			f.vnow = later(at, floor) // a patient reclaimer preempts now: plan again
 			continue
 		}
 		if !ok {
@@ -292,6 +326,10 @@ func (f *fwd) run() map[string]time.Time {
 		if window > 0 {
 			until = first.Add(time.Duration(window * float64(first.Sub(now))))
 		}
+		// Every end or arrival up to MinStep ahead is taken in this pass,
+		// one in the past (a stale or overflowed prediction) included: the
+		// batch is never empty and time never stands still.
+		until = later(until, floor)
 		last := first
 		var batch []end
 		var newArrivals []Arrival
@@ -316,9 +354,7 @@ func (f *fwd) run() map[string]time.Time {
 			}
 			batch = append(batch, e)
 		}
-		if at := first.Add(last.Sub(first) / 2); at.After(f.vnow) {
-			f.vnow = at
-		}
+		f.vnow = later(first.Add(last.Sub(first)/2), floor)
 		for _, e := range batch {
 			t := sim.Tasks[e.id]
 			if t.State == domain.Preempting {
@@ -338,6 +374,7 @@ func (f *fwd) run() map[string]time.Time {
 				Priority: a.Priority.String(), GPUs: a.GPUs, Hours: a.Hours, Preemptible: true, SubmittedAt: f.vnow})
 		}
 	}
+	f.capped = true
 	return starts
 }
 

@@ -36,9 +36,26 @@ func NewPredictor(window int) *Predictor {
 	return &Predictor{window: window, global: ring{max: window}, team: map[string]*ring{}, prefix: map[string]*ring{}}
 }
 
+// MinEstimateS is the least user estimate, in seconds, the predictor
+// takes (validation refuses less, domain.Limits; a log may still hold a
+// task estimated at 1e-300 hours from before): learned from such a task
+// the ratio of actual to estimated run time was e^683, and every
+// prediction drawing on it overflowed.
+const MinEstimateS = 1.0
+
+// userEstimate is t's estimate in seconds, at least MinEstimateS (0 when
+// t gives none).
+func userEstimate(t *domain.Task) float64 {
+	est := t.Hours * 3600
+	if est <= 0 || math.IsNaN(est) {
+		return 0
+	}
+	return min(max(est, MinEstimateS), maxPredictS)
+}
+
 // Observe learns from a completed task.
 func (p *Predictor) Observe(t *domain.Task) {
-	est := t.Hours * 3600
+	est := userEstimate(t)
 	if p.Exact {
 		return
 	}
@@ -159,7 +176,7 @@ func priorLogRatio(q float64) float64 {
 
 // Total is the q-quantile of t's whole run time.
 func (p *Predictor) Total(t *domain.Task, q float64) time.Duration {
-	est := t.Hours * 3600
+	est := userEstimate(t)
 	if est <= 0 {
 		est = 4 * 3600
 	}
@@ -213,7 +230,7 @@ func runningFor(t *domain.Task, now time.Time) (time.Duration, bool) {
 // task past its prediction is expected to end soon, not now.
 func (p *Predictor) Remaining(t *domain.Task, elapsed time.Duration, q float64) time.Duration {
 	done := t.RunSeconds + elapsed.Seconds()
-	est := t.Hours * 3600
+	est := userEstimate(t)
 	if est <= 0 {
 		est = 4 * 3600
 	}
@@ -254,7 +271,22 @@ func (f *ratioFn) cdf(x float64) float64 {
 	return (lo + hi) / 2
 }
 
-func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+// maxPredictS bounds every prediction, in seconds (ten years): beyond
+// it a float's conversion to a time.Duration overflows (to a negative
+// duration: a run that ended before it began).
+const maxPredictS = 10 * 365 * 24 * 3600.0
+
+// seconds converts s to a Duration, saturating at 0 and maxPredictS (NaN
+// is 0).
+func seconds(s float64) time.Duration {
+	switch {
+	case !(s > 0):
+		return 0
+	case s > maxPredictS:
+		s = maxPredictS
+	}
+	return time.Duration(s * float64(time.Second))
+}
 
 // ring is a window of the most recent values, kept sorted as it changes
 // (an insertion and a removal each cost a binary search and a copy, not a

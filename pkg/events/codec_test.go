@@ -124,6 +124,7 @@ func roundTripCases() map[string]events.Event {
 	cases["dispatched/no placements"] = events.Dispatched{TaskID: "t1"}
 	cases["cancelled/note"] = events.Cancelled{TaskID: "t1", By: "team:vision", Reason: "cancelled by team:vision", Note: "admin (security team)"}
 	cases["failed/zero exit"] = events.Failed{TaskID: "t1"}
+	cases["preempted/not started"] = events.Preempted{TaskID: "t1", Node: "n1", Checkpoint: "step-427", ExitCode: -1, NotStarted: true}
 	cases["available/no gpus"] = events.Available{Node: "n1"}
 	cases["unhealthy/all"] = events.Unhealthy{Node: "n1", GPUs: []string{"GPU-a", "GPU-b"}, Reason: "Xid 48"}
 	return cases

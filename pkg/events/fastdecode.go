@@ -1343,6 +1343,9 @@ func (s *scan) preempted() (Event, bool) {
 		case "reason":
 			ok = s.text(&t, 2)
 			return 1 << 6, ok
+		case "not_started":
+			e.NotStarted, ok = s.bool()
+			return 1 << 7, ok
 		}
 		return 0, true
 	})

@@ -62,6 +62,15 @@ type Log interface {
 	LastSeq(ctx context.Context) (uint64, error)
 }
 
+// Identifier is a Log that can name itself: the same name for as long
+// as it is the same log (across restarts of its servers), another for
+// another log — one created afresh, or one of another account or server
+// that holds a stream of the same name. An agent records it in each run
+// it starts and never adopts a run recorded under another log.
+type Identifier interface {
+	Identity(ctx context.Context) (string, error)
+}
+
 // Getter is a Log that can read one message by its sequence.
 type Getter interface {
 	Get(ctx context.Context, seq uint64) (Stored, error)

@@ -16,6 +16,11 @@ const (
 	HeartbeatBucket  = "gpuq_heartbeats"
 	LeaderBucket     = "gpuq_leader"
 	SnapshotBucket   = "gpuq_snapshots"
+	// The notifier's buckets (services/notifier): its cursor in the log,
+	// and its notices and deliveries.
+	NotifyStateBucket    = "gpuq_notify_state"
+	NotifyDeliveryBucket = "gpuq_notify_deliveries"
+	NotifyDestBucket     = "gpuq_notify_destinations"
 )
 
 // DefaultDedupeWindow is how long a message id (a CI idempotency key)

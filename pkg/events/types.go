@@ -140,7 +140,11 @@ type Checkpointed struct {
 
 // Preempted: the task's process has exited after a preemption request.
 // Forced is true when it had to be killed; LostGPUSeconds is the work since
-// its last checkpoint.
+// its last checkpoint. NotStarted: the task's node gives its GPUs back
+// because its process never started (the agent stopped between appending
+// started and starting it: no run of it is recorded there); nothing ran,
+// nothing was lost, and the task goes back to the queue like a preempted
+// one, not counted as a preemption.
 type Preempted struct {
 	TaskID         string  `json:"task_id"`
 	Node           string  `json:"node"`
@@ -151,7 +155,8 @@ type Preempted struct {
 	// Reason says why the node stopped a run no preemption request of
 	// this attempt asked to stop (its agent cut off from NATS or shut
 	// down, a GPU failed); empty after a request.
-	Reason string `json:"reason,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	NotStarted bool   `json:"not_started,omitempty"`
 }
 
 // Requeued: the task went back to the queue at its original place.

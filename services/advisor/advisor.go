@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -115,6 +116,16 @@ func newAdvisor(cfg Config) *Advisor {
 		cfg.SnapshotBudget = DefaultSnapshotBudget
 	}
 	a := &Advisor{cfg: cfg, est: estimate.NewEstimator(cfg.Policy), last: map[string]estimate.Advice{}, wake: make(chan struct{}, 1)}
+	// An estimate over its budget is capped (a lower bound) and listed:
+	// once per task in the log, every time in Stats and the metric
+	// gpuq_estimate_capped_total.
+	var logged sync.Map
+	a.est.OnCapped = func(id string, simulated time.Duration) {
+		if _, seen := logged.LoadOrStore(id, true); !seen {
+			cfg.Logger.Warn().Str("task_id", id).Str("simulated", simulated.Round(time.Second).String()).
+				Msg("advisor: the forward simulation spent its budget before the task started; its estimate is capped there (a lower bound)")
+		}
+	}
 	a.live = estimate.NewLive(a.est)
 	switch {
 	case cfg.AdviseEvery > 0:

@@ -185,6 +185,11 @@ type Agent struct {
 	util     map[string]int // GPU UUID → utilization %, for the heartbeat
 	fold     atomic.Pointer[service.Fold]
 	socks    *tasksock.Server // the runs' task sockets (socket.go)
+	// logID is the log's identity (events.Identifier; "" unknown),
+	// recorded in every run started; others are the runs under the data
+	// directory recorded under another log, left alone.
+	logID  string
+	others []*runner.Proc
 }
 
 func runKey(task string, dispatch uint64) string { return fmt.Sprintf("%s/%d", task, dispatch) }
@@ -326,6 +331,7 @@ func (a *Agent) run(ctx context.Context) error {
 			f.Read(func(st *domain.State) {
 				a.st = st
 				snaps.Take(ctx, st, nil)
+				a.logID = a.identity(ctx)
 				a.adopt()
 				// Announce the inventory.
 				if err = a.announce(ctx, true); err != nil {
@@ -429,8 +435,36 @@ func (a *Agent) snapshotProcs() []bool {
 	return append([]bool(nil), a.liveRuns...)
 }
 
+// identity is the log's (events.Identifier), "" when the log cannot name
+// itself (then every run is adopted, as before run records had it).
+func (a *Agent) identity(ctx context.Context) string {
+	idr, ok := a.cfg.Log.(events.Identifier)
+	if !ok {
+		return ""
+	}
+	var err error
+	for try := 0; try < 5 && ctx.Err() == nil; try++ {
+		var id string
+		if id, err = idr.Identity(ctx); err == nil {
+			return id
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	a.cfg.Logger.Warn().Err(err).Msg("gpuagent: the log does not say which it is; adopting every run under the data directory")
+	return ""
+}
+
+// foreign tells whether a run was recorded under another log than the
+// agent's: never adopted (its task ids mean nothing in this log; adopting
+// it would stop a live task of the other log as an orphan and delete its
+// records).
+func (a *Agent) foreign(s runner.Spec) bool {
+	return s.Log != "" && a.logID != "" && s.Log != a.logID
+}
+
 // adopt takes over the runs an earlier agent left under the data
-// directory (once, when the log is folded).
+// directory (once, when the log is folded); a run recorded under another
+// log is left alone, and logged.
 func (a *Agent) adopt() {
 	dirs, _ := filepath.Glob(filepath.Join(a.cfg.DataDir, "tasks", "*", "runs", "*"))
 	sort.Strings(dirs)
@@ -442,6 +476,12 @@ func (a *Agent) adopt() {
 			continue
 		}
 		s := p.Spec()
+		if a.foreign(s) {
+			a.cfg.Logger.Warn().Str("run", dir).Str("run_log", s.Log).Str("log", a.logID).Bool("live", !p.Exited()).
+				Msg("gpuagent: a run recorded under another event log; not adopted, left alone (its GPUs count as busy while it lives)")
+			a.others = append(a.others, p)
+			continue
+		}
 		pr := &proc{key: runKey(s.TaskID, s.Dispatch), p: p, task: s.TaskID, dispatch: s.Dispatch, gpus: s.GPUs, adopted: true}
 		if _, dup := a.procs[pr.key]; dup || s.TaskID == "" {
 			continue
@@ -473,6 +513,13 @@ func (a *Agent) busy() map[string]string {
 		if pr.live() {
 			for _, g := range pr.gpus {
 				out[g] = pr.key
+			}
+		}
+	}
+	for _, p := range a.others {
+		if !p.Exited() {
+			for _, g := range p.Spec().GPUs {
+				out[g] = "a run of another log (" + p.RunDir() + ")"
 			}
 		}
 	}
@@ -616,11 +663,36 @@ func (a *Agent) reconcile(ctx context.Context) {
 		case (t.State == domain.Running || t.State == domain.Preempting || t.State == domain.Cancelled) && pr == nil && !waiting && !a.reported[key]:
 			// The log says it started here, yet no run of it is recorded:
 			// the process never started (its agent died in between) or
-			// its records are gone.
+			// its records are gone. A running one goes back to the queue
+			// (it never ran), a preempting one is preempted, a cancelled
+			// one ends.
 			a.reported[key] = true
 			if t.State == domain.Preempting {
 				a.append(ctx, events.Preempted{TaskID: t.ID, Node: a.cfg.Node, Checkpoint: t.Checkpoint, Forced: true, ExitCode: -1,
 					LostGPUSeconds: a.lost(t)}, fmt.Sprintf("preempted:%s:%d", t.ID, t.DispatchSeq))
+				continue
+			}
+			if t.State == domain.Running {
+				// Nothing ran: its GPUs go back and it goes back to the
+				// queue at its place (the scheduler requeues it, with
+				// domain.NotStartedReason). Guarded by the task's last
+				// sequence, and only after the runs under the data
+				// directory were adopted (adopt, at CaughtUp), so no
+				// real run is requeued under it.
+				_, err := events.Append(ctx, a.cfg.Log, events.Preempted{TaskID: t.ID, Node: a.cfg.Node, Checkpoint: t.Checkpoint, ExitCode: -1, NotStarted: true},
+					events.Meta{Time: a.cfg.Now()}, fmt.Sprintf("preempted:%s:%d", t.ID, t.DispatchSeq), &events.Expect{Filter: events.TaskSubjects(t.ID), LastSeq: t.LastSeq})
+				switch {
+				case errors.Is(err, events.ErrConflict):
+					a.reported[key] = false // the task changed: the next pass looks again
+				case err != nil:
+					a.reported[key] = false
+					if ctx.Err() == nil {
+						a.cfg.Logger.Warn().Err(err).Str("task_id", t.ID).Msg("gpuagent: could not give back a task that never started; will retry")
+					}
+				default:
+					a.cfg.Logger.Warn().Str("task_id", t.ID).Uint64("dispatch", t.DispatchSeq).
+						Msg("gpuagent: the log has this task started here but no run of it is recorded (the agent stopped in between): nothing ran; giving it back to the queue")
+				}
 				continue
 			}
 			a.append(ctx, events.Failed{TaskID: t.ID, Node: a.cfg.Node, ExitCode: -1, Error: "no record of the task's process on its node (the agent stopped before starting it)"},
@@ -842,7 +914,7 @@ func (a *Agent) start(ctx context.Context, t *domain.Task, pl events.Placement) 
 		sig = s
 	}
 	spec := runner.Spec{TaskID: t.ID, Command: t.Command, Env: env, LogPath: filepath.Join(taskDir, "output.log"), Dir: dir,
-		RunDir: runDir, GPUs: pl.GPUs, Dispatch: t.DispatchSeq,
+		RunDir: runDir, GPUs: pl.GPUs, Dispatch: t.DispatchSeq, Log: a.logID,
 		Fence: &runner.Fence{AgentFile: a.agentFile(), After: a.cfg.NodeTimeout, Signal: int(sig),
 			Grace: time.Duration(t.GraceS * float64(time.Second)), KillAfter: a.cfg.KillAfter}}
 	p, err := runner.Start(spec)

@@ -431,3 +431,86 @@ func TestBackFromLost(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestStartedWithoutRun: the log has a task started on this node, but no
+// run of it is recorded under the data directory (the agent was killed
+// between appending started and starting the process: `kill -9` of gpuq
+// dev in a burst). The next agent gives it back to the queue — preempted,
+// not started, nothing lost, not counted as a preemption — instead of
+// failing a task that never ran; a live run next to it is adopted as
+// before and not given back.
+func TestStartedWithoutRun(t *testing.T) {
+	const ghost, live = "0194387a-0000-7000-8000-00000000000a", "0194387a-0000-7000-8000-00000000000b"
+	n := newNode(t)
+	out := t.TempDir()
+	n.start(false)
+	n.run(live, `touch `+out+`/started; sleep 2`, 1)
+	n.waitState(live, domain.Running, 10*time.Second)
+	waitFile(t, filepath.Join(out, "started"), 10*time.Second)
+	n.stop()
+	// What the killed agent left: started in the log, no run.
+	st := n.fold()
+	gpu := st.Nodes[n.name].GPUs[0].UUID
+	n.append(dt.Task().ID(ghost).GPUs(1).Command(`touch ` + out + `/ghost-ran`).Submitted())
+	d := dt.Dispatch(ghost, events.Placement{Node: n.name, GPUs: []string{gpu}})
+	d.BasedOnSeq = n.fold().Seq
+	n.append(d)
+	n.append(events.Checkpointed{TaskID: ghost, Ref: "step-427"})
+	n.append(events.Started{TaskID: ghost, Node: n.name})
+	n.start(false)
+	task := n.waitState(ghost, domain.Preempting, 10*time.Second)
+	if n.count(ghost, events.TypeFailed) != 0 || n.count(ghost, events.TypePreempted) != 1 {
+		t.Errorf("history: %s", n.types(ghost))
+	}
+	if task.Preemptions != 0 || task.LostGPUSecs != 0 || task.Checkpoint != "step-427" || !task.NotStarted() {
+		t.Errorf("task after the report: preemptions %d, lost %g, checkpoint %q, reason %q", task.Preemptions, task.LostGPUSecs, task.Checkpoint, task.Reason)
+	}
+	n.waitState(live, domain.Completed, 20*time.Second)
+	if got := n.types(live); strings.Contains(got, "preempted") || strings.Contains(got, "failed") {
+		t.Errorf("the live run's history: %s", got)
+	}
+	if _, err := os.Stat(filepath.Join(out, "ghost-ran")); err == nil {
+		t.Error("the task that never started ran")
+	}
+}
+
+// TestRunOfAnotherLog: an agent on a data directory that holds a live run
+// recorded under another event log (gpuq dev --data D, then the same D
+// with --auth: another account, another stream) does not adopt it: the
+// run keeps going and keeps its records, and nothing about it reaches
+// this log. Before, the agent adopted it, found the log did not place it
+// here, stopped it as an orphan and deleted its records, and back on its
+// own log the task was failed: "no record of the task's process".
+func TestRunOfAnotherLog(t *testing.T) {
+	const id = "0194387a-0000-7000-8000-00000000000c"
+	n := newNode(t)
+	out := t.TempDir()
+	n.start(false)
+	n.run(id, `while :; do touch `+out+`/beat; sleep 0.1; done`, 0)
+	n.waitState(id, domain.Running, 10*time.Second)
+	waitFile(t, filepath.Join(out, "beat"), 10*time.Second)
+	n.stop()
+	runs, _ := filepath.Glob(filepath.Join(n.dir, "tasks", id, "runs", "*", "spec.json"))
+	if len(runs) != 1 {
+		t.Fatalf("runs recorded: %v", runs)
+	}
+	own := n.log
+	n.log = memlog.New() // another log, the same data directory
+	n.start(false)
+	time.Sleep(1500 * time.Millisecond) // several passes of the agent
+	if _, err := os.Stat(runs[0]); err != nil {
+		t.Errorf("the run's records are gone: %v", err)
+	}
+	if err := os.Remove(filepath.Join(out, "beat")); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(out, "beat"), 5*time.Second) // still running
+	if got := n.types(id); got != "" {
+		t.Errorf("the other log has events of the run: %s", got)
+	}
+	n.stop()
+	n.log = own // the cleanup stops the run through its own log
+	if got := n.types(id); strings.Contains(got, "failed") || strings.Contains(got, "preempted") {
+		t.Errorf("its own log: %s", got)
+	}
+}

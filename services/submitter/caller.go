@@ -165,7 +165,7 @@ func natsCaller(ctx context.Context, subject string) (context.Context, string) {
 // authenticate resolves the bearer token of an HTTP request when tokens
 // are configured: 401 without a known token (/healthz stays open).
 func (s *server) authenticate(w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
-	if s.tokens == nil || r.URL.Path == "/healthz" {
+	if s.tokens == nil || r.URL.Path == "/healthz" || publicPage(r) {
 		return r, true
 	}
 	c, err := s.tokens.Caller(r.Header.Get("Authorization"))

@@ -23,6 +23,8 @@
 //	POST /v1/tasks/{id}/checklist  checklist
 //	POST /v1/tasks/{id}/checkpoint checkpoint  {"ref": "..."}, from the task's job
 //	GET  /v1/tasks/{id}/history    the task's events, in log order
+//	GET  /v1/events                the live stream (Server-Sent Events), below
+//	GET  /                         the dashboard (web/, embedded), no token needed
 //	GET  /healthz                  200 {"status":"ok"} once ready, 503 before
 //	GET  /metrics                  Prometheus text (Config.Metrics), before ready too
 //
@@ -127,6 +129,44 @@
 // refused, the service catches up, decides again and retries a few times. A
 // checkpoint is not de-duplicated: a job's retry appends it again (the
 // latest wins, and its time is the one that counts for lost work).
+//
+// # The live stream
+//
+// GET /v1/events answers text/event-stream. Every log record the caller
+// may see (with a team's token, its team's tasks' records and every
+// node's; with the admin's or without tokens, all) is one event:
+//
+//	id: <log sequence>
+//	event: <record type>           submitted, dispatched, started, available, …
+//	data: {"seq":…,"type":…,"time":…,"subject":…,"task_id":…,"node":…,"team":…,"data":{the event}}
+//
+// Beside them, without an id (they do not move Last-Event-ID): hello (the
+// first event: the sequence the stream goes on from, and the team),
+// advice (the advisor's latest advice for a task, as published on
+// gpuq.advice.<task_id>; a new follower first gets the latest advice of
+// every waiting task it may see), node (a node's view, as GET /v1/nodes
+// without the heartbeat, after records that changed it or what its GPUs
+// hold) and reset (the stream could not resume: Last-Event-ID is past the
+// log's end or more than StreamConfig.MaxResume records behind; the
+// client reloads and the stream goes on live). Keep-alive comments come
+// every 15 s.
+//
+// Last-Event-ID (or ?after=N; the header wins) resumes after that
+// sequence: nothing repeated, nothing missed. The records since then come
+// from a ring of the last StreamConfig.Ring records the hub framed, and,
+// further back, from the log with the submitter's direct reads (batched
+// direct gets by sequence: no consumer per follower); then the follower
+// goes on live.
+//
+// Everything is fanned out in memory (stream.go) from this submitter's
+// one fold (its Applied hook) and one core NATS subscription to
+// gpuq.advice.>. Each follower has a bounded queue (StreamConfig.Buffer
+// frames, shared, not copied); the hub never waits: a follower whose
+// queue is full is dropped (its response ends with a comment saying
+// why) and its client resumes. Past StreamConfig.MaxFollowers followers
+// a new one gets 503 with Retry-After. A stream sets its own write
+// deadline per write and none on reads, so the server's ReadTimeout and
+// WriteTimeout do not end it; shutdown ends every stream at once.
 //
 // # Concurrency and shutdown
 //

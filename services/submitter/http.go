@@ -30,6 +30,7 @@ func (s *server) handler() http.Handler {
 	mux.HandleFunc("POST /v1/nodes/{node}/drain", s.httpDrain(false))
 	mux.HandleFunc("POST /v1/nodes/{node}/undrain", s.httpDrain(true))
 	mux.HandleFunc("GET /v1/tasks/{id}/logs", s.httpLogs)
+	s.streamRoutes(mux) // GET /v1/events, the dashboard at / (stream.go, web.go)
 	// The same paths without a method answer 405 in JSON (ServeMux's own
 	// 405 is plain text); anything else is a JSON 404.
 	for path, allow := range map[string]string{
@@ -45,6 +46,7 @@ func (s *server) handler() http.Handler {
 		"/v1/nodes/{node}/drain":    "POST",
 		"/v1/nodes/{node}/undrain":  "POST",
 		"/v1/tasks/{id}/logs":       "GET, HEAD",
+		"/v1/events":                "GET",
 	} {
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)

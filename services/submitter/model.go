@@ -84,6 +84,8 @@ func starting(problem error) map[string]string {
 	out := map[string]string{"status": "starting"}
 	if problem != nil {
 		out["error"] = problem.Error()
+	} else {
+		out["error"] = "submitter is still catching up with the log"
 	}
 	return out
 }

@@ -28,16 +28,7 @@ func (s *server) nodes(ctx context.Context) ([]api.NodeView, error) {
 	var out []api.NodeView
 	s.m.read(func(st *domain.State) {
 		for _, name := range st.NodeNames() {
-			n := st.Nodes[name]
-			v := api.NodeView{Node: name, State: nodeState(n), Reason: n.Reason, BootID: n.BootID, GPUs: []api.GPUView{}}
-			for _, g := range n.GPUs {
-				gv := api.GPUView{UUID: g.UUID, Index: g.Index, Model: g.Model, MemoryMiB: g.MemoryMiB, Healthy: g.Healthy}
-				if id := st.Owner[g.UUID]; id != "" {
-					gv.TaskID = &id
-				}
-				v.GPUs = append(v.GPUs, gv)
-			}
-			out = append(out, v)
+			out = append(out, nodeView(st, name, st.Nodes[name]))
 		}
 	})
 	if kv := s.heartbeats(ctx); kv != nil {
@@ -64,6 +55,20 @@ func (s *server) nodes(ctx context.Context) ([]api.NodeView, error) {
 		}
 	}
 	return out, nil
+}
+
+// nodeView is a node as the log knows it, with its GPUs and who holds
+// them (no heartbeat); call it with the state locked.
+func nodeView(st *domain.State, name string, n *domain.Node) api.NodeView {
+	v := api.NodeView{Node: name, State: nodeState(n), Reason: n.Reason, BootID: n.BootID, GPUs: []api.GPUView{}}
+	for _, g := range n.GPUs {
+		gv := api.GPUView{UUID: g.UUID, Index: g.Index, Model: g.Model, MemoryMiB: g.MemoryMiB, Healthy: g.Healthy}
+		if id := st.Owner[g.UUID]; id != "" {
+			gv.TaskID = &id
+		}
+		v.GPUs = append(v.GPUs, gv)
+	}
+	return v
 }
 
 // nodeState is the operator's word for a node's state.

@@ -70,6 +70,8 @@ type Config struct {
 	// fold, the tasks and GPUs as it sees them), and HTTP serves the
 	// registry at /metrics, before the fold is ready too.
 	Metrics *prometheus.Registry
+	// Stream sizes the live stream, GET /v1/events (zero: the defaults).
+	Stream StreamConfig
 }
 
 const (
@@ -111,6 +113,7 @@ type server struct {
 	hosts       *hostPolicy     // the Host names the HTTP API answers to
 	origins     map[string]bool // browser origins allowed besides the request's own
 	natsAuth    bool
+	hub         *hub // the live stream's fan-out (stream.go)
 }
 
 func newServer(cfg Config) *server {
@@ -119,7 +122,7 @@ func newServer(cfg Config) *server {
 		now = time.Now
 	}
 	origins, _ := originSet(cfg.HTTPOrigins) // Run refuses a bad one
-	return &server{
+	s := &server{
 		hosts:       newHostPolicy(cfg.HTTPAddr, cfg.HTTPHosts),
 		origins:     origins,
 		natsAuth:    cfg.NATSAuth,
@@ -135,6 +138,8 @@ func newServer(cfg Config) *server {
 		tokens:      cfg.Tokens,
 		metrics:     cfg.Metrics,
 	}
+	s.hub = newHub(s, cfg.Stream)
+	return s
 }
 
 // Run serves the submitter until ctx ends. It returns nil on a clean
@@ -155,6 +160,7 @@ func Run(ctx context.Context, cfg Config) error {
 		src := func() *service.Fold { return s.m.f }
 		metrics.Fold(cfg.Metrics, "submitter", src, cfg.Log.LastSeq)
 		metrics.State(cfg.Metrics, "submitter", src)
+		s.hub.registerMetrics(cfg.Metrics)
 	}
 
 	// 0. The read model starts from its snapshot, if there is a usable
@@ -193,6 +199,7 @@ func Run(ctx context.Context, cfg Config) error {
 			WriteTimeout:      30 * time.Second,
 			IdleTimeout:       2 * time.Minute,
 		}
+		srv.RegisterOnShutdown(s.hub.shutdown) // streams end at once, not at the shutdown's bound
 		go func() { httpErr <- srv.Serve(ln) }()
 		lg.Info().Str("addr", ln.Addr().String()).Msg("http listening")
 	}
@@ -285,7 +292,13 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	// 5. Ready.
+	// 5. The advice the stream passes on (stream.go), when there is NATS.
+	if cfg.NC != nil {
+		stopAdvice := s.followAdvice(ctx, cfg.NC)
+		defer stopAdvice()
+	}
+
+	// 6. Ready.
 	s.ready.Store(true)
 	lg.Info().Uint64("seq", s.m.seq()).Msg("submitter ready")
 	if cfg.Ready != nil {
@@ -299,7 +312,7 @@ func Run(ctx context.Context, cfg Config) error {
 		runErr = fmt.Errorf("submitter: http: %w", err)
 	}
 
-	// 6. Shut down: stop taking requests, let in-flight ones finish.
+	// 7. Shut down: stop taking requests, let in-flight ones finish.
 	s.ready.Store(false)
 	for _, sub := range subs {
 		if err := sub.Drain(); err != nil {
@@ -354,9 +367,17 @@ func (s *server) catchUp(ctx context.Context) error { return s.m.f.CatchUp(ctx, 
 // backoff when it fails) until ctx ends; caughtUp (may be nil) is closed
 // once the log present at the start has been folded.
 func (s *server) follow(ctx context.Context, caughtUp chan<- struct{}) {
+	hubDone := make(chan struct{})
+	go func() { defer close(hubDone); s.hub.run(ctx) }()
+	defer func() { <-hubDone }()
 	_ = s.m.f.Run(ctx, service.Hooks{
-		Applied: func(_ *domain.State, r events.Record, skipped string) { s.snaps.Saw(r); s.m.saw(r, skipped) },
+		Applied: func(st *domain.State, r events.Record, skipped string) {
+			s.snaps.Saw(r)
+			s.m.saw(r, skipped)
+			s.hub.applied(st, r)
+		},
 		CaughtUp: func(ctx context.Context) error {
+			s.hub.start(s.m.seq())
 			s.m.f.Read(func(st *domain.State) { s.snaps.Take(ctx, st, nil) }) // a long fold is worth a snapshot at once
 			if caughtUp != nil {
 				close(caughtUp)

@@ -152,7 +152,7 @@ func TestHTTPNotReady(t *testing.T) {
 		wantStatus int
 		wantBody   string
 	}{
-		"healthz": {"/healthz", 503, `{"status":"starting"}`},
+		"healthz": {"/healthz", 503, `{"error":"submitter is still catching up with the log","status":"starting"}`},
 		"queue":   {"/v1/tasks", 503, ""},
 	}
 	for name, tc := range cases {
@@ -176,7 +176,7 @@ func TestHealthz(t *testing.T) {
 		wantStatus int
 		wantBody   string
 	}{
-		"starting":          {false, nil, 503, `{"status":"starting"}`},
+		"starting":          {false, nil, 503, `{"error":"submitter is still catching up with the log","status":"starting"}`},
 		"ready":             {true, nil, 200, `{"status":"ok"}`},
 		"ready and healthy": {true, func() error { return nil }, 200, `{"status":"ok"}`},
 		"ready, unhealthy":  {true, func() error { return errors.New("agents starting") }, 503, `{"error":"agents starting","status":"unavailable"}`},

@@ -46,6 +46,7 @@ type Log struct {
 
 var (
 	_ events.Log        = (*Log)(nil)
+	_ events.Identifier = (*Log)(nil)
 	_ events.Batcher    = (*Log)(nil)
 	_ events.Getter     = (*Log)(nil)
 	_ events.LastGetter = (*Log)(nil)
@@ -182,6 +183,23 @@ func (l *Log) LastSeq(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	return s.CachedInfo().State.LastSeq, nil
+}
+
+// Identity implements events.Identifier: the stream's name and the
+// instant the server created it (which JetStream keeps with the stream,
+// across restarts): a stream deleted and created again, or one of the
+// same name in another account — what the same store directory holds for
+// another auth mode — has another.
+func (l *Log) Identity(ctx context.Context) (string, error) {
+	s, err := l.js.Stream(ctx, l.stream)
+	if err != nil {
+		return "", err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return "", err
+	}
+	return l.stream + "@" + info.Created.UTC().Format(time.RFC3339Nano), nil
 }
 
 func (l *Log) consumer(ctx context.Context, from uint64, filter string) (js.Consumer, error) {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/gpuq/gpuq/pkg/events"
 )
 
@@ -26,14 +28,21 @@ type Log struct {
 	last map[string]uint64
 	// Now stamps stored messages; the simulator sets it to virtual time.
 	Now func() time.Time
+	id  string
 }
 
-var _ events.Log = (*Log)(nil)
+var (
+	_ events.Log        = (*Log)(nil)
+	_ events.Identifier = (*Log)(nil)
+)
 
 // New returns an empty log.
 func New() *Log {
-	return &Log{ids: map[string]uint64{}, last: map[string]uint64{}, notify: make(chan struct{}), Now: time.Now}
+	return &Log{ids: map[string]uint64{}, last: map[string]uint64{}, notify: make(chan struct{}), Now: time.Now, id: "memlog@" + uuid.NewString()}
 }
+
+// Identity implements events.Identifier: a name minted by New.
+func (l *Log) Identity(context.Context) (string, error) { return l.id, nil }
 
 // Append implements events.Log.
 func (l *Log) Append(ctx context.Context, m events.Msg) (events.Ack, error) {

@@ -39,6 +39,10 @@ type Spec struct {
 	// Dispatch is the dispatch sequence the run belongs to (the agent's
 	// bookkeeping; kept for adoption).
 	Dispatch uint64 `json:"dispatch,omitempty"`
+	// Log is the identity of the event log the run was started under
+	// (events.Identifier): an agent adopts only the runs of its own log.
+	// Empty in runs of an agent older than the field.
+	Log string `json:"log,omitempty"`
 }
 
 // Fence is how a supervisor stops its job when the agent is gone: after
