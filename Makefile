@@ -74,8 +74,8 @@ test-hostile: build ## Hostile callers against bin/gpuq dev, with and without --
 # The browser test (tests/browser, build tag browser; #27 item 4): the
 # dashboard at / in headless chromium (chromedp) against bin/gpuq dev; one
 # task fills the GPUs, one waits; its row shows P50 and reason, then changes
-# without a reload when the first ends. Screenshots go to
-# $(GPUQ_ARTIFACTS)/browser, else a kept /tmp/gpuq-browser-* (logged).
+# without a reload when the first ends. Screenshots go to a new directory
+# per run under $GPUQ_ARTIFACTS/browser, else /tmp/gpuq-browser-* (logged).
 # Skips, saying why, without chromium ($GPUQ_CHROMIUM or chromium on PATH).
 test-browser: build ## The dashboard in headless chromium: a waiting task's ETA and reason, then its row going live without a reload
 	GPUQ_BROWSER_BIN="$(CURDIR)/bin/gpuq" $(GO) test -tags browser -count=1 -timeout 3m -v ./tests/browser/

@@ -39,19 +39,19 @@ func chromiumPath() string {
 	return ""
 }
 
-// artefacts is where the screenshots go: $GPUQ_ARTIFACTS/browser, else a
-// new temporary directory that the test keeps (its path is logged).
+// artefacts is where the screenshots, gpuq dev's log and data go: a new
+// directory per run under $GPUQ_ARTIFACTS/browser, else under the system's
+// temporary directory; it is kept, and its path is logged.
 func artefacts(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("GPUQ_ARTIFACTS")
-	if dir != "" {
-		dir = filepath.Join(dir, "browser")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+	parent := os.Getenv("GPUQ_ARTIFACTS")
+	if parent != "" {
+		parent = filepath.Join(parent, "browser")
+		if err := os.MkdirAll(parent, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		return dir
 	}
-	dir, err := os.MkdirTemp("", "gpuq-browser-")
+	dir, err := os.MkdirTemp(parent, "gpuq-browser-"+time.Now().UTC().Format("20060102T150405Z")+"-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +105,12 @@ func startDev(t *testing.T, dir string) *devStack {
 		t.Fatal(err)
 	}
 	go func() { _ = d.cmd.Wait(); f.Close(); close(d.done) }()
+	// Runs after the stop below: the data directory is kept on a failure.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			os.RemoveAll(filepath.Join(dir, "data"))
+		}
+	})
 	t.Cleanup(func() {
 		_ = d.cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -246,7 +252,7 @@ func TestDashboardWaitingRowGoesLive(t *testing.T) {
 		chromedp.NoSandbox, // CI runs as root
 		chromedp.DisableGPU,
 		chromedp.WindowSize(1600, 900),
-		chromedp.UserDataDir(filepath.Join(out, "chromium-profile")),
+		chromedp.UserDataDir(t.TempDir()),
 	)
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer cancelA()

@@ -4,8 +4,8 @@
 // fills the node's GPUs and one waits; the page lists the waiting task with
 // its start estimate and reason, and when the first task ends the waiting
 // row changes without a reload. A screenshot of each step is kept as a test
-// artefact ($GPUQ_ARTIFACTS, else a temporary directory whose path the test
-// logs). JavaScript exceptions and console errors fail the test.
+// artefact (a new directory per run under $GPUQ_ARTIFACTS/browser, else
+// under the system's temporary directory; the test logs its path). JavaScript exceptions and console errors fail the test.
 //
 // The build tag keeps `make test` from running it: it needs the binary that
 // `make test-browser` builds ($GPUQ_BROWSER_BIN, default bin/gpuq) and a
