@@ -17,7 +17,7 @@ HTTP ?= 127.0.0.1:8180
 AUTH ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test test-race test-python test-faults test-hostile fuzz lint bench contract check-metrics compose-up compose-down compose-smoke test-compose images clean
+.PHONY: help build run test test-race test-python test-faults test-hostile test-browser fuzz lint bench contract check-metrics compose-up compose-down compose-smoke test-compose images clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -71,6 +71,15 @@ test-hostile: build ## Hostile callers against bin/gpuq dev, with and without --
 	GPUQ_HOSTILE_BIN="$(CURDIR)/bin/gpuq" $(GO) test -tags hostile -count=1 -timeout 10m -v -run '$(HOSTILE)' ./tests/hostile/ || rc=$$?; \
 	echo "== hostile suite ($$(( $$(date +%s) - start )) s)"; exit $$rc
 
+# The browser test (tests/browser, build tag browser; #27 item 4): the
+# dashboard at / in headless chromium (chromedp) against bin/gpuq dev; one
+# task fills the GPUs, one waits; its row shows P50 and reason, then changes
+# without a reload when the first ends. Screenshots go to a new directory
+# per run under $GPUQ_ARTIFACTS/browser, else /tmp/gpuq-browser-* (logged).
+# Skips, saying why, without chromium ($GPUQ_CHROMIUM or chromium on PATH).
+test-browser: build ## The dashboard in headless chromium: a waiting task's ETA and reason, then its row going live without a reload
+	GPUQ_BROWSER_BIN="$(CURDIR)/bin/gpuq" $(GO) test -tags browser -count=1 -timeout 3m -v ./tests/browser/
+
 # Fuzz targets, PACKAGE:TARGET; seed corpora in each package's
 # testdata/fuzz/<TARGET>/ (a failing input found here is kept there).
 FUZZTIME ?= 10s
@@ -87,6 +96,7 @@ lint: ## gofmt and go vet
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags faults ./tests/faults/...
 	$(GO) vet -tags hostile ./tests/hostile/...
+	$(GO) vet -tags browser ./tests/browser/...
 
 bench: ## Go benchmarks (fold, ingest, placement)
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 $(PKGS)

@@ -269,7 +269,13 @@ async function follow() {
           at = i + 1;
           if (line.endsWith("\r")) line = line.slice(0, -1);
           if (line === "") {
-            if (data.length || type) onEvent(type || "message", data.join("\n"), id);
+            // A fault in handling one event is reported and the stream
+            // goes on: thrown here, it would end the stream (the catch
+            // below) and hide the fault behind a reconnect.
+            if (data.length || type) {
+              try { onEvent(type || "message", data.join("\n"), id); }
+              catch (e) { console.error("gpuq: handling a " + (type || "message") + " event:", e); }
+            }
             type = ""; data = []; id = "";
           } else if (line[0] === ":") {
             st.lastAliveAt = Date.now(); badge();
