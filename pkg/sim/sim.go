@@ -55,6 +55,11 @@ type Config struct {
 	// preempted one runs on for its grace (simGrace) and exits, losing the
 	// work since its last checkpoint and the grace.
 	CheckpointEvery time.Duration
+	// PriorRuns is the run-time predictors' prior pseudo-count
+	// (estimate.Predictor.PriorRuns): 0 the default
+	// (estimate.DefaultPriorRuns), negative none (the learned ratio alone
+	// once a run is learned).
+	PriorRuns float64
 	// Progress, when set, is called from the policies' goroutines at every
 	// hundredth of the submissions (and at the end), for long runs.
 	Progress func(policy string, submitted, total int)
