@@ -188,8 +188,9 @@ func startsIn(wi Estimate) string {
 }
 
 // basis says what a wait estimate rests on: the run-time predictions of
-// the tasks it waits for (the policy's blockers; none: free GPUs), each
-// prediction's basis with the tasks it is theirs (Predictor.Basis).
+// the tasks it waits for (the policy's blockers; none: free GPUs), as
+// "r1, r2: your estimate; r3: learned from 14 runs of team vision"
+// (Predictor.Basis).
 func (e *Estimator) basis(st *domain.State, t *domain.Task, w policy.Wait) string {
 	if len(w.Blockers) == 0 {
 		if w.Reason == "" {
@@ -218,7 +219,7 @@ func (e *Estimator) basis(st *domain.State, t *domain.Task, w policy.Wait) strin
 			more = fmt.Sprintf(" and %d more", len(ids)-3)
 			ids = ids[:3]
 		}
-		parts = append(parts, fmt.Sprintf("%s (%s%s)", s, strings.Join(ids, ", "), more))
+		parts = append(parts, fmt.Sprintf("%s%s: %s", strings.Join(ids, ", "), more, s))
 	}
 	return strings.Join(parts, "; ")
 }

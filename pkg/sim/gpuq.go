@@ -101,6 +101,9 @@ func newDriver(ctx context.Context, cfg Config, pol *policy.Policy, tasks []Task
 		predicted: map[string]time.Duration{}, running: map[*domain.Task]runPrediction{}, runs: make([]run, len(tasks)), out: newOutcome(len(tasks))}
 	d.now = d.epoch
 	d.pred.PriorRuns = cfg.priorRuns()
+	if cfg.PolicyPriorRuns != 0 {
+		d.pred.PriorRuns = Config{PriorRuns: cfg.PolicyPriorRuns}.priorRuns()
+	}
 	d.ckptEvery = cfg.CheckpointEvery
 	if d.ckptEvery > 0 {
 		d.grace = simGrace
