@@ -38,7 +38,7 @@ func TestColdStartLive(t *testing.T) {
 	e.append(dt.Dispatch("r", dt.On("n1", 0, 1, 2, 3, 4, 5, 6, 7)))
 	e.append(events.Started{TaskID: "r", Node: "n1"})
 	at(6 * time.Second)
-	seen(e, e.append(dt.Task().ID("q").Name("demo-waiter").GPUs(8).Hours(0.05).SubmittedAt(t0.Add(6 * time.Second)).Submitted()))
+	seen(e, e.append(dt.Task().ID("q").Name("demo-waiter").GPUs(8).Hours(0.05).SubmittedAt(t0.Add(6*time.Second)).Submitted()))
 
 	a := e.next() // the advice published at q's submission
 	if p50 := time.Duration(a.P50WaitS * float64(time.Second)); p50 < 30*time.Second || p50 > 10*time.Minute {
