@@ -125,7 +125,8 @@ func TestPredictorLearnsRatio(t *testing.T) {
 		want  time.Duration // P50 of a new 2 h task of team a
 	}{
 		"no prior: the learned ratio":    {0, time.Hour},
-		"default: 50 runs against 50":    {estimate.DefaultPriorRuns, time.Duration(2 * math.Exp(-math.Ln2*50/100) * float64(time.Hour))},
+		"a light prior: 50 against 50":   {50, time.Duration(2 * math.Exp(-math.Ln2*50/100) * float64(time.Hour))},
+		"the default":                    {estimate.DefaultPriorRuns, time.Duration(2 * math.Exp(-math.Ln2*50/(50+estimate.DefaultPriorRuns)) * float64(time.Hour))},
 		"a heavy prior: the user mostly": {950, time.Duration(2 * math.Exp(-math.Ln2*50/1000) * float64(time.Hour))},
 	}
 	for name, tc := range cases {

@@ -50,21 +50,26 @@ func TestPredictorBasis(t *testing.T) {
 	task := &domain.Task{Name: "resnet-7", Team: "vision", Hours: 1}
 	cases := map[string]struct {
 		exact bool
+		prior float64 // 0: the default
 		runs  []*domain.Task
 		want  string
 	}{
-		"nothing learned":          {false, nil, "your estimate"},
-		"exact":                    {true, repeat(quick("resnet-1", 1, 1800), 100), "your estimate"},
-		"a few runs":               {false, repeat(quick("resnet-1", 1, 1800), 3), "your estimate (3 runs learned so far)"},
-		"the team's runs":          {false, repeat(quick("resnet-1", 1, 1800), 60), "learned from 60 runs of team vision"},
-		"the family's runs":        {false, append(repeat(&domain.Task{Name: "resnet-2", Team: "nlp", Hours: 1, RunSeconds: 900}, 40), repeat(quick("bert", 1, 900), 20)...), "learned from 40 runs named resnet…"},
-		"the cluster's, no group":  {false, repeat(&domain.Task{Name: "bert", Team: "nlp", Hours: 1, RunSeconds: 900}, 60), "learned from 60 runs on this cluster"},
-		"a thin team, a thin name": {false, append(repeat(quick("bert", 1, 900), 10), repeat(&domain.Task{Name: "gpt", Team: "nlp", Hours: 1, RunSeconds: 900}, 50)...), "learned from 60 runs on this cluster"},
+		"nothing learned":           {false, 0, nil, "your estimate"},
+		"exact":                     {true, 50, repeat(quick("resnet-1", 1, 1800), 100), "your estimate"},
+		"a few runs":                {false, 0, repeat(quick("resnet-1", 1, 1800), 3), "your estimate (3 runs learned so far)"},
+		"fewer runs than the prior": {false, 50, repeat(quick("resnet-1", 1, 1800), 49), "your estimate (49 runs learned so far)"},
+		"the team's runs":           {false, 50, repeat(quick("resnet-1", 1, 1800), 60), "learned from 60 runs of team vision"},
+		"the family's runs":         {false, 50, append(repeat(&domain.Task{Name: "resnet-2", Team: "nlp", Hours: 1, RunSeconds: 900}, 40), repeat(quick("bert", 1, 900), 20)...), "learned from 40 runs named resnet…"},
+		"the cluster's, no group":   {false, 50, repeat(&domain.Task{Name: "bert", Team: "nlp", Hours: 1, RunSeconds: 900}, 60), "learned from 60 runs on this cluster"},
+		"a thin team, a thin name":  {false, 50, append(repeat(quick("bert", 1, 900), 10), repeat(&domain.Task{Name: "gpt", Team: "nlp", Hours: 1, RunSeconds: 900}, 50)...), "learned from 60 runs on this cluster"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			p := estimate.NewPredictor(0)
 			p.Exact = tc.exact
+			if tc.prior != 0 {
+				p.PriorRuns = tc.prior
+			}
 			for _, r := range tc.runs {
 				p.Observe(r)
 			}
