@@ -39,9 +39,9 @@ const Shrink = 20
 
 // DefaultPriorRuns is the prior's pseudo-count (Predictor.PriorRuns),
 // chosen on both halves of the Philly trace and the cold start of a new
-// cluster (docs/performance.md, "The prior"): three runs declared 2 h
-// that ended within seconds move a 3-minute task's prediction by a
-// factor of e^(−8.2·3/53) ≈ 0.63, not to seconds.
+// cluster (docs/performance.md, "The prior pseudo-count"): three runs
+// declared 2 h that ended after 3 s move a 3-minute task's P50 by a
+// factor of e^(−7.8·3/53) ≈ 0.64 (to 116 s), not to a tenth of a second.
 const DefaultPriorRuns = 50
 
 // NewPredictor keeps the last window ratios per group (default 2000).
