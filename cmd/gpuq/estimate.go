@@ -77,6 +77,9 @@ func printAdvice(w io.Writer, a estimate.Advice, now time.Time) {
 		fmt.Fprintf(w, "start: P50 %s (in %s), P90 %s (in %s)\n", timeFmt{}.at(a.P50Start), until(a.P50Start, now),
 			timeFmt{}.at(a.P90Start), until(a.P90Start, now))
 	}
+	if a.Basis != "" {
+		fmt.Fprintf(w, "basis: %s\n", a.Basis)
+	}
 	why := a.Reason
 	if len(a.Blockers) > 0 {
 		why += " (" + strings.Join(a.Blockers, ", ") + ")"

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -17,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/policy"
 	"github.com/gpuq/gpuq/pkg/sim"
 	"github.com/gpuq/gpuq/pkg/trace"
@@ -34,7 +36,8 @@ type simFlags struct {
 	starvationWait         time.Duration
 	preemptPatience        time.Duration
 	victims                string
-	preemptible            float64
+	preemptible, priorRuns float64
+	policyPriorRuns        float64
 	estModel, classMix     string
 	estimates, json, times bool
 	progress               bool
@@ -117,6 +120,8 @@ smallest first, and --plot draws queueing delay and JCT against size.`,
 	fl.StringVar(&f.victims, "victims", policy.LeastLost, "gpuq choice among victims of the same classes: least-lost (work since the last checkpoint) or newest (most recently started, as Kueue); gpuq-newest-victims always uses newest")
 	fl.DurationVar(&f.ckptEvery, "checkpoint-every", 0, "agents' model: each task checkpoints at this interval of its run, and a preemption loses the work since the last checkpoint plus the grace (0, the default: checkpoint at once on preemption, no work lost)")
 	fl.Float64Var(&f.preemptible, "preemptible", 1, "share of the tasks that are preemptible (seeded draw, one per task; 1: all)")
+	fl.Float64Var(&f.priorRuns, "prior-runs", estimate.DefaultPriorRuns, "run-time predictions: the weight of the user's own estimate against the learned ratio, in runs (the learned ratio weighs n/(n+prior-runs) after n runs; 0: the learned ratio alone once a run is learned)")
+	fl.Float64Var(&f.policyPriorRuns, "policy-prior-runs", -1, "the policy's predictions alone: --prior-runs for the gpuq policy's predictor (-1, the default: --prior-runs), to measure the estimates on the same schedule")
 	fl.StringVar(&f.estModel, "estimate-model", sim.DefaultEstimateModel, `users' run-time estimates: "exact" or lognormal:mu=M,sigma=S,seed=N`)
 	fl.StringVar(&f.classMix, "class-mix", "", `task classes, e.g. critical=0.05,high=0.15,medium=0.6,low=0.2,seed=1 (default: all medium)`)
 	fl.BoolVar(&f.estimates, "estimates", true, "under gpuq, estimate every submission's start (gpuq advisor, slurm-backfill, seed-formula) and judge them")
@@ -190,6 +195,10 @@ func runSim(c *cobra.Command, f simFlags) error {
 		return invalid("starvation-wait", "must be ≥ 0")
 	case f.ckptEvery < 0:
 		return invalid("checkpoint-every", "must be ≥ 0")
+	case !(f.priorRuns >= 0) || math.IsInf(f.priorRuns, 0):
+		return invalid("prior-runs", fmt.Sprintf("must be a number ≥ 0 (got %g)", f.priorRuns))
+	case !(f.policyPriorRuns >= 0 || f.policyPriorRuns == -1) || math.IsInf(f.policyPriorRuns, 0):
+		return invalid("policy-prior-runs", fmt.Sprintf("must be a number ≥ 0, or -1 for --prior-runs (got %g)", f.policyPriorRuns))
 	case !(f.preemptible >= 0 && f.preemptible <= 1):
 		return invalid("preemptible", fmt.Sprintf("must be between 0 and 1 (got %g)", f.preemptible))
 	}
@@ -243,6 +252,16 @@ func runSim(c *cobra.Command, f simFlags) error {
 		return invalid(field, err.Error())
 	}
 	cfg := sim.Config{Nodes: sizes[0], GPUsPerNode: f.perNode, Options: opts, Policies: names, Estimates: f.estimates, CheckpointEvery: f.ckptEvery}
+	cfg.PriorRuns = f.priorRuns
+	if f.priorRuns == 0 {
+		cfg.PriorRuns = -1 // none
+	}
+	switch {
+	case f.policyPriorRuns == 0:
+		cfg.PolicyPriorRuns = -1 // none
+	case f.policyPriorRuns > 0:
+		cfg.PolicyPriorRuns = f.policyPriorRuns
+	}
 	if err := cfg.Validate(); err != nil {
 		return invalid("compare", err.Error())
 	}

@@ -117,6 +117,8 @@ func TestRun(t *testing.T) {
 		if sr.Service == "advisor" {
 			tailS = min(tailS, 1+d.TailFold.Seconds()/float64(folded)) // at most its 1 s budget and the record that crossed it
 		}
+		// The events before the tail: those the snapshot held, also when
+		// the advisor's budget cut the tail short.
 		want := (d.Restart-d.TailFold).Seconds()*float64(1_000_000-tail1M)/float64(5000-tail) + tailS
 		if got := sr.Restart1MS; !(got > 0) || got < want*0.999 || got > want*1.001 {
 			t.Errorf("restart_%s_1m_s = %v, want %v", sr.Service, got, want)

@@ -3,6 +3,7 @@ package estimate
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpuq/gpuq/pkg/domain"
@@ -95,19 +96,17 @@ func (e *Estimator) advise(st *domain.State, t *domain.Task, pos int, est Estima
 		a.Method = "capped"
 	}
 	if est.Never {
+		// It cannot start: say so first, then the change that would let it
+		// start (one the policy confirms), or that there is none.
 		a.Method = "never"
 		a.Reason = w.Reason
 		if a.Reason == "" {
 			a.Reason = policy.ReasonUnsatisfiable
 		}
-		// Waiting cannot help a task no node could ever hold: the advice
-		// is to change the request, and why.
-		if fe := policy.Unplaceable(st, t); fe != nil {
-			a.Reason = policy.ReasonUnsatisfiable
-			a.Action = ChangeRequest
-			a.ActionText = fmt.Sprintf("Change the request: it cannot start on this cluster as it is (%s: %s). "+
-				"Amend it (gpuq amend %s --gpus N keeps its place) or cancel it; waiting will not help.", fe.Field, fe.Rule, t.ID)
-		}
+		a.Basis = ""
+		e.adviseNever(st, t, &a, now)
+	} else {
+		a.Basis = e.basis(st, t, w)
 	}
 	waited := now.Sub(t.SubmittedAt)
 	// The one moment to worry: the wait passed 2× the estimate at submission.
@@ -115,25 +114,16 @@ func (e *Estimator) advise(st *domain.State, t *domain.Task, pos int, est Estima
 		a.Alert = fmt.Sprintf("waited %s, more than %g× the %s estimated at submission: scheduling is off (%s)",
 			waited.Round(time.Second), AlertFactor, sub.P50Wait.Round(time.Second), a.Reason)
 	}
-	// Fewer GPUs, through amend (keeps the place), not cancel-and-resubmit.
-	if t.GPUs > 1 && waited.Seconds() > FewerGPUsFactor*t.Hours*3600 {
+	// Fewer GPUs, through amend (keeps the place), not cancel-and-resubmit;
+	// only when the policy's what-if starts it sooner than now estimated.
+	if !est.Never && t.GPUs > 1 && waited.Seconds() > FewerGPUsFactor*t.Hours*3600 {
 		n := t.GPUs / 2
-		wi, ok := e.fewerGPUs(st, t.ID, n, now)
-		s := Suggestion{Kind: "fewer_gpus", Command: fmt.Sprintf("gpuq amend %s --gpus %d", t.ID, n),
-			Text: fmt.Sprintf("waited more than %g× its estimated run time; with %d GPUs it would start ", FewerGPUsFactor, n)}
-		if wi.Never {
-			s.Text += "no sooner (it cannot fit either)"
-			s.Never = true
-		} else {
-			when := "at once"
-			if wi.P50Wait > 0 {
-				when = fmt.Sprintf("in about %s (P50)", wi.P50Wait.Round(time.Minute))
-			}
-			s.Text += when + ". Amend keeps its place; cancel-and-resubmit would lose it"
-			s.P50WaitS = wi.P50Wait.Seconds()
-		}
-		if ok { // else over the Live's budget: a later advice has it
-			a.Suggestions = append(a.Suggestions, s)
+		// Suggested only when the policy confirms it helps: the what-if
+		// starts sooner (over the Live's budget, a later advice has it).
+		if wi, ok := e.fewerGPUs(st, t.ID, n, now); ok && !wi.Never && wi.P50Wait < est.P50Wait {
+			a.Suggestions = append(a.Suggestions, Suggestion{Kind: "fewer_gpus", Command: fmt.Sprintf("gpuq amend %s --gpus %d", t.ID, n),
+				Text: fmt.Sprintf("waited more than %g× its estimated run time; with %d GPUs it would start %s. Amend keeps its place; cancel-and-resubmit would lose it",
+					FewerGPUsFactor, n, startsIn(wi)), P50WaitS: wi.P50Wait.Seconds()})
 		}
 	}
 	if t.Priority == domain.Low && waited > LowStillNeeded {
@@ -141,6 +131,105 @@ func (e *Estimator) advise(st *domain.State, t *domain.Task, pos int, est Estima
 			Text: fmt.Sprintf("a LOW task waiting %s: is this experiment still needed? If not, `gpuq cancel %s` frees its place", waited.Round(time.Minute), t.ID)})
 	}
 	return a
+}
+
+// CannotStart is the action for a task that cannot start on the cluster
+// as it is now although a node could hold it (drained or lost nodes,
+// unhealthy GPUs): waiting for them may help.
+const CannotStart = "cannot_start"
+
+// adviseNever is the action, and a suggestion when one helps, for a task
+// that cannot start: the change of request that lets it start (the
+// largest GPU count tried — the cluster's, then halving — at which the
+// policy's what-if starts it), else none.
+// A task no node could ever hold gets change_request; one that would fit
+// with the cluster's missing capacity back, cannot_start.
+func (e *Estimator) adviseNever(st *domain.State, t *domain.Task, a *Advice, now time.Time) {
+	fe := policy.Unplaceable(st, t)
+	var fix *Suggestion
+	// The cluster's GPU count first (what a task asking for more than
+	// the cluster has wants), then halving.
+	var tries []int
+	if total, _ := st.TotalGPUs(); total >= 1 && total < t.GPUs {
+		tries = append(tries, total)
+	}
+	for n := t.GPUs / 2; n >= 1; n /= 2 {
+		if len(tries) == 0 || n < tries[0] {
+			tries = append(tries, n)
+		}
+	}
+	for i, n := range tries {
+		if fix != nil || i == 3 { // a few what-ifs: each is a forward simulation
+			break
+		}
+		if wi := e.WhatIf(st, t.ID, n, 0, now); !wi.Never {
+			fix = &Suggestion{Kind: "fewer_gpus", Command: fmt.Sprintf("gpuq amend %s --gpus %d", t.ID, n),
+				Text: fmt.Sprintf("with %d GPUs it would start %s. Amend keeps its place", n, startsIn(wi)), P50WaitS: wi.P50Wait.Seconds()}
+		}
+	}
+	why := a.Reason
+	if fe != nil {
+		a.Reason = policy.ReasonUnsatisfiable
+		a.Action = ChangeRequest
+		why = fe.Field + ": " + fe.Rule
+	} else {
+		a.Action = CannotStart
+	}
+	a.ActionText = fmt.Sprintf("It cannot start on this cluster as it is (%s). ", why)
+	switch {
+	case fix != nil:
+		a.ActionText += fmt.Sprintf("Change the request: %s (%s).", fix.Text, fix.Command)
+		a.Suggestions = append(a.Suggestions, *fix)
+	case fe != nil:
+		a.ActionText += "No GPU count lets it start; cancel it and submit what the cluster has. Waiting will not help."
+	default:
+		a.ActionText += "No change of the request lets it start: it starts when the missing nodes or GPUs are back (ask an operator)."
+	}
+}
+
+// startsIn is a what-if's start in words.
+func startsIn(wi Estimate) string {
+	if wi.P50Wait <= 0 {
+		return "at once"
+	}
+	return fmt.Sprintf("in about %s (P50)", wi.P50Wait.Round(time.Minute))
+}
+
+// basis says what a wait estimate rests on: the run-time predictions of
+// the tasks it waits for (the policy's blockers; none: free GPUs), as
+// "r1, r2: your estimate; r3: learned from 14 runs of team vision"
+// (Predictor.Basis).
+func (e *Estimator) basis(st *domain.State, t *domain.Task, w policy.Wait) string {
+	if len(w.Blockers) == 0 {
+		if w.Reason == "" {
+			return "free GPUs"
+		}
+		return "the forward simulation of the queue"
+	}
+	var order []string
+	by := map[string][]string{}
+	for _, id := range w.Blockers {
+		b := st.Tasks[id]
+		if b == nil {
+			continue
+		}
+		s := e.Pred.Basis(b)
+		if _, ok := by[s]; !ok {
+			order = append(order, s)
+		}
+		by[s] = append(by[s], id)
+	}
+	var parts []string
+	for _, s := range order {
+		ids := by[s]
+		more := ""
+		if len(ids) > 3 {
+			more = fmt.Sprintf(" and %d more", len(ids)-3)
+			ids = ids[:3]
+		}
+		parts = append(parts, fmt.Sprintf("%s%s: %s", strings.Join(ids, ", "), more, s))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // WhatIf estimates the task as if it asked for gpus GPUs (0: unchanged) at

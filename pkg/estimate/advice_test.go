@@ -395,22 +395,104 @@ func TestAdviceMindset(t *testing.T) {
 }
 
 // The fewer-GPUs suggestion carries the what-if's estimate when it is not
-// "now": 4 GPUs held 10 h, 4 more until 4 h.
+// "now", and is made only when the what-if starts the task sooner (#25):
+// q asks for 4 GPUs for 1 h and has waited past 3 h.
 func TestAdviceFewerGPUsWhatIfEstimate(t *testing.T) {
-	f := newFixture(policy.Options{})
-	f.node(dt.Node("n1").GPUs(8)).
-		running(T0, task("r1").GPUs(4).Hours(10).Preemptible(false), dt.On("n1", 0, 1, 2, 3)).
-		running(T0, task("r2").GPUs(4).Hours(4).Preemptible(false), dt.On("n1", 4, 5, 6, 7)).
-		submit(T0, task("q").GPUs(4).Hours(1))
-	now := T0.Add(3*time.Hour + time.Second)
-	a := f.advice(t, "q", now)
-	if len(a.Suggestions) != 1 || a.Suggestions[0].Kind != "fewer_gpus" {
-		t.Fatalf("suggestions %+v, want fewer_gpus", a.Suggestions)
+	cases := map[string]struct {
+		r1, r2 int           // GPUs held 10 h and 4 h
+		want   time.Duration // the what-if's P50; 0: no suggestion
+	}{
+		"sooner: 2 GPUs free when r2 ends at 4 h, 4 only at 10 h": {6, 2, time.Hour - time.Second},
+		"no sooner: r2's end frees 4 GPUs at 4 h either way":      {4, 4, 0},
 	}
-	s := a.Suggestions[0]
-	want := time.Hour - time.Second // r2 ends at 4 h
-	if s.P50WaitS != want.Seconds() || !strings.Contains(s.Text, "in about 1h0m0s (P50)") {
-		t.Errorf("suggestion %+v, want the what-if's P50 of %s", s, want)
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(policy.Options{})
+			f.node(dt.Node("n1").GPUs(8)).
+				running(T0, task("r1").GPUs(tc.r1).Hours(10).Preemptible(false), dt.On("n1", gpus(0, tc.r1)...)).
+				running(T0, task("r2").GPUs(tc.r2).Hours(4).Preemptible(false), dt.On("n1", gpus(tc.r1, 8)...)).
+				submit(T0, task("q").GPUs(4).Hours(1))
+			now := T0.Add(3*time.Hour + time.Second)
+			a := f.advice(t, "q", now)
+			if tc.want == 0 {
+				if len(a.Suggestions) != 0 {
+					t.Errorf("suggestions %+v, want none: fewer GPUs would not start it sooner", a.Suggestions)
+				}
+				return
+			}
+			if len(a.Suggestions) != 1 || a.Suggestions[0].Kind != "fewer_gpus" {
+				t.Fatalf("suggestions %+v, want fewer_gpus", a.Suggestions)
+			}
+			s := a.Suggestions[0]
+			if s.P50WaitS != tc.want.Seconds() || !strings.Contains(s.Text, "in about 1h0m0s (P50)") || s.P50WaitS >= a.P50WaitS {
+				t.Errorf("suggestion %+v, want the what-if's P50 of %s, sooner than the task's %.0f s", s, tc.want, a.P50WaitS)
+			}
+		})
+	}
+}
+
+// A task that cannot start says so first (method never, an action that
+// is not the playbook) and gives the change that would let it start — a
+// GPU count the policy's what-if starts — or none (#25: a drained cluster
+// advised code review, then amend --gpus 4 "that would start no sooner").
+// q has waited 4 h, past 3× its 1 h, where a task that can start gets the
+// fewer-GPUs suggestion.
+func TestAdviceNever(t *testing.T) {
+	drained := events.Drained{Node: "n1", Reason: "maintenance"}
+	cases := map[string]struct {
+		setup   func(f *fixture)
+		action  string
+		reason  string
+		text    string // in the action text
+		command string // of the one suggestion; "": none
+	}{
+		"drained cluster: no change lets it start": {
+			setup: func(f *fixture) {
+				f.node(dt.Node("n1").GPUs(8)).at(T0, drained).submit(T0, task("q").GPUs(4))
+			},
+			action: estimate.CannotStart, reason: policy.ReasonNodeDrained, text: "No change of the request lets it start",
+		},
+		"half drained: 4 GPUs start at once": {
+			setup: func(f *fixture) {
+				f.node(dt.Node("n1").GPUs(8)).node(dt.Node("n2").GPUs(4)).at(T0, drained).submit(T0, task("q").GPUs(8))
+			},
+			action: estimate.CannotStart, reason: policy.ReasonNodeDrained, text: "with 4 GPUs it would start at once", command: "gpuq amend q --gpus 4",
+		},
+		"more GPUs than the cluster: the cluster's count": {
+			setup: func(f *fixture) {
+				f.node(dt.Node("n1").GPUs(8)).submit(T0, task("q").GPUs(12))
+			},
+			action: estimate.ChangeRequest, reason: policy.ReasonUnsatisfiable, text: "(gpus: the cluster has 8 GPUs in all (got 12)). Change the request: with 8 GPUs it would start at once",
+			command: "gpuq amend q --gpus 8",
+		},
+		"a model the cluster lacks: no GPU count helps": {
+			setup: func(f *fixture) {
+				f.node(dt.Node("n1").GPUs(8).Model("A100")).submit(T0, task("q").GPUs(2).GPUModel("H100"))
+			},
+			action: estimate.ChangeRequest, reason: policy.ReasonUnsatisfiable, text: "No GPU count lets it start",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(policy.Options{})
+			tc.setup(f)
+			a := f.advice(t, "q", T0.Add(4*time.Hour))
+			if a.Method != "never" || a.Action != tc.action || a.Reason != tc.reason || !strings.HasPrefix(a.ActionText, "It cannot start") ||
+				!strings.Contains(a.ActionText, tc.text) {
+				t.Errorf("advice method %q action %q reason %q text %q, want never, %s, %s, %q", a.Method, a.Action, a.Reason, a.ActionText, tc.action, tc.reason, tc.text)
+			}
+			var cmds []string
+			for _, s := range a.Suggestions {
+				cmds = append(cmds, s.Command)
+			}
+			var want []string
+			if tc.command != "" {
+				want = []string{tc.command}
+			}
+			if diff := cmp.Diff(want, cmds); diff != "" {
+				t.Errorf("suggestions %+v (-want +got commands):\n%s", a.Suggestions, diff)
+			}
+		})
 	}
 }
 

@@ -73,6 +73,7 @@ type Advice struct {
 	P50Start    time.Time    `json:"p50_start"`
 	P90Start    time.Time    `json:"p90_start"`
 	Method      string       `json:"method"`
+	Basis       string       `json:"basis"`
 	Reason      string       `json:"reason"`
 	Blockers    []string     `json:"blockers"`
 	Action      string       `json:"action"`

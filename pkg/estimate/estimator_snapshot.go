@@ -178,7 +178,7 @@ func (e *Estimator) UnmarshalBinary(b []byte) error {
 		}
 	}
 	pred := NewPredictor(e.Pred.window)
-	pred.Exact = e.Pred.Exact
+	pred.Exact, pred.PriorRuns = e.Pred.Exact, e.Pred.PriorRuns
 	if err := pred.UnmarshalBinary(s.Pred); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package estimate_test
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -116,21 +117,36 @@ func TestNeverFits(t *testing.T) {
 	}
 }
 
+// Tasks of team a run half their 2 h estimate: the predictor learns the
+// ratio, weighed against the user's estimate by PriorRuns.
 func TestPredictorLearnsRatio(t *testing.T) {
-	l := newLog()
-	l.node("n1", 8)
-	// Tasks of team a run half their estimate.
-	at := t0
-	for i := 0; i < 50; i++ {
-		id := "t" + string(rune('A'+i%26)) + string(rune('a'+i/26))
-		l.submit(at, id, "medium", 8, 2)
-		l.run(at, id)
-		at = at.Add(time.Hour)
-		l.add(at, events.Completed{TaskID: id, Node: l.st.Tasks[id].Node})
+	cases := map[string]struct {
+		prior float64
+		want  time.Duration // P50 of a new 2 h task of team a
+	}{
+		"no prior: the learned ratio":    {0, time.Hour},
+		"a light prior: 50 against 50":   {50, time.Duration(2 * math.Exp(-math.Ln2*50/100) * float64(time.Hour))},
+		"the default":                    {estimate.DefaultPriorRuns, time.Duration(2 * math.Exp(-math.Ln2*50/(50+estimate.DefaultPriorRuns)) * float64(time.Hour))},
+		"a heavy prior: the user mostly": {950, time.Duration(2 * math.Exp(-math.Ln2*50/1000) * float64(time.Hour))},
 	}
-	task := &domain.Task{Name: "tnew", Team: "a", Hours: 2}
-	if got := l.est.Pred.Total(task, 0.5); got < 59*time.Minute || got > 61*time.Minute {
-		t.Errorf("learned P50 run time %s, want about 1h", got)
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			l := newLog()
+			l.est.Pred.PriorRuns = tc.prior
+			l.node("n1", 8)
+			at := t0
+			for i := 0; i < 50; i++ {
+				id := "t" + string(rune('A'+i%26)) + string(rune('a'+i/26))
+				l.submit(at, id, "medium", 8, 2)
+				l.run(at, id)
+				at = at.Add(time.Hour)
+				l.add(at, events.Completed{TaskID: id, Node: l.st.Tasks[id].Node})
+			}
+			task := &domain.Task{Name: "tnew", Team: "a", Hours: 2}
+			if got := l.est.Pred.Total(task, 0.5); got < tc.want-time.Minute || got > tc.want+time.Minute {
+				t.Errorf("learned P50 run time %s, want about %s", got, tc.want.Round(time.Second))
+			}
+		})
 	}
 }
 

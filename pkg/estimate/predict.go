@@ -1,6 +1,7 @@
 package estimate
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -11,29 +12,44 @@ import (
 
 // Predictor learns run times from completed tasks: the ratio of actual to
 // user-estimated run time, by team and by name prefix, shrunk toward the
-// global ratio when a group's history is thin. It keeps the most recent
-// ratios of each group (a window), so it follows drift.
+// global ratio when a group's history is thin, and the whole learned ratio
+// shrunk toward the user's own estimate (the prior) while the runs learned
+// are few. It keeps the most recent ratios of each group (a window), so it
+// follows drift.
 type Predictor struct {
 	// Exact makes the predictor take the user's estimate at face value
 	// (what Slurm's backfill does with walltimes): no learning, no spread.
-	Exact  bool
-	window int
-	global ring
-	team   map[string]*ring
-	prefix map[string]*ring
-	snap   *Predictor // Snapshot's copy, until the predictor learns again
+	Exact bool
+	// PriorRuns is the prior's pseudo-count (NewPredictor sets
+	// DefaultPriorRuns): the learned log-ratio weighs n/(n+PriorRuns)
+	// against the user's own estimate (log-ratio 0, priorLogRatio's
+	// spread), n being the runs learned, so that what a few runs suggest
+	// outweighs the user only once there is evidence.
+	PriorRuns float64
+	window    int
+	global    ring
+	team      map[string]*ring
+	prefix    map[string]*ring
+	snap      *Predictor // Snapshot's copy, until the predictor learns again
 }
 
 // Shrink is the pseudo-count of the shrinkage toward the global ratios: a
 // group with n samples gets weight n/(n+Shrink).
 const Shrink = 20
 
+// DefaultPriorRuns is the prior's pseudo-count (Predictor.PriorRuns),
+// chosen on both halves of the Philly trace and the cold start of a new
+// cluster (docs/performance.md, "The prior pseudo-count"): three runs
+// declared 2 h that ended after 3 s move a 3-minute task's P50 by a
+// factor of e^(−7.8·3/53) ≈ 0.64 (to 116 s), not to a tenth of a second.
+const DefaultPriorRuns = 50
+
 // NewPredictor keeps the last window ratios per group (default 2000).
 func NewPredictor(window int) *Predictor {
 	if window <= 0 {
 		window = 2000
 	}
-	return &Predictor{window: window, global: ring{max: window}, team: map[string]*ring{}, prefix: map[string]*ring{}}
+	return &Predictor{PriorRuns: DefaultPriorRuns, window: window, global: ring{max: window}, team: map[string]*ring{}, prefix: map[string]*ring{}}
 }
 
 // MinEstimateS is the least user estimate, in seconds, the predictor
@@ -76,7 +92,7 @@ func (p *Predictor) Snapshot() *Predictor {
 	if p.snap != nil {
 		return p.snap
 	}
-	c := &Predictor{Exact: p.Exact, window: p.window, global: p.global.clone(),
+	c := &Predictor{Exact: p.Exact, PriorRuns: p.PriorRuns, window: p.window, global: p.global.clone(),
 		team: make(map[string]*ring, len(p.team)), prefix: make(map[string]*ring, len(p.prefix))}
 	for k, r := range p.team {
 		rc := r.clone()
@@ -112,6 +128,46 @@ func Prefix(name string) string {
 	return name
 }
 
+// BasisEstimate is Basis for a prediction that is the user's own estimate.
+const BasisEstimate = "your estimate"
+
+// Basis says what t's run-time prediction rests on: "your estimate" while
+// the runs learned weigh less than it (PriorRuns) — with how many there
+// are once there are some — else the runs learned from: of t's team or
+// its name's family when that group weighs at least as much as every run
+// of the cluster (Shrink runs), the larger, else the cluster's.
+func (p *Predictor) Basis(t *domain.Task) string {
+	n := p.global.n()
+	switch {
+	case p.Exact || n == 0:
+		return BasisEstimate
+	case float64(n) < p.PriorRuns:
+		return fmt.Sprintf("%s (%s learned so far)", BasisEstimate, runs(n))
+	}
+	team, fam := p.team[t.Team], p.prefix[Prefix(t.Name)]
+	tn, fn := 0, 0
+	if team != nil {
+		tn = team.n()
+	}
+	if fam != nil {
+		fn = fam.n()
+	}
+	switch {
+	case tn >= Shrink && tn >= fn:
+		return fmt.Sprintf("learned from %s of team %s", runs(tn), t.Team)
+	case fn >= Shrink:
+		return fmt.Sprintf("learned from %s named %s…", runs(fn), Prefix(t.Name))
+	}
+	return fmt.Sprintf("learned from %s on this cluster", runs(n))
+}
+
+func runs(n int) string {
+	if n == 1 {
+		return "1 run"
+	}
+	return fmt.Sprintf("%d runs", n)
+}
+
 // Samples reports how many ratios the predictor has learned.
 func (p *Predictor) Samples() int { return p.global.n() }
 
@@ -125,6 +181,9 @@ func (p *Predictor) ratioOf(t *domain.Task, f *ratioFn) {
 		return
 	}
 	f.global = p.global.sorted
+	n := float64(p.global.n())
+	f.wl = n / (n + max(p.PriorRuns, 0))
+	f.wp = 1 - f.wl
 	for _, r := range [2]*ring{p.team[t.Team], p.prefix[Prefix(t.Name)]} {
 		if r != nil && r.n() > 0 {
 			f.groups[f.n] = r.sorted
@@ -136,16 +195,18 @@ func (p *Predictor) ratioOf(t *domain.Task, f *ratioFn) {
 }
 
 // ratioFn is a task's log-ratio quantile function (ratioOf): the prior
-// before any history, else the average of its groups' estimates, each
-// shrunk toward the global one with weight w = n/(n+Shrink). It holds
-// the rings' sorted windows, which it does not outlive: the next Observe
-// changes them.
+// before any history, else the learned one — the average of its groups'
+// estimates, each shrunk toward the global one with weight w = n/(n+Shrink)
+// — blended with the prior's, quantile by quantile, by the weight wl of
+// the runs learned (Predictor.PriorRuns). It holds the rings' sorted
+// windows, which it does not outlive: the next Observe changes them.
 type ratioFn struct {
 	prior  bool
 	n      int // groups with history
 	global []float64
 	groups [2][]float64
 	w, w1  [2]float64 // w1[i] = 1-w[i]
+	wl, wp float64    // the learned quantile's weight and the prior's (1-wl)
 }
 
 // at is the q-quantile of the log ratio.
@@ -153,6 +214,15 @@ func (f *ratioFn) at(q float64) float64 {
 	if f.prior {
 		return priorLogRatio(q)
 	}
+	v := f.learned(q)
+	if f.wp == 0 {
+		return v
+	}
+	return f.wl*v + f.wp*priorLogRatio(q)
+}
+
+// learned is the q-quantile of the learned log ratio.
+func (f *ratioFn) learned(q float64) float64 {
 	g := quantileSorted(f.global, q)
 	if f.n == 0 {
 		return g

@@ -25,7 +25,7 @@ func (p *Predictor) refRatioOf(t *domain.Task) func(q float64) float64 {
 			n++
 		}
 	}
-	return func(q float64) float64 {
+	learned := func(q float64) float64 {
 		g := p.global.quantile(q)
 		if n == 0 {
 			return g
@@ -36,6 +36,14 @@ func (p *Predictor) refRatioOf(t *domain.Task) func(q float64) float64 {
 			v += w*r.quantile(q) + (1-w)*g
 		}
 		return v / float64(n)
+	}
+	// The prior's weight: PriorRuns against the runs learned.
+	wl := float64(p.global.n()) / float64(float64(p.global.n())+max(p.PriorRuns, 0))
+	return func(q float64) float64 {
+		if wl == 1 {
+			return learned(q)
+		}
+		return wl*learned(q) + (1-wl)*priorLogRatio(q)
 	}
 }
 
@@ -115,6 +123,7 @@ func TestRatioFnExact(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := NewPredictor(rapid.IntRange(4, 60).Draw(t, "window"))
 		p.Exact = rapid.IntRange(0, 9).Draw(t, "exact") == 0
+		p.PriorRuns = rapid.SampledFrom([]float64{0, 1, DefaultPriorRuns, 500}).Draw(t, "prior")
 		for range rapid.IntRange(0, 120).Draw(t, "observed") {
 			p.Observe(drawTask(t, "obs"))
 		}

@@ -100,6 +100,10 @@ func newDriver(ctx context.Context, cfg Config, pol *policy.Policy, tasks []Task
 		log: memlog.New(), st: domain.NewState(), pol: pol, pred: estimate.NewPredictor(0),
 		predicted: map[string]time.Duration{}, running: map[*domain.Task]runPrediction{}, runs: make([]run, len(tasks)), out: newOutcome(len(tasks))}
 	d.now = d.epoch
+	d.pred.PriorRuns = cfg.priorRuns()
+	if cfg.PolicyPriorRuns != 0 {
+		d.pred.PriorRuns = Config{PriorRuns: cfg.PolicyPriorRuns}.priorRuns()
+	}
 	d.ckptEvery = cfg.CheckpointEvery
 	if d.ckptEvery > 0 {
 		d.grace = simGrace
@@ -111,6 +115,7 @@ func newDriver(ctx context.Context, cfg Config, pol *policy.Policy, tasks []Task
 	}
 	if withEstimates {
 		d.est = newEstimating(pol, len(tasks), cfg.EstimateWindow, cfg.EstimateWorkers)
+		d.est.est.Pred.PriorRuns = cfg.priorRuns()
 	}
 	return d
 }
@@ -491,4 +496,15 @@ func Log(ctx context.Context, cfg Config, pol *policy.Policy, tasks []Task) ([]e
 		return nil
 	})
 	return out, err
+}
+
+// priorRuns is the predictors' PriorRuns for Config.PriorRuns.
+func (c Config) priorRuns() float64 {
+	switch {
+	case c.PriorRuns == 0:
+		return estimate.DefaultPriorRuns
+	case c.PriorRuns < 0:
+		return 0
+	}
+	return c.PriorRuns
 }

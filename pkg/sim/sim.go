@@ -55,6 +55,16 @@ type Config struct {
 	// preempted one runs on for its grace (simGrace) and exits, losing the
 	// work since its last checkpoint and the grace.
 	CheckpointEvery time.Duration
+	// PriorRuns is the run-time predictors' prior pseudo-count
+	// (estimate.Predictor.PriorRuns): 0 the default
+	// (estimate.DefaultPriorRuns), negative none (the learned ratio alone
+	// once a run is learned).
+	PriorRuns float64
+	// PolicyPriorRuns, when not 0, is the policy's predictor's PriorRuns
+	// instead (as PriorRuns: negative none): with it fixed, the judged
+	// tasks are the same whatever the estimator's prior, so that a sweep
+	// of PriorRuns measures the estimates alone.
+	PolicyPriorRuns float64
 	// Progress, when set, is called from the policies' goroutines at every
 	// hundredth of the submissions (and at the end), for long runs.
 	Progress func(policy string, submitted, total int)
