@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -263,6 +264,11 @@ func writeFile(path, text string) error {
 	return f.Close()
 }
 
+// MaxControlLine is the nats-server max_control_line gpuq's roles need:
+// their CONNECT lines carry user JWTs of up to about 4.5 KiB (the default
+// limit is 4 KiB). gpuq dev's embedded server sets it too.
+const MaxControlLine = 16 << 10
+
 // ServerConfig is the part of a nats-server configuration that sets up
 // operator mode: the operator JWT, the system account, and a memory
 // resolver preloaded with the account JWTs (public key → JWT). Clients
@@ -275,6 +281,10 @@ func ServerConfig(operatorJWT, systemAccount string, accounts map[string]string)
 	b.WriteString("#   include ./" + ConfigFile + "\n")
 	b.WriteString("# The roles are users of account " + AccountName + "; their permissions are in their\n")
 	b.WriteString("# JWTs (creds/<role>.creds), a job's in the scoped signing key of its agent.\n")
+	// A role's CONNECT carries its user JWT, permissions and all: the
+	// largest (the notifier's, the scheduler's) pass nats-server's default
+	// 4 KiB control line, which closes the connection without a word.
+	b.WriteString("max_control_line: " + strconv.Itoa(MaxControlLine) + "\n")
 	fmt.Fprintf(&b, "operator: %q\n", operatorJWT)
 	fmt.Fprintf(&b, "system_account: %q\n", systemAccount)
 	b.WriteString("resolver: MEMORY\nresolver_preload: {\n")

@@ -69,6 +69,11 @@ func serverOptions(o Options) (*server.Options, error) {
 			return nil, fmt.Errorf("embedded: %w", err)
 		}
 	}
+	if opts.MaxControlLine < auth.MaxControlLine {
+		// the roles' user JWTs exceed the default 4 KiB CONNECT line (an
+		// auth directory made before its config said so)
+		opts.MaxControlLine = auth.MaxControlLine
+	}
 	opts.ServerName, opts.Host, opts.Port = "gpuq-dev", host, o.Port
 	opts.JetStream, opts.StoreDir, opts.DontListen = true, o.StoreDir, o.NoListen
 	opts.NoSigs, opts.NoLog = true, true
