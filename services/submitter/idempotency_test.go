@@ -20,7 +20,7 @@ func TestIdempotencyKeyReuse(t *testing.T) {
 	first := validReq()
 	first.IdempotencyKey = "ci-7"
 	first.Env = map[string]string{"SEED": "1"}
-	first.Dir = "/work/a"
+	first.Dir = "/srv/exp/a"
 	cases := map[string]struct {
 		edit      func(r *domain.Request)
 		amend     bool // the first task was amended before the retry
@@ -41,7 +41,7 @@ func TestIdempotencyKeyReuse(t *testing.T) {
 		"not preemptible":               {edit: func(r *domain.Request) { r.NoPreempt = true }, wantDiffs: "no_preempt"},
 		"another env value":             {edit: func(r *domain.Request) { r.Env = map[string]string{"SEED": "2"} }, wantDiffs: "env"},
 		"no env":                        {edit: func(r *domain.Request) { r.Env = nil }, wantDiffs: "env"},
-		"another dir":                   {edit: func(r *domain.Request) { r.Dir = "/work/b" }, wantDiffs: "dir"},
+		"another dir":                   {edit: func(r *domain.Request) { r.Dir = "/srv/exp/b" }, wantDiffs: "dir"},
 		"another gpu model":             {edit: func(r *domain.Request) { r.GPUModel = "H100" }, wantDiffs: "gpu_model"},
 	}
 	for name, tc := range cases {
