@@ -107,7 +107,7 @@ func newAdvisor(cfg Config) *Advisor {
 		cfg.Tick = 5 * time.Second
 	}
 	if cfg.Policy == nil {
-		cfg.Policy = policy.New(policy.Options{})
+		cfg.Policy = policy.New(policy.DefaultOptions())
 	}
 	if cfg.SnapshotEvery == 0 {
 		cfg.SnapshotEvery = DefaultSnapshotEvery

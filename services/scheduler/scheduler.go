@@ -86,7 +86,7 @@ func New(cfg Config) *Scheduler {
 		cfg.Now = time.Now
 	}
 	if cfg.Policy == nil {
-		cfg.Policy = policy.New(policy.Options{})
+		cfg.Policy = policy.New(policy.DefaultOptions())
 	}
 	if cfg.Instance == "" {
 		h, _ := os.Hostname()
