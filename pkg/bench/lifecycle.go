@@ -131,7 +131,7 @@ func Lifecycle(ctx context.Context, dir string, o LifecycleOptions) (LifecycleRe
 	var sh *shell
 	sched := o.Scheduler
 	if sched == nil {
-		sh = &shell{pol: policy.New(policy.Options{})}
+		sh = &shell{pol: policy.New(policy.DefaultOptions())}
 		sched = sh.run
 	}
 	wg.Add(1)

@@ -108,7 +108,7 @@ func newServiceFold(svc string) *serviceFold {
 		f.own = func() [][]byte { b, _ := pred.MarshalBinary(); return [][]byte{b} }
 		f.load = func(p [][]byte) error { return pred.UnmarshalBinary(p[0]) }
 	case "advisor":
-		est := estimate.NewEstimator(policy.New(policy.Options{}))
+		est := estimate.NewEstimator(policy.New(policy.DefaultOptions()))
 		f.parts = 1
 		f.applied = func(st *domain.State, r events.Record, skipped string) {
 			if skipped == "" {
