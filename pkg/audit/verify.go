@@ -254,7 +254,7 @@ func (v *verifier) allowed(victim *domain.Task, e events.PreemptRequested) strin
 	if p == nil {
 		return fmt.Sprintf("preempted for %q, a task never submitted", e.For)
 	}
-	if strings.Contains(e.Reason, "team guarantee") {
+	if e.Cause() == events.PreemptReclaim {
 		if len(v.o.Teams) == 0 {
 			return ""
 		}

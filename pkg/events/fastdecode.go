@@ -1275,6 +1275,9 @@ func (s *scan) preemptRequested() (Event, bool) {
 		case "epoch":
 			e.Epoch, ok = s.uint()
 			return 1 << 6, ok
+		case "code":
+			e.Code, ok = s.str(true)
+			return 1 << 7, ok
 		}
 		return 0, true
 	})
@@ -1379,6 +1382,9 @@ func (s *scan) requeued() (Event, bool) {
 		case "based_on_seq":
 			e.BasedOnSeq, ok = s.uint()
 			return 1 << 4, ok
+		case "code":
+			e.Code, ok = s.str(true)
+			return 1 << 5, ok
 		}
 		return 0, true
 	})

@@ -25,6 +25,7 @@ type Decision struct {
 	For        string             // Preempt: the task the victim yields to
 	Reason     string
 	Backfill   bool // Dispatch: started ahead of a reservation
+	Reclaim    bool // Preempt: for a team below its guarantee (else for a higher class)
 }
 
 // Preemption policies.

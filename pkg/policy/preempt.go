@@ -296,7 +296,8 @@ func (pc *pass) preempt(t *domain.Task, tier int) bool {
 	}
 	for _, v := range victims {
 		why := "team guarantee: " + t.Team + " reclaims GPUs borrowed by " + v.t.Team
-		if pc.byClass(t, v.t) {
+		reclaim := !pc.byClass(t, v.t)
+		if !reclaim {
 			why = pc.opts.Preemption
 		}
 		pc.preempting[v.t.ID] = true
@@ -304,7 +305,7 @@ func (pc *pass) preempt(t *domain.Task, tier int) bool {
 		pc.victimsNow++
 		pc.usage[v.t.Team] -= v.n
 		pc.lend[v.t.Team] -= v.n
-		pc.res.Decisions = append(pc.res.Decisions, Decision{Kind: Preempt, TaskID: v.t.ID, For: t.ID,
+		pc.res.Decisions = append(pc.res.Decisions, Decision{Kind: Preempt, TaskID: v.t.ID, For: t.ID, Reclaim: reclaim,
 			Reason: fmt.Sprintf("preempted by %s for %s under policy %s", describe(t), t.Priority, why)})
 		pc.promised[t.ID] = append(pc.promised[t.ID], v.t)
 	}
