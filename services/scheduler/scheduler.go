@@ -199,10 +199,8 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 		Applied: func(st *domain.State, r events.Record, skipped string) {
 			s.clock.observe(r.Time)
 			s.snaps.saw(r)
-			if c, ok := r.Event.(events.Completed); ok && skipped == "" {
-				if t := st.Tasks[c.TaskID]; t != nil {
-					s.pred.Observe(t)
-				}
+			if skipped == "" {
+				s.pred.Learn(st, r)
 			}
 		},
 		CaughtUp: func(ctx context.Context) error {
