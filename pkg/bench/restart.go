@@ -84,7 +84,6 @@ func takeSnapshot(ctx context.Context, nd *node, at uint64) (SnapshotResult, err
 	return res, nil
 }
 
-
 // restartFromSnapshot is what a restarted scheduler does once its server
 // is up: the snapshot (checked against the log), the fold of the tail. It
 // returns the state and how many events the tail held.
