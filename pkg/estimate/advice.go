@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/gpuq/gpuq/pkg/domain"
-	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/policy"
 )
 
@@ -236,16 +235,10 @@ func (e *Estimator) basis(st *domain.State, t *domain.Task, w policy.Wait) strin
 // priority prio (0: unchanged). The state is not touched: the change is
 // applied to a copy of the live tasks.
 func (e *Estimator) WhatIf(st *domain.State, id string, gpus int, prio domain.Priority, now time.Time) Estimate {
-	t := st.Tasks[id]
-	if t == nil || t.State != domain.Queued {
+	c := whatIfState(st, id, gpus, prio, now)
+	if c == nil {
 		return Estimate{Never: true}
 	}
-	c := st.CloneLive()
-	am := events.Amended{TaskID: id, GPUs: gpus}
-	if prio.Valid() {
-		am.Priority = prio.String()
-	}
-	c.Apply(events.Record{Seq: c.Seq + 1, Envelope: events.Envelope{Type: am.EventType(), Time: now}, Event: am})
 	return e.Estimate(c, id, now)
 }
 

@@ -381,18 +381,11 @@ func (a *Advisor) estimate(st *domain.State, req api.EstimateRequest, prio domai
 		v, _ := a.est.AdviseOne(st, req.TaskID, now)
 		return v, nil
 	}
-	if t.State != domain.Queued {
+	// The hypothetical task: the change applied to a copy, advised there.
+	v, ok := a.est.AdviseWhatIf(st, t.ID, req.WhatIfGPUs, prio, now)
+	if !ok {
 		return estimate.Advice{}, &api.Error{Msg: "what-ifs are for queued tasks; this one is " + string(t.State), Field: "task_id"}
 	}
-	// The hypothetical task: the change applied to a copy, advised there.
-	c := st.CloneLive()
-	am := events.Amended{TaskID: t.ID, GPUs: req.WhatIfGPUs}
-	if prio.Valid() {
-		am.Priority = prio.String()
-	}
-	c.Apply(events.Record{Seq: c.Seq + 1, Envelope: events.Envelope{Type: am.EventType(), Time: now}, Event: am})
-	v, _ := a.est.AdviseOne(c, t.ID, now)
-	v.Method += " (what-if)"
 	return v, nil
 }
 
