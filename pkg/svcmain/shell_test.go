@@ -24,7 +24,8 @@ func TestListAndFields(t *testing.T) {
 		}
 	}
 	var buf bytes.Buffer
-	Shell{Fields: map[string]string{"node": "node-1"}}.logger(zerolog.New(&buf)).Info().Msg("x")
+	logger := Shell{Fields: map[string]string{"node": "node-1"}}.logger(zerolog.New(&buf))
+	logger.Info().Msg("x")
 	if !bytes.Contains(buf.Bytes(), []byte(`"node":"node-1"`)) {
 		t.Errorf("log line %s lacks the node", buf.Bytes())
 	}
