@@ -108,8 +108,10 @@ func (s *server) submit(ctx context.Context, req domain.Request) (api.SubmitRepl
 	if err := req.Validate(s.limits); err != nil {
 		return api.SubmitReply{}, err
 	}
-	if err := domain.CheckDeadline(req.Deadline, s.now()); err != nil {
-		return api.SubmitReply{}, err
+	if req.Deadline != nil {
+		if err := domain.CheckDeadline(req.Deadline, s.now()); err != nil {
+			return api.SubmitReply{}, err
+		}
 	}
 	key := req.IdempotencyKey
 	if key != "" {
