@@ -267,7 +267,7 @@ func (e *Estimator) WhatIf(st *domain.State, id string, gpus int, prio domain.Pr
 // suggestions') are not material: they would republish on every pass.
 func Material(old, cur Advice) bool {
 	if old.Position != cur.Position || old.Reason != cur.Reason || old.Action != cur.Action || old.State != cur.State ||
-		old.Method != cur.Method || (old.Alert == "") != (cur.Alert == "") ||
+		old.Method != cur.Method || (old.Alert == "") != (cur.Alert == "") || old.DeadlineAtRisk != cur.DeadlineAtRisk ||
 		!slices.Equal(old.Blockers, cur.Blockers) || !slices.Equal(kinds(old.Suggestions), kinds(cur.Suggestions)) {
 		return true
 	}

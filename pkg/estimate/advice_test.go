@@ -663,6 +663,10 @@ func TestMaterial(t *testing.T) {
 		{"alert text only (the wait grew)", alerted, with(func(a *estimate.Advice) {
 			a.Alert = "waited 2h5m0s, more than 2× the 1h0m0s estimated at submission: scheduling is off (no-capacity)"
 		}), false},
+		{"deadline at risk", base, with(func(a *estimate.Advice) { a.DeadlineAtRisk, a.DeadlineReason = true, "may miss its deadline …" }), true},
+		{"deadline safe again", with(func(a *estimate.Advice) { a.DeadlineAtRisk = true }), base, true},
+		{"deadline reason only", with(func(a *estimate.Advice) { a.DeadlineAtRisk, a.DeadlineReason = true, "a" }),
+			with(func(a *estimate.Advice) { a.DeadlineAtRisk, a.DeadlineReason = true, "b" }), false},
 		{"suggestion added", base, suggested, true},
 		{"suggestion replaced by another kind", suggested, with(func(a *estimate.Advice) {
 			a.Suggestions = []estimate.Suggestion{{Kind: "still_needed", Text: "…"}}
