@@ -252,7 +252,7 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	}
 	spawn("submitter", func() error {
 		return submitter.Run(ctx, submitter.Config{NC: subNC, Log: subLog, HTTPAddr: f.http, Logger: logger.With().Str("svc", "submitter").Logger(),
-			Limits: domain.Limits{MaxGPUs: f.maxGPUs, MaxHours: f.maxHours}, Ready: readyFn(0), Health: health,
+			Limits: domain.Limits{MaxGPUs: f.maxGPUs, MaxHours: f.maxHours, NotifyLocal: true}, Ready: readyFn(0), Health: health,
 			Tokens: tokens, TLS: httpTLS, Metrics: reg,
 			HTTPHosts: f.httpHosts, HTTPOrigins: f.origins, NATSAuth: f.auth != ""})
 	})

@@ -107,6 +107,16 @@ func (e *Estimator) advise(st *domain.State, t *domain.Task, pos int, est Estima
 	} else {
 		a.Basis = e.basis(st, t, w)
 	}
+	a.RunS = e.Pred.LeftToRun(t, 0.5).Seconds()
+	if !t.Deadline.IsZero() {
+		dl := t.Deadline
+		a.Deadline = &dl
+		if est.Never {
+			a.DeadlineAtRisk, a.DeadlineReason = true, "may miss its deadline "+Clock(dl, now)+": it cannot start on this cluster as it is"
+		} else {
+			a.DeadlineAtRisk, a.DeadlineReason = DeadlineRisk(dl, a.P90Start, time.Duration(a.RunS*float64(time.Second)), now)
+		}
+	}
 	waited := now.Sub(t.SubmittedAt)
 	// The one moment to worry: the wait passed 2× the estimate at submission.
 	if sub, ok := e.AtSubmit(t.ID); ok && !sub.Never && waited > AlertMinWait && waited.Seconds() > AlertFactor*sub.P50Wait.Seconds() {
@@ -250,7 +260,7 @@ func (e *Estimator) WhatIf(st *domain.State, id string, gpus int, prio domain.Pr
 // suggestions') are not material: they would republish on every pass.
 func Material(old, cur Advice) bool {
 	if old.Position != cur.Position || old.Reason != cur.Reason || old.Action != cur.Action || old.State != cur.State ||
-		old.Method != cur.Method || (old.Alert == "") != (cur.Alert == "") ||
+		old.Method != cur.Method || (old.Alert == "") != (cur.Alert == "") || old.DeadlineAtRisk != cur.DeadlineAtRisk ||
 		!slices.Equal(old.Blockers, cur.Blockers) || !slices.Equal(kinds(old.Suggestions), kinds(cur.Suggestions)) {
 		return true
 	}

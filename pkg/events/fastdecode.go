@@ -1046,6 +1046,18 @@ func (s *scan) submitted() (Event, bool) {
 		case "dir":
 			e.Dir, ok = s.str(true)
 			return 1 << 16, ok
+		case "deadline":
+			if s.null {
+				return 1 << 17, true
+			}
+			var d time.Time
+			if ok = s.time(&d); ok {
+				e.Deadline = &d
+			}
+			return 1 << 17, ok
+		case "notify":
+			e.Notify, ok = s.strings()
+			return 1 << 18, ok
 		}
 		return 0, true
 	})

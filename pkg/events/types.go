@@ -62,6 +62,13 @@ type Submitted struct {
 	// domain.Request) and working directory, for the job.
 	Env map[string]string `json:"env,omitempty"`
 	Dir string            `json:"dir,omitempty"`
+	// Deadline is the finish-by time the submitter asked for (gpuq submit
+	// --deadline), absolute; absent when none. The notifier warns
+	// (deadline_at_risk) when the P90 start plus the predicted run passes it.
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// Notify lists the task's own webhook destinations (gpuq submit
+	// --notify), which get this task's notices; absent when none.
+	Notify []string `json:"notify,omitempty"`
 }
 
 // Amended: some of a queued task's fields changed; it keeps its place.

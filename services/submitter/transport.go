@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -79,6 +80,16 @@ func decodeSubmit(data []byte) (domain.Request, error) {
 	var req domain.Request
 	doc, err := decodeBody(data, &req)
 	if err != nil {
+		if oe := asOpError(err); oe.Field == "body" {
+			// encoding/json does not name a time that does not parse.
+			var probe struct {
+				Deadline json.RawMessage `json:"deadline"`
+			}
+			var tm time.Time
+			if json.Unmarshal(data, &probe) == nil && len(probe.Deadline) > 0 && tm.UnmarshalJSON(probe.Deadline) != nil {
+				return req, invalid("deadline", fmt.Sprintf("must be an RFC 3339 time as a JSON string, e.g. \"2026-12-03T18:00:00Z\" (got %.40s)", probe.Deadline))
+			}
+		}
 		return req, err
 	}
 	if doc == nil || !doc.Has("gpus") {
