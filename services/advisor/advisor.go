@@ -3,10 +3,9 @@ package advisor
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"net/http"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,7 +18,6 @@ import (
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
-	"github.com/gpuq/gpuq/pkg/jsonguard"
 	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/policy"
 	"github.com/gpuq/gpuq/pkg/service"
@@ -309,39 +307,27 @@ func (a *Advisor) changed(st *domain.State, now time.Time) []estimate.Advice {
 	return out
 }
 
+// reply answers m with result or err (api.ReplyOf, the services' one
+// reply).
 func reply(m *nats.Msg, result any, err *api.Error) {
-	var r api.Reply
 	if err != nil {
-		r.Error, r.Field, r.NotFound = err.Msg, err.Field, err.NotFound
-	} else {
-		r.Result, _ = json.Marshal(result)
+		_ = api.Respond(m, api.ReplyOf(nil, err))
+		return
 	}
-	b, _ := json.Marshal(r)
-	_ = m.Respond(b)
+	_ = api.Respond(m, api.ReplyOf(result, nil))
 }
 
 func (a *Advisor) onEstimate(m *nats.Msg) {
-	if _, err := jsonguard.Check(m.Data); err != nil {
-		var ge *jsonguard.Error
-		field := "body"
-		if errors.As(err, &ge) && ge.Path != "" {
-			field = ge.Path
-		}
-		reply(m, nil, &api.Error{Msg: strings.TrimPrefix(err.Error(), field+": "), Field: field})
-		return
-	}
 	var req api.EstimateRequest
-	if err := json.Unmarshal(m.Data, &req); err != nil {
-		reply(m, nil, &api.Error{Msg: "malformed request: " + err.Error(), Field: "body"})
+	doc, derr := api.Decode(m.Data, &req)
+	if derr != nil {
+		reply(m, nil, derr)
 		return
 	}
 	// what_if_gpus is omitted when not asked for; given, it must be ≥ 1
 	// (an explicit 0 is not "unchanged").
-	var given struct {
-		WhatIfGPUs *int `json:"what_if_gpus"`
-	}
-	if json.Unmarshal(m.Data, &given) == nil && given.WhatIfGPUs != nil && *given.WhatIfGPUs < 1 {
-		reply(m, nil, &api.Error{Msg: "must be ≥ 1", Field: "what_if_gpus"})
+	if doc != nil && doc.Has("what_if_gpus") && req.WhatIfGPUs < 1 {
+		reply(m, nil, &api.Error{Msg: "must be ≥ 1", Field: "what_if_gpus", Status: http.StatusBadRequest})
 		return
 	}
 	v, err := a.Estimate(req, a.cfg.Now())
