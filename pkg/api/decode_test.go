@@ -23,7 +23,7 @@ func TestDecode(t *testing.T) {
 		"repeated key":     {`{"task_id":"a","task_id":"b"}`, "task_id"},
 		"not an object":    {`[1]`, "body"},
 		"trailing data":    {`{"task_id":"t1"} {}`, "body"},
-		"deep nesting":     {`{"task_id":` + deep(100) + `}`, "task_id"},
+		"deep nesting":     {`{"task_id":` + deep(100) + `}`, "body"},
 		"invalid JSON":     {`{"task_id":`, "body"},
 	}
 	for name, tc := range cases {
