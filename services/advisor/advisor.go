@@ -167,7 +167,6 @@ func (a *Advisor) run(ctx context.Context) error {
 			_ = sub.Drain()
 		}
 	}()
-	defer a.fold.Read(func(st *domain.State) { snaps.Final(st, own) })
 	return a.fold.Run(ctx, service.Hooks{
 		// The estimator replays its own history with the fold.
 		Applied: func(st *domain.State, r events.Record, skipped string) {
@@ -177,11 +176,9 @@ func (a *Advisor) run(ctx context.Context) error {
 				snaps.Spent(time.Since(start))
 				a.live.Saw(st, r)
 			}
-			snaps.Saw(r)
 		},
 		// Answer estimate and stats requests once the log is folded.
 		CaughtUp: func(ctx context.Context) error {
-			a.fold.Read(func(st *domain.State) { snaps.Take(ctx, st, own) }) // a long fold is worth a snapshot at once
 			if cfg.NC != nil {
 				// Unscoped and team-scoped (api.TeamPrefix): estimates
 				// and stats hold nothing secret, so both answer alike.
@@ -203,11 +200,12 @@ func (a *Advisor) run(ctx context.Context) error {
 		// Publish what changed materially.
 		React: func(ctx context.Context) error {
 			a.publish(ctx)
-			a.fold.Read(func(st *domain.State) { snaps.Take(ctx, st, own) })
 			return nil
 		},
-		Tick: cfg.Tick,
-		Wake: a.wake,
+		Tick:      cfg.Tick,
+		Wake:      a.wake,
+		Snapshots: snaps,
+		Own:       own,
 	})
 }
 

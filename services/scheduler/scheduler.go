@@ -198,14 +198,12 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 	err := fold.Run(ctx, service.Hooks{
 		Applied: func(st *domain.State, r events.Record, skipped string) {
 			s.clock.observe(r.Time)
-			s.snaps.saw(r)
 			if skipped == "" {
 				s.pred.Learn(st, r)
 			}
 		},
 		CaughtUp: func(ctx context.Context) error {
 			fold.Read(func(st *domain.State) {
-				s.snaps.take(ctx, st, s.pred) // a long fold is worth a snapshot at once
 				// Every known node gets a full timeout to show its heartbeat.
 				seen := map[string]time.Time{}
 				for name := range st.Nodes {
@@ -234,7 +232,6 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 			}
 			var err error
 			fold.Read(func(st *domain.State) {
-				s.snaps.take(ctx, st, s.pred)
 				dg.update(st)
 				if st.Seq < waitFor {
 					return
@@ -246,9 +243,10 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 			dg.publish(ctx)
 			return err
 		},
-		Tick: s.cfg.Tick,
+		Tick:      s.cfg.Tick,
+		Snapshots: s.snaps.Snapshots,
+		Own:       own(s.pred),
 	})
-	fold.Read(func(st *domain.State) { s.snaps.final(st, s.pred) })
 	if err == nil {
 		err = ctx.Err()
 	}
