@@ -231,4 +231,3 @@ func lineAt(b []byte, n int) string {
 	}
 	return ""
 }
-
