@@ -160,13 +160,6 @@ func (s *Scheduler) Snapshot() *domain.State {
 	return c
 }
 
-// Leading reports whether this instance holds the lease.
-func (s *Scheduler) Leading() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.lead
-}
-
 // Errors that end a leadership term.
 var (
 	errLeaseExpired = errors.New("scheduler: the lease may have expired (renewal overdue)")
