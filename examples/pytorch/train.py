@@ -71,14 +71,25 @@ def launch(args):
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + sys.argv[1:], env=env))
     codes = [None] * len(procs)
+    first_done = None
     while any(c is None for c in codes):
         for i, p in enumerate(procs):
             if codes[i] is None:
                 codes[i] = p.poll()
+                if codes[i] is not None and first_done is None:
+                    first_done = time.monotonic()
                 if codes[i] not in (None, 0):  # one rank failed: the others would wait for it forever
                     for q in procs:
                         if q.poll() is None:
                             q.terminate()
+        if first_done is not None and time.monotonic() - first_done > 60 and any(c is None for c in codes):
+            # One rank ended a minute ago and another has not: a rank stuck
+            # in its teardown. End it, and fail (its code is not 0).
+            print("launcher: rank(s) %s still running 60 s after another ended; terminating them" % (
+                [i for i, c in enumerate(codes) if c is None],), file=sys.stderr, flush=True)
+            for q in procs:
+                if q.poll() is None:
+                    q.terminate()
         time.sleep(0.05)
     return next((c for c in codes if c != 0), 0)
 
@@ -209,7 +220,7 @@ def train(args):
                 print("preempted (%s); checkpoint %s committed at step %d, %s s before SIGTERM" % (
                     p.reason, path, step, "?" if left is None else "%.1f" % left), flush=True)
             if world > 1:
-                dist.destroy_process_group()
+                dist.destroy_process_group()  # save_checkpoint ended on a barrier
             return 0
 
     if rank == 0:
@@ -222,6 +233,9 @@ def train(args):
             f.write(digest + "\n")
         print("done: %d steps; weights sha256 %s" % (step, digest), flush=True)
     if world > 1:
+        # All ranks here before any tears down: destroy_process_group while
+        # a peer is still busy can hang (pytorch#75097; seen with gloo too).
+        dist.barrier()
         dist.destroy_process_group()
     return 0
 

@@ -226,7 +226,9 @@ func (d *devStack) waitState(t *testing.T, id, want string, within time.Duration
 	t.Helper()
 	got := ""
 	d.waitFor(t, within, func() bool { got = d.state(t, id); return got == want },
-		func() string { return fmt.Sprintf("task %s is %q, want %q; its output:\n%s", id, got, want, d.output(t, id)) })
+		func() string {
+			return fmt.Sprintf("task %s is %q, want %q; its output:\n%s", id, got, want, d.output(t, id))
+		})
 }
 
 type entry struct {
@@ -327,7 +329,9 @@ func TestPreemptResume(t *testing.T) {
 			}
 			var types []string
 			dispatched := 0
-			for _, e := range d.history(t, low) {
+			hist := d.history(t, low)
+			for _, e := range hist {
+				t.Logf("  %s %s", e.Time.Sub(hist[0].Time).Round(time.Millisecond), e.Type)
 				types = append(types, e.Type)
 				switch e.Type {
 				case "preempt_requested":
