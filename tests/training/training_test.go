@@ -290,8 +290,8 @@ func TestPreemptResume(t *testing.T) {
 		ranks int
 		steps int
 	}{
-		{name: "one-rank", ranks: 1, steps: 300},
-		{name: "two-ranks-gloo", ranks: 2, steps: 200},
+		{name: "one-rank", ranks: 1, steps: 150},
+		{name: "two-ranks-gloo", ranks: 2, steps: 100},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
