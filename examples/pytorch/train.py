@@ -161,6 +161,9 @@ def save_checkpoint(torch, dist, ckpt_dir, step, rank, world, model, opt):
 
 
 def train(args):
+    # First, before the slow import of torch: from here on the preemption
+    # signal sets a flag instead of killing the process (its default action).
+    task = gpuq.current()  # None outside gpuq
     import torch
 
     torch.set_num_threads(1)
@@ -174,7 +177,6 @@ def train(args):
         dist.init_process_group("gloo", rank=rank, world_size=world)
     import gpuq.torch as gtorch
 
-    task = gpuq.current()  # None outside gpuq
     model = build(torch, args.seed)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     torch.manual_seed(args.seed * 7919 + rank)  # this rank's dropout
