@@ -72,7 +72,7 @@ func docModules(t *testing.T, path string) map[string]docModule {
 		}
 		var m docModule
 		for _, c := range backticked.FindAllStringSubmatch(cols[1], -1) {
-			if !strings.HasPrefix(c[1], "faults") && !strings.HasPrefix(c[1], "hostile") && !strings.HasPrefix(c[1], "browser") {
+			if !strings.HasPrefix(c[1], "faults") && !strings.HasPrefix(c[1], "hostile") && !strings.HasPrefix(c[1], "browser") && !strings.HasPrefix(c[1], "training") {
 				m.pkgs = append(m.pkgs, c[1])
 			}
 		}
@@ -132,7 +132,7 @@ func listModule(t *testing.T, dir string) (pkgs, imports []string) {
 			modPath = strings.TrimSpace(strings.TrimPrefix(l, "module "))
 		}
 	}
-	cmd := exec.Command(goBin, "list", "-tags", "faults,hostile,browser", "-f", "{{.ImportPath}}|{{join .Imports \" \"}}", "./...")
+	cmd := exec.Command(goBin, "list", "-tags", "faults,hostile,browser,training", "-f", "{{.ImportPath}}|{{join .Imports \" \"}}", "./...")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
 	out, err := cmd.CombinedOutput()
