@@ -308,7 +308,7 @@ type TeamView struct {
 	Guarantee int  `json:"guarantee"`
 	HasGuar   bool `json:"has_guarantee"`
 	Used      int  `json:"used"`     // GPUs its tasks hold
-	Borrowed  int  `json:"borrowed"` // used beyond the guarantee: preemptible by a team under its own
+	Borrowed  int  `json:"borrowed"` // used beyond the guarantee, which a team under its own may reclaim (0 without a teams file)
 	Running   int  `json:"running"`  // tasks holding GPUs
 	Queued    int  `json:"queued"`
 	// WaitingGPUHours: the queued tasks' GPUs × predicted run (P50, as
@@ -362,7 +362,9 @@ func (s *server) teams(ctx context.Context) (TeamsView, error) {
 			if scoped && !caller.May(tv.Team) {
 				continue
 			}
-			tv.Borrowed = max(0, tv.Used-tv.Guarantee)
+			if len(guar) > 0 { // without guarantees nothing is lent, nothing borrowed
+				tv.Borrowed = max(0, tv.Used-tv.Guarantee)
+			}
 			v.Teams = append(v.Teams, *tv)
 		}
 	})
