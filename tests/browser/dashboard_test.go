@@ -503,12 +503,13 @@ func views(t *testing.T, ctx context.Context, d *devStack, a, b, out string, sho
 	if err := shot("3-cluster.png"); err != nil {
 		t.Fatal(err)
 	}
-	// The README's screenshot: the cluster's view, at a laptop's width.
+	// The README's screenshot: the cluster's view, the whole page at a
+	// laptop's width.
 	if dst := os.Getenv("GPUQ_SCREENSHOT"); dst != "" {
 		err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 800))
 		var png []byte
 		if err == nil {
-			png, err = chromedp.Run(ctx, chromedp.CaptureScreenshot())
+			png, err = chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		}
 		if err == nil {
 			err = os.WriteFile(dst, png, 0o644)

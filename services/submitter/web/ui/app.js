@@ -557,8 +557,8 @@ function nodeTimeline(n, p) {
       if (b.task_id) {
         g.append(svg("a", { href: "#task/" + encodeURIComponent(b.task_id), "aria-label": "GPU " + gpu.index + ": " + barText(b) }, r));
       } else g.append(r);
-      if (x1 - x0 > 60 && b.task_id) {
-        g.append(svg("text", { x: x0 + 3, y: y + 13, class: "barlabel" }, (b.name || shortId(b.task_id)).slice(0, Math.floor((x1 - x0) / 7))));
+      if (x1 - x0 > 24 && b.task_id) {
+        g.append(svg("text", { x: x0 + 3, y: y + 13, class: "barlabel" }, (b.name || shortId(b.task_id)).slice(0, Math.floor((x1 - x0 - 4) / 6))));
       }
     }
   });
@@ -705,8 +705,9 @@ const dur = (s) => (s >= 3600 ? Math.floor(s / 3600) + " h " + Math.round((s % 3
 // renderExplain shows `gpuq explain`'s breakdown: one line per cause.
 function renderExplain(ex) {
   $("task-explain-text").textContent = ex.parts.length
-    ? (ex.waiting ? "Waiting for " : "Waited ") + dur(ex.waited_s) + " in all, by cause (the policy's own reason at every record):"
-    : "No wait recorded.";
+    ? (ex.waiting ? "Waiting for " : "Waited ") + dur(ex.waited_s) + " up to the log's last record, by cause (the policy's own reason at every record, as `gpuq explain` gives it):"
+    : ex.waiting ? "Waiting; no record since its submission yet, so nothing of the wait is broken down (the breakdown runs the policy at every record). Its reason now is the estimate's, above."
+    : "It did not wait.";
   const who = (b) => { const d = ex.tasks && ex.tasks[b]; return (d && d.name ? d.name : shortId(b)) + (d ? " (" + d.priority + ", team " + d.team + ")" : ""); };
   const ul = el("ul", { id: "task-explain", class: "parts" });
   for (const p of ex.parts) {
@@ -731,6 +732,7 @@ function renderEstimates(v) {
   const xs = ps.map((p) => t(p.at)).concat([t(v.submitted_at)]);
   const ys = ps.flatMap((p) => [t(p.p50_start), t(p.p90_start)]);
   if (v.started_at) { xs.push(t(v.started_at)); ys.push(t(v.started_at)); }
+  if (!v.started_at) xs.push(Date.now());
   const xa = Math.min(...xs), xb = Math.max(xa + 60000, ...xs), ya = Math.min(...ys, xa), yb = Math.max(ya + 60000, ...ys);
   const x = (ms) => L + ((W - L - 8) * (ms - xa)) / (xb - xa);
   const y = (ms) => T + (H - T - B) * (1 - (ms - ya) / (yb - ya));
@@ -741,6 +743,10 @@ function renderEstimates(v) {
     g.append(svg("line", { x1: x(t(p.at)), x2: x(t(p.at)), y1: y(t(p.p50_start)), y2: y(t(p.p90_start)), class: "p90" }));
   }
   g.append(svg("polyline", { points: ps.map((p) => x(t(p.at)).toFixed(1) + "," + y(t(p.p50_start)).toFixed(1)).join(" "), class: "p50" }));
+  for (const p of ps) {
+    g.append(svg("circle", { cx: x(t(p.at)), cy: y(t(p.p50_start)), r: 3, class: "p50" },
+      svg("title", {}, "at " + abs(new Date(p.at)) + ": P50 " + abs(new Date(p.p50_start)) + ", P90 " + abs(new Date(p.p90_start)))));
+  }
   if (v.started_at) {
     g.append(svg("line", { x1: L, x2: W - 8, y1: y(t(v.started_at)), y2: y(t(v.started_at)), class: "actual" }),
       svg("text", { x: L + 4, y: y(t(v.started_at)) - 3, class: "axis" }, "started " + abs(new Date(v.started_at))));
