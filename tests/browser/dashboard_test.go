@@ -546,6 +546,36 @@ func views(t *testing.T, ctx context.Context, d *devStack, a, b, out string, sho
 		t.Fatal(err)
 	}
 
+	// On a phone's width no view is wider than the screen (the queue's
+	// table scrolls in its own box); the timeline's bars are links to
+	// the tasks' pages, so the keyboard reaches them.
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile)); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"#queue", "#cluster", "#teams", "#calibration", "#task/" + b} {
+		hash(h)
+		time.Sleep(300 * time.Millisecond)
+		w, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`[document.documentElement.scrollWidth, window.innerWidth]`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w[0] > w[1]+1 {
+			_ = shot("failed-phone.png")
+			t.Errorf("%s on a 390 px phone: the page is %.0f px wide", h, w[0])
+		}
+	}
+	hash("#cluster")
+	if err := shot("5-phone-cluster.png"); err != nil {
+		t.Fatal(err)
+	}
+	links, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#plan svg a[href^="#task/"]').length`))
+	if err != nil || links < 8 {
+		t.Errorf("the timeline's bars as links: %d (%v), want ≥ 8", links, err)
+	}
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1600, 900)); err != nil {
+		t.Fatal(err)
+	}
+
 	hash("#queue")
 	r, err := chromedp.Run(ctx, chromedp.Evaluate[struct {
 		MS   float64 `json:"ms"`
