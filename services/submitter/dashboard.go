@@ -63,6 +63,7 @@ const (
 	// statsEvery, statsSamples: the advisor's statistics are sampled this
 	// often, the last statsSamples kept (24 h).
 	statsEvery   = time.Minute
+	statsRetry   = 5 * time.Second
 	statsSamples = 1440
 )
 
@@ -595,8 +596,9 @@ type statsLog struct {
 	asked   time.Time
 }
 
-// sample asks the advisor for its statistics (api.OpStats).
-func (s *server) sampleStats(nc *nats.Conn) {
+// sampleStats asks the advisor for its statistics (api.OpStats); false
+// when none answered.
+func (s *server) sampleStats(nc *nats.Conn) bool {
 	s.stats.mu.Lock()
 	s.stats.asked = s.now()
 	s.stats.mu.Unlock()
@@ -618,7 +620,7 @@ func (s *server) sampleStats(nc *nats.Conn) {
 	defer s.stats.mu.Unlock()
 	if err != nil {
 		s.stats.err = err.Error()
-		return
+		return false
 	}
 	smp.At = s.now().UTC()
 	s.stats.err = ""
@@ -626,19 +628,22 @@ func (s *server) sampleStats(nc *nats.Conn) {
 		s.stats.samples = append(s.stats.samples[:0], s.stats.samples[1:]...)
 	}
 	s.stats.samples = append(s.stats.samples, smp)
+	return true
 }
 
 // sampleStatsEvery samples the advisor's statistics every statsEvery
-// until ctx ends.
+// (every statsRetry while none answers: an advisor still starting) until
+// ctx ends.
 func (s *server) sampleStatsEvery(ctx context.Context, nc *nats.Conn) {
-	t := time.NewTicker(statsEvery)
-	defer t.Stop()
 	for {
-		s.sampleStats(nc)
+		wait := statsEvery
+		if !s.sampleStats(nc) {
+			wait = statsRetry
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(wait):
 		}
 	}
 }

@@ -8,8 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/audit"
 	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/embedded/embeddedtest"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/policy"
 )
@@ -331,5 +335,40 @@ func BenchmarkPlan(b *testing.B) {
 		if _, err := h.s.plan(h.ctx, 6, 0, defaultPlanNodes); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestStatsSampled: GET /v1/stats is what the advisor answers on
+// api.OpStats, sampled; no advisor is an error, not a sample.
+func TestStatsSampled(t *testing.T) {
+	srv := embeddedtest.Server(t)
+	nc := embeddedtest.Connect(t, srv, "submitter")
+	h := newHarness(t, nil)
+	h.s.nc = nc
+	if h.s.sampleStats(nc) {
+		t.Fatal("a sample without an advisor")
+	}
+	if v := decodeAs[StatsView](t, h.httpCall("GET", "/v1/stats", "").Body.String()); v.Error == "" || v.Latest != nil {
+		t.Fatalf("without an advisor: %+v, want an error", v)
+	}
+	adv := embeddedtest.Connect(t, srv, "advisor")
+	cov := 0.8
+	sub, err := adv.Subscribe(api.SubjectPrefix+api.OpStats, func(m *nats.Msg) {
+		_ = m.Respond([]byte(fmt.Sprintf(`{"result":{"n":10,"p90_coverage":%g,"p50_median_abs_err_s":120,"alerts":1,"queued":3}}`, cov)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	_ = adv.Flush()
+	for _, c := range []float64{0.8, 0.9} {
+		cov = c
+		if !h.s.sampleStats(nc) {
+			t.Fatal("no sample with an advisor answering")
+		}
+	}
+	v := decodeAs[StatsView](t, h.httpCall("GET", "/v1/stats", "").Body.String())
+	if v.Error != "" || len(v.Samples) != 2 || v.Latest == nil || v.Latest.P90Coverage != 0.9 || v.Latest.N != 10 || v.Latest.MedianAbsS != 120 {
+		t.Errorf("stats %+v, want two samples, the last 0.9 of 10, 120 s", v)
 	}
 }

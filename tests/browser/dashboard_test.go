@@ -416,6 +416,8 @@ const viewsJS = `(() => {
     checks: q("#checklist input[type=checkbox]").length,
     checksOff: q("#checklist input[type=checkbox]:disabled").length,
     note: (document.getElementById("checklist-note") || {}).textContent || "",
+    calib: (document.getElementById("queue-calib") || {}).textContent || "",
+    calibFacts: (document.getElementById("calib-facts") || {}).textContent || "",
   };
 })()`
 
@@ -434,6 +436,8 @@ type viewsRead struct {
 	Checks    int                 `json:"checks"`
 	ChecksOff int                 `json:"checksOff"`
 	Note      string              `json:"note"`
+	Calib     string              `json:"calib"`
+	CalibF    string              `json:"calibFacts"`
 }
 
 // renderJS times the queue's rendering with 10,000 more queued tasks
@@ -530,6 +534,14 @@ func views(t *testing.T, ctx context.Context, d *devStack, a, b, out string, sho
 	if got := strings.Join(v.Teams["vision"][1:], " "); got != "none 8 0 1 1 4.0" {
 		t.Errorf("vision's row %q, want %q", got, "none 8 0 1 1 4.0")
 	}
+
+	// The estimates' coverage beside the queue, and the calibration view:
+	// the advisor's figures (nothing judged yet in a fresh stack).
+	hash("#calibration")
+	v = until("the calibration view", func(v viewsRead) bool {
+		return strings.HasPrefix(v.Calib, "Start estimates:") && strings.Contains(v.CalibF, "Judged waits")
+	})
+	t.Logf("calibration: %q; %q", v.Calib, v.CalibF)
 
 	hash("#task/" + b)
 	v = until("the waiting task's page", func(v viewsRead) bool {
