@@ -613,8 +613,10 @@ function renderCalib() {
 function renderCalibration() {
   const v = st.stats || { samples: [] };
   const l = v.latest;
-  facts($("calib-facts"), [["Judged waits", l ? l.n : "none yet"], ["P90 coverage", l ? (l.p90_coverage * 100).toFixed(1) + " % (goal 90 %)" : ""],
-    ["Median P50 error", l ? mins(l.p50_median_abs_err_s) : ""], ["Waits past 2× the P50", l ? l.alerts : ""],
+  const judged = l && l.n > 0;
+  facts($("calib-facts"), [["Judged waits", l ? l.n + (judged ? "" : " (a wait is judged once its task starts after 60 s or more)") : "no sample yet"],
+    ["P90 coverage", judged ? (l.p90_coverage * 100).toFixed(1) + " % (goal 90 %)" : ""],
+    ["Median P50 error", judged ? mins(l.p50_median_abs_err_s) : ""], ["Waits past 2× the P50", judged ? l.alerts : ""],
     ["Samples", v.samples.length], ["Note", v.error]]);
   const W = 720, H = 200, L = 40, R = 56, T = 10, B = 24;
   const ss = v.samples;
