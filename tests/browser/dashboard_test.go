@@ -76,7 +76,7 @@ type devStack struct {
 	done chan struct{}
 }
 
-func startDev(t *testing.T, dir string) *devStack {
+func startDev(t *testing.T, dir string, extra ...string) *devStack {
 	t.Helper()
 	bin := os.Getenv("GPUQ_BROWSER_BIN")
 	if bin == "" {
@@ -95,8 +95,8 @@ func startDev(t *testing.T, dir string) *devStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.cmd = exec.Command(bin, "dev", "--data", filepath.Join(dir, "data"), "--nats-port", strconv.Itoa(freePort(t)),
-		"--http", addr, "--gpus", "8", "--heartbeat", "500ms")
+	d.cmd = exec.Command(bin, append([]string{"dev", "--data", filepath.Join(dir, "data"), "--nats-port", strconv.Itoa(freePort(t)),
+		"--http", addr, "--gpus", "8", "--heartbeat", "500ms"}, extra...)...)
 	d.cmd.Stdout, d.cmd.Stderr = f, f
 	// Pdeathsig: a test killed by go test's timeout leaves no gpuq dev behind.
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -706,10 +706,11 @@ const dur = (s) => (s >= 3600 ? Math.floor(s / 3600) + " h " + Math.round((s % 3
 
 // renderExplain shows `gpuq explain`'s breakdown: one line per cause.
 function renderExplain(ex) {
+  ex.parts = ex.parts.filter((p) => p.s >= 0.5); // under a second: nothing to break down
   $("task-explain-text").textContent = ex.parts.length
     ? (ex.waiting ? "Waiting for " : "Waited ") + dur(ex.waited_s) + " up to the log's last record, by cause (the policy's own reason at every record, as `gpuq explain` gives it):"
     : ex.waiting ? "Waiting; no record since its submission yet, so nothing of the wait is broken down (the breakdown runs the policy at every record). Its reason now is the estimate's, above."
-    : "It did not wait.";
+    : "It did not wait (it started within a second).";
   const who = (b) => { const d = ex.tasks && ex.tasks[b]; return (d && d.name ? d.name : shortId(b)) + (d ? " (" + d.priority + ", team " + d.team + ")" : ""); };
   const ul = el("ul", { id: "task-explain", class: "parts" });
   for (const p of ex.parts) {
