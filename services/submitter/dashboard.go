@@ -50,9 +50,11 @@ const (
 	// tasks queued on 400 GPUs took 94 ms, BenchmarkPlan, loaded machine).
 	planEvery = 5 * time.Second
 	planMin   = 2 * time.Second
-	// explainRecords bounds the log a task page's explanation reads; a
-	// longer log is `gpuq explain`'s (422 says so).
-	explainRecords = 200_000
+	// explainRecords bounds the log a task page's explanation reads (in
+	// memory); a longer log is `gpuq explain`'s (422 says so).
+	// explainWait bounds how long a request waits for one.
+	explainRecords = 100_000
+	explainWait    = 15 * time.Second
 	// explainCache: explanations kept, each for the log sequence it was
 	// computed at.
 	explainCache = 64
@@ -400,14 +402,18 @@ type explained struct {
 }
 
 type explainer struct {
-	sem chan struct{} // one explanation at a time: each reads the log
+	sem chan struct{} // one explanation at a time: each reads the log and plans at every record
 	mu  sync.Mutex
 	m   map[string]*explained
 }
 
 // explain is audit.Explain — `gpuq explain` — on the log up to the fold's
-// sequence, for a task the caller may read; kept per sequence, one
-// computed at a time, on a log of at most explainRecords records.
+// sequence, for a task the caller may read. Bounded: a log of at most
+// explainRecords records; one explanation computed at a time, in the
+// background (another asked meanwhile is 503, try again); a request
+// waits for it at most explainWait (503 while it goes on: the next
+// request finds it done); kept per task for the sequence it was computed
+// at.
 func (s *server) explain(ctx context.Context, id string) (audit.Explanation, error) {
 	if _, err := s.show(ctx, id); err != nil {
 		return audit.Explanation{}, err
@@ -418,41 +424,59 @@ func (s *server) explain(ctx context.Context, id string) (audit.Explanation, err
 		return audit.Explanation{}, &opError{Status: http.StatusUnprocessableEntity, Field: "task_id",
 			Msg: fmt.Sprintf("the log has %d records; the dashboard explains a wait on a log of at most %d (run `gpuq explain %s`)", seq, explainRecords, id)}
 	}
+	busy := &opError{Status: http.StatusServiceUnavailable, Msg: "another wait is being explained; try again in a few seconds"}
 	x := &s.explains
 	x.mu.Lock()
 	if x.m == nil {
 		x.m = map[string]*explained{}
 	}
-	if e := x.m[id]; e != nil && e.seq == seq {
-		x.mu.Unlock()
+	e := x.m[id]
+	if e == nil || e.seq != seq {
 		select {
-		case <-e.done:
-			return e.ex, e.err
-		case <-ctx.Done():
-			return audit.Explanation{}, ctx.Err()
+		case x.sem <- struct{}{}:
+		default:
+			x.mu.Unlock()
+			return audit.Explanation{}, busy
 		}
-	}
-	if len(x.m) >= explainCache {
-		for k := range x.m {
-			delete(x.m, k)
-			break
+		if e == nil && len(x.m) >= explainCache {
+			for k, old := range x.m {
+				select {
+				case <-old.done: // a finished one
+					delete(x.m, k)
+				default:
+					continue
+				}
+				break
+			}
 		}
+		e = &explained{seq: seq, done: make(chan struct{})}
+		x.m[id] = e
+		go s.explainNow(id, e)
 	}
-	e := &explained{seq: seq, done: make(chan struct{})}
-	x.m[id] = e
 	x.mu.Unlock()
-	defer close(e.done)
+	t := time.NewTimer(explainWait)
+	defer t.Stop()
 	select {
-	case x.sem <- struct{}{}:
-		defer func() { <-x.sem }()
+	case <-e.done:
+		return e.ex, e.err
+	case <-t.C:
+		return audit.Explanation{}, &opError{Status: http.StatusServiceUnavailable, Msg: fmt.Sprintf("explaining the wait takes longer than %s; it goes on: try again in a few seconds", explainWait)}
 	case <-ctx.Done():
-		e.err = ctx.Err()
-		x.forget(id, e)
-		return audit.Explanation{}, e.err
+		return audit.Explanation{}, ctx.Err()
 	}
+}
+
+// explainNow computes e (holding the explainer's semaphore, which it
+// releases).
+func (s *server) explainNow(id string, e *explained) {
+	x := &s.explains
+	defer func() { <-x.sem }()
+	defer close(e.done)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	var recs []events.Record
 	_, err := events.ReadAll(ctx, s.log, 1, "", func(r events.Record) error {
-		if r.Seq > seq {
+		if r.Seq > e.seq {
 			return errStopRead
 		}
 		recs = append(recs, r)
@@ -461,13 +485,12 @@ func (s *server) explain(ctx context.Context, id string) (audit.Explanation, err
 	if err != nil && !errors.Is(err, errStopRead) {
 		e.err = err
 		x.forget(id, e)
-		return audit.Explanation{}, err
+		return
 	}
 	e.ex, e.err = audit.Explain(recs, s.pol, id)
 	if errors.Is(e.err, audit.ErrNotFound) {
 		e.err = &opError{Status: http.StatusNotFound, NotFound: true, Field: "task_id", Msg: "task " + id + " not found"}
 	}
-	return e.ex, e.err
 }
 
 var errStopRead = errors.New("read far enough")

@@ -372,3 +372,31 @@ func TestStatsSampled(t *testing.T) {
 		t.Errorf("stats %+v, want two samples, the last 0.9 of 10, 120 s", v)
 	}
 }
+
+// TestExplainBounded: one explanation at a time (another is 503, not
+// queued); a log longer than explainRecords is 422.
+func TestExplainBounded(t *testing.T) {
+	h := newHarness(t, nil)
+	c := newDashCluster(h)
+	h.s.explains.sem <- struct{}{} // an explanation under way
+	w := h.httpCall("GET", "/v1/tasks/"+c.head+"/explain", "")
+	if w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("while another is computed: %d %s, want 503", w.Code, w.Body)
+	}
+	<-h.s.explains.sem
+	if w := h.httpCall("GET", "/v1/tasks/"+c.head+"/explain", ""); w.Code != 200 {
+		t.Fatalf("then: %d %s", w.Code, w.Body)
+	}
+	for range explainRecords {
+		h.appendEvent(events.Available{Node: "n1", GPUs: []events.GPU{{UUID: "n1-g0", Model: "H100", MemoryMiB: 81920, Healthy: true}}, FreeGPUs: 0})
+		if h.lastSeq() > explainRecords {
+			break
+		}
+	}
+	if err := h.s.sync(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w := h.httpCall("GET", "/v1/tasks/"+c.head+"/explain", ""); w.Code != http.StatusUnprocessableEntity || !strings.Contains(w.Body.String(), "gpuq explain") {
+		t.Errorf("a long log: %d %s, want 422 naming gpuq explain", w.Code, w.Body)
+	}
+}
