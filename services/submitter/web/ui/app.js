@@ -28,7 +28,7 @@ const st = {
 };
 
 const PLAN_NODES = 20;    // nodes per page of the plan
-const PLAN_HOURS = 6;     // the plan's horizon
+const planHours = () => Number($("plan-hours").value) || 6; // the plan's horizon
 const SVGNS = "http://www.w3.org/2000/svg";
 
 const $ = (id) => document.getElementById(id);
@@ -501,7 +501,7 @@ async function loadPlan() {
   if (planBusy) return;
   planBusy = true;
   try {
-    st.plan = await api("/v1/plan?hours=" + PLAN_HOURS + "&limit=" + PLAN_NODES + "&offset=" + st.planOffset);
+    st.plan = await api("/v1/plan?hours=" + planHours() + "&limit=" + PLAN_NODES + "&offset=" + st.planOffset);
     if (view() === "cluster") renderPlan();
   } catch (e) {
     if (e instanceof AuthError) askToken(e.message);
@@ -539,9 +539,10 @@ function nodeTimeline(n, p) {
   const H = TOP + ROW * n.gpus.length + 2;
   const said = [];
   const g = svg("g");
-  // hour ticks
-  for (let h = 0; h <= PLAN_HOURS; h++) {
-    const xx = L + ((W - L) * h) / PLAN_HOURS;
+  // hour ticks, at most 8
+  const span = (t1 - t0) / 3600000, every = Math.max(1, Math.ceil(span / 8));
+  for (let h = 0; h <= span + 1e-9; h += every) {
+    const xx = L + ((W - L) * h) / span;
     g.append(svg("line", { x1: xx, x2: xx, y1: TOP - 4, y2: H, class: "tick" }),
       svg("text", { x: xx + 2, y: 11, class: "axis" }, h === 0 ? "now" : "+" + h + " h"));
   }
@@ -564,7 +565,7 @@ function nodeTimeline(n, p) {
   });
   const id = "tl-" + n.node.replace(/[^A-Za-z0-9_-]/g, "_");
   return svg("svg", { viewBox: "0 0 " + W + " " + H, class: "timeline-svg", role: "img", "aria-labelledby": id + "-t " + id + "-d", "data-node": n.node },
-    svg("title", { id: id + "-t" }, "Node " + n.node + ", the next " + PLAN_HOURS + " hours"),
+    svg("title", { id: id + "-t" }, "Node " + n.node + ", the next " + Math.round((t1 - t0) / 3600000) + " hours"),
     svg("desc", { id: id + "-d" }, said.join("; ")), g);
 }
 
@@ -842,6 +843,8 @@ window.addEventListener("hashchange", show);
 for (const id of ["f-team", "f-class", "f-state", "f-text"]) $(id).addEventListener("input", () => { st.page = 0; renderQueue(); });
 $("filters").addEventListener("submit", (e) => e.preventDefault());
 $("prev").addEventListener("click", () => { st.page--; renderQueue(); });
+$("plan-hours").addEventListener("change", loadPlan);
+$("plan-hours").closest("form").addEventListener("submit", (e) => e.preventDefault());
 $("plan-prev").addEventListener("click", () => { st.planOffset = Math.max(0, st.planOffset - PLAN_NODES); loadPlan(); });
 $("plan-next").addEventListener("click", () => { st.planOffset += PLAN_NODES; loadPlan(); });
 $("checklist").addEventListener("change", (e) => { if (e.target.type === "checkbox") tick(e.target); });
