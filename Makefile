@@ -17,7 +17,7 @@ HTTP ?= 127.0.0.1:8180
 AUTH ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test test-race test-python test-faults test-hostile test-browser fuzz lint bench contract check-metrics compose-up compose-down compose-smoke test-compose images clean
+.PHONY: help build run docs test test-race test-python test-faults test-hostile test-browser fuzz lint bench contract check-metrics compose-up compose-down compose-smoke test-compose images clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -90,6 +90,9 @@ fuzz: ## Run each fuzz target for FUZZTIME (10s; make fuzz FUZZTIME=30s): event 
 	  out=$$($(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) ./$$pkg/ 2>&1) || { echo "$$out"; exit 1; }; \
 	  echo "$$out" | grep '^fuzz:' | tail -1; echo "$$out" | tail -1; \
 	done
+
+docs: ## Regenerate docs/cli.md from the cobra commands and docs/cli/*.md (TestCLIDoc fails while it is stale)
+	cd cmd/gpuq && $(GO) test -count=1 -run '^TestCLIDoc$$' -update-docs .
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

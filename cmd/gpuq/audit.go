@@ -104,7 +104,7 @@ reported, not a failure. Exit 1 when not ok.`,
 				if err != nil {
 					return err
 				}
-				rep = audit.Verify(audit.Records(ls), audit.Options{Teams: o.Teams})
+				rep = audit.Verify(audit.Records(ls), audit.Options{Teams: o.Teams, Policy: o})
 				rep.Live = audit.LiveArchive
 			} else {
 				l, done, err := attach(&f)
@@ -122,7 +122,7 @@ reported, not a failure. Exit 1 when not ok.`,
 				if err != nil {
 					return err
 				}
-				rep = audit.Verify(recs, audit.Options{Teams: o.Teams, Live: live})
+				rep = audit.Verify(recs, audit.Options{Teams: o.Teams, Policy: o, Live: live})
 				if live == nil {
 					rep.Live = liveNote
 				}

@@ -45,16 +45,8 @@ type devFlags struct {
 	maxHours   float64
 	heartbeat  time.Duration
 	verbose    bool
-	policy     string
-	within     string
-	backfill   string
-	teams      string
+	pol        policyFlags
 	nodeTO     time.Duration
-	maxWait    time.Duration
-	starveWait time.Duration
-	patience   time.Duration
-	classAging time.Duration
-	victims    string
 	injectXid  []string
 	auth       string
 	natsTLS    auth.TLSFiles
@@ -80,22 +72,14 @@ func newDev() *cobra.Command {
 			case f.port < 0 || f.port > 65535:
 				return invalid("nats-port", "must be between 0 and 65535")
 			}
-			opts := policy.Options{Preemption: f.policy, WithinClass: f.within, Backfill: f.backfill, MaxWait: f.maxWait,
-				ClassAging: f.classAging, StarvationWait: f.starveWait, PreemptPatience: f.patience, Victims: f.victims}
-			if f.teams != "" {
-				ts, err := policy.LoadTeams(f.teams)
-				if err != nil {
-					return &exitError{exitInvalid, fmt.Errorf("teams: %w", err)}
-				}
-				if f.nodes > 0 {
-					if err := ts.CheckCluster(f.nodes * f.gpus); err != nil {
-						return &exitError{exitInvalid, fmt.Errorf("teams file %s: %w", f.teams, err)}
-					}
-				}
-				opts.Teams = ts
+			opts, err := f.pol.options()
+			if err != nil {
+				return err
 			}
-			if err := opts.Validate(); err != nil {
-				return &exitError{exitInvalid, err}
+			if opts.Teams != nil && f.nodes > 0 {
+				if err := opts.Teams.CheckCluster(f.nodes * f.gpus); err != nil {
+					return &exitError{exitInvalid, fmt.Errorf("teams file %s: %w", f.pol.v.TeamsFile(), err)}
+				}
 			}
 			if _, err := parseXids(f.injectXid, f.nodes, f.gpus); err != nil {
 				return err
@@ -129,16 +113,8 @@ func newDev() *cobra.Command {
 	fl.Float64Var(&f.maxHours, "max-hours", domain.DefaultLimits.MaxHours, "largest estimate a task may give")
 	fl.DurationVar(&f.heartbeat, "heartbeat", 5*time.Second, "agent heartbeat interval")
 	fl.BoolVar(&f.verbose, "verbose", false, "debug logging")
-	fl.StringVar(&f.policy, "policy", policy.CriticalOnly, "preemption policy: critical-only (only CRITICAL preempts) or ladder")
-	fl.StringVar(&f.within, "within-class", policy.FIFO, "order within a class: fifo or shortest-predicted")
-	fl.StringVar(&f.backfill, "backfill", policy.BackfillQueue, "order of the backfill candidates behind the first blocked task (fifo within class): queue or shortest (predicted service first)")
-	fl.StringVar(&f.teams, "teams", "", "teams file (YAML or JSON) with guaranteed GPUs or shares")
 	fl.DurationVar(&f.nodeTO, "node-timeout", 30*time.Second, "a node without heartbeat this long is lost")
-	fl.DurationVar(&f.maxWait, "max-wait", policy.DefaultMaxWait, "shortest-predicted: tasks waiting this long go first in their class")
-	fl.DurationVar(&f.classAging, "class-aging", policy.DefaultClassAging, "starvation guard across classes under fifo within class: each class above LOW counts as submitted this much earlier per class (0: off)")
-	fl.DurationVar(&f.patience, "preempt-patience", policy.DefaultPreemptPatience, "how long a task below CRITICAL waits for a cheaper preemption (0: at once)")
-	fl.DurationVar(&f.starveWait, "starvation-wait", policy.DefaultStarvationWait, "starvation bound under fifo within class: a task that waited this long without a start goes ahead of every task below CRITICAL, across teams and classes (0: off)")
-	fl.StringVar(&f.victims, "victims", policy.LeastLost, "choice among victims of the same classes: least-lost or newest")
+	f.pol.add(c)
 	fl.StringVar(&f.auth, "auth", "", "auth directory of gpuq auth init: NATS users and permissions per role, each service as its own role, HTTP tokens per team")
 	fl.StringVar(&f.natsTLS.Cert, "nats-cert", "", "PEM certificate of the NATS server: clients must use TLS (with --nats-key)")
 	fl.StringVar(&f.natsTLS.Key, "nats-key", "", "PEM key of --nats-cert")
@@ -276,7 +252,7 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 	}
 	spawn("submitter", func() error {
 		return submitter.Run(ctx, submitter.Config{NC: subNC, Log: subLog, HTTPAddr: f.http, Logger: logger.With().Str("svc", "submitter").Logger(),
-			Limits: domain.Limits{MaxGPUs: f.maxGPUs, MaxHours: f.maxHours}, Ready: readyFn(0), Health: health,
+			Limits: domain.Limits{MaxGPUs: f.maxGPUs, MaxHours: f.maxHours, NotifyLocal: true}, Ready: readyFn(0), Health: health,
 			Tokens: tokens, TLS: httpTLS, Metrics: reg,
 			HTTPHosts: f.httpHosts, HTTPOrigins: f.origins, NATSAuth: f.auth != "", Policy: policy.New(opts)})
 	})

@@ -80,6 +80,13 @@ func printAdvice(w io.Writer, a estimate.Advice, now time.Time) {
 	if a.Basis != "" {
 		fmt.Fprintf(w, "basis: %s\n", a.Basis)
 	}
+	if a.Deadline != nil {
+		if a.DeadlineAtRisk {
+			fmt.Fprintf(w, "deadline: AT RISK: %s\n", a.DeadlineReason)
+		} else {
+			fmt.Fprintf(w, "deadline: %s (in %s): in time at P90\n", timeFmt{}.at(*a.Deadline), until(*a.Deadline, now))
+		}
+	}
 	why := a.Reason
 	if len(a.Blockers) > 0 {
 		why += " (" + strings.Join(a.Blockers, ", ") + ")"

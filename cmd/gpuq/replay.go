@@ -13,41 +13,21 @@ import (
 	"github.com/gpuq/gpuq/pkg/audit"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/policy"
+	"github.com/gpuq/gpuq/pkg/policy/policyflag"
 )
 
-// policyFlags are the policy options of the commands that run the one
-// policy over the past (replay, explain, audit verify): give them the
-// scheduler's.
-type policyFlags struct {
-	policy, within, backfill, teams, victims string
-	maxWait, classAging, starvationWait      time.Duration
-	preemptPatience                          time.Duration
-}
+// policyFlags are the policy flags (pkg/policy/policyflag, the
+// scheduler's very flags) of the commands that run the one policy: dev,
+// and over the past replay, explain and audit verify (give them the
+// scheduler's values).
+type policyFlags struct{ v *policyflag.Values }
 
-func (p *policyFlags) add(c *cobra.Command) {
-	fl := c.Flags()
-	fl.StringVar(&p.policy, "policy", policy.CriticalOnly, "the scheduler's preemption policy: critical-only or ladder")
-	fl.StringVar(&p.within, "within-class", policy.FIFO, "the scheduler's order within a class: fifo or shortest-predicted")
-	fl.StringVar(&p.backfill, "backfill", policy.BackfillQueue, "the scheduler's backfill order: queue or shortest")
-	fl.StringVar(&p.teams, "teams", "", "the scheduler's teams file (YAML or JSON) with guaranteed GPUs or shares")
-	fl.DurationVar(&p.maxWait, "max-wait", policy.DefaultMaxWait, "the scheduler's --max-wait")
-	fl.DurationVar(&p.classAging, "class-aging", policy.DefaultClassAging, "the scheduler's --class-aging")
-	fl.DurationVar(&p.starvationWait, "starvation-wait", policy.DefaultStarvationWait, "the scheduler's --starvation-wait")
-	fl.DurationVar(&p.preemptPatience, "preempt-patience", policy.DefaultPreemptPatience, "the scheduler's --preempt-patience")
-	fl.StringVar(&p.victims, "victims", policy.LeastLost, "the scheduler's choice among victims: least-lost or newest")
-}
+func (p *policyFlags) add(c *cobra.Command) { p.v = policyflag.Bind(policyflag.Pflag(c.Flags())) }
 
+// options are the flags' policy options, exit 2 when invalid.
 func (p *policyFlags) options() (policy.Options, error) {
-	o := policy.Options{Preemption: p.policy, WithinClass: p.within, Backfill: p.backfill, MaxWait: p.maxWait,
-		ClassAging: p.classAging, StarvationWait: p.starvationWait, PreemptPatience: p.preemptPatience, Victims: p.victims}
-	if p.teams != "" {
-		ts, err := policy.LoadTeams(p.teams)
-		if err != nil {
-			return o, &exitError{exitInvalid, fmt.Errorf("teams: %w", err)}
-		}
-		o.Teams = ts
-	}
-	if err := o.Validate(); err != nil {
+	o, err := p.v.Options()
+	if err != nil {
 		return o, &exitError{exitInvalid, err}
 	}
 	return o, nil

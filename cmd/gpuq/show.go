@@ -77,6 +77,12 @@ func printTask(out io.Writer, v api.TaskView, tf timeFmt, now time.Time) {
 	row("hours", v.Hours)
 	row("hypothesis", v.Hypothesis)
 	row("submitted", tf.at(v.SubmittedAt))
+	if v.Deadline != nil {
+		row("deadline", tf.at(*v.Deadline)+"  ("+untilText(*v.Deadline, now)+")")
+	}
+	for _, u := range v.Notify {
+		row("notify", u)
+	}
 	if v.StartedAt != nil {
 		row("started", tf.at(*v.StartedAt))
 	}
@@ -131,4 +137,13 @@ func printTask(out io.Writer, v api.TaskView, tf timeFmt, now time.Time) {
 			fmt.Fprintln(out, "  | "+l)
 		}
 	}
+}
+
+// untilText says how far t is from now: "in 2h30m" or "passed 5m ago".
+func untilText(t, now time.Time) string {
+	d := t.Sub(now).Round(time.Minute)
+	if d < 0 {
+		return "passed " + (-d).String() + " ago"
+	}
+	return "in " + d.String()
 }

@@ -73,7 +73,13 @@ func TestPrintTask(t *testing.T) {
 		"queued": {
 			v:    task(domain.Queued, func(t *domain.Task) { t.FirstStarted, t.Reason = time.Time{}, "" }),
 			want: []string{"submitted:   2026-11-29 22:17:28 UTC"},
-			not:  []string{"started:", "elapsed:", "exit_code"},
+			not:  []string{"started:", "elapsed:", "exit_code", "deadline", "notify"},
+		},
+		"a deadline and its own destinations": {
+			v: task(domain.Queued, func(t *domain.Task) {
+				t.FirstStarted, t.Deadline, t.Notify = time.Time{}, t0.Add(6*time.Hour), []string{"https://hooks.example.com/a", "https://b.example/x"}
+			}),
+			want: []string{"deadline:    2026-11-30 04:17:28 UTC  (in 5h50m0s)", "notify:      https://hooks.example.com/a", "notify:      https://b.example/x"},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

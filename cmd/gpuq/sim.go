@@ -19,7 +19,7 @@ import (
 
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/estimate"
-	"github.com/gpuq/gpuq/pkg/policy"
+	"github.com/gpuq/gpuq/pkg/policy/policyflag"
 	"github.com/gpuq/gpuq/pkg/sim"
 	"github.com/gpuq/gpuq/pkg/trace"
 )
@@ -30,12 +30,8 @@ type simFlags struct {
 	nodes                  []int
 	perNode, limit         int
 	teams, compare         string
-	pol, within, backfill  string
-	maxWait, agingTau      time.Duration
-	classAging, ckptEvery  time.Duration
-	starvationWait         time.Duration
-	preemptPatience        time.Duration
-	victims                string
+	pol                    policyFlags
+	ckptEvery              time.Duration
 	preemptible, priorRuns float64
 	policyPriorRuns        float64
 	estModel, classMix     string
@@ -63,6 +59,11 @@ preempted task checkpoints at once (no work lost); the realistic model is
 --checkpoint-every (each task checkpoints at that interval of its run; a
 preempted one runs on for its grace, 120 s, and loses the work since its
 last checkpoint) with --preemptible (the share of preemptible tasks).
+The policy flags (--policy, --within-class, --backfill, --max-wait,
+--aging-tau, --class-aging, --starvation-wait, --preempt-patience,
+--victims) are the scheduler's, with its defaults; they configure the gpuq
+policy, and gpuq-spf (shortest-predicted within class) and
+gpuq-newest-victims (newest victims) override one each.
 --victims chooses among victims of the same classes (least-lost, the
 policy's, or newest, Kueue's); --compare gpuq-newest-victims runs gpuq
 with newest beside it. --starvation-wait is the starvation bound, the
@@ -109,15 +110,7 @@ smallest first, and --plot draws queueing delay and JCT against size.`,
 	fl.StringVar(&f.teams, "teams", "", `"vc": each VC is a team guaranteed its share of the VC node counts; "" (default): one team, no guarantees`)
 	fl.StringVar(&f.vcs, "vcs", "", "VC node counts for --teams vc (default: vcs.csv beside the trace; Philly's for a synthetic workload)")
 	fl.StringVar(&f.compare, "compare", sim.GPUQ, "policies to run, comma-separated: "+strings.Join(sim.Policies(), ", "))
-	fl.StringVar(&f.pol, "policy", policy.CriticalOnly, "gpuq preemption policy: critical-only or ladder")
-	fl.StringVar(&f.within, "within-class", policy.FIFO, "gpuq order within a class: fifo or shortest-predicted (gpuq-spf always uses shortest-predicted)")
-	fl.StringVar(&f.backfill, "backfill", policy.BackfillQueue, "gpuq order of the backfill candidates behind the first blocked task: queue or shortest (predicted service first)")
-	fl.DurationVar(&f.maxWait, "max-wait", policy.DefaultMaxWait, "shortest-predicted: a task waiting this long goes first in its class")
-	fl.DurationVar(&f.agingTau, "aging-tau", policy.DefaultAgingTau, "shortest-predicted: a task's predicted service (GPUs × run time) is divided by 1 + wait/aging-tau")
-	fl.DurationVar(&f.classAging, "class-aging", policy.DefaultClassAging, "starvation guard across classes under fifo within class: each class above LOW counts as submitted this much earlier per class (0: off, strict class order)")
-	fl.DurationVar(&f.preemptPatience, "preempt-patience", policy.DefaultPreemptPatience, "how long a task below CRITICAL waits for a cheaper preemption: it preempts once its victims would lose at most its wait × its GPUs since their checkpoints, or once it waited this long (0: at once)")
-	fl.DurationVar(&f.starvationWait, "starvation-wait", policy.DefaultStarvationWait, "starvation bound under fifo within class: a task that waited this long without a start goes ahead of every task below CRITICAL, across teams and classes, in submit order (0: off)")
-	fl.StringVar(&f.victims, "victims", policy.LeastLost, "gpuq choice among victims of the same classes: least-lost (work since the last checkpoint) or newest (most recently started, as Kueue); gpuq-newest-victims always uses newest")
+	f.pol.v = policyflag.Bind(policyflag.Pflag(fl), policyflag.WithoutTeams()) // gpuq's policy; gpuq-spf and gpuq-newest-victims override one option each
 	fl.DurationVar(&f.ckptEvery, "checkpoint-every", 0, "agents' model: each task checkpoints at this interval of its run, and a preemption loses the work since the last checkpoint plus the grace (0, the default: checkpoint at once on preemption, no work lost)")
 	fl.Float64Var(&f.preemptible, "preemptible", 1, "share of the tasks that are preemptible (seeded draw, one per task; 1: all)")
 	fl.Float64Var(&f.priorRuns, "prior-runs", estimate.DefaultPriorRuns, "run-time predictions: the weight of the user's own estimate against the learned ratio, in runs (the learned ratio weighs n/(n+prior-runs) after n runs; 0: the learned ratio alone once a run is learned)")
@@ -183,16 +176,6 @@ func runSim(c *cobra.Command, f simFlags) error {
 		return invalid("teams", "vc needs a trace with VCs (philly, audit-export or a synthetic philly mix)")
 	case f.teams == "vc" && f.workload != "" && !syn.HasVCs():
 		return invalid("teams", "vc needs a workload with VCs: mix=philly")
-	case f.maxWait <= 0:
-		return invalid("max-wait", "must be > 0")
-	case f.agingTau <= 0:
-		return invalid("aging-tau", "must be > 0")
-	case f.classAging < 0:
-		return invalid("class-aging", "must be ≥ 0")
-	case f.preemptPatience < 0:
-		return invalid("preempt-patience", "must be ≥ 0")
-	case f.starvationWait < 0:
-		return invalid("starvation-wait", "must be ≥ 0")
 	case f.ckptEvery < 0:
 		return invalid("checkpoint-every", "must be ≥ 0")
 	case !(f.priorRuns >= 0) || math.IsInf(f.priorRuns, 0):
@@ -237,19 +220,9 @@ func runSim(c *cobra.Command, f simFlags) error {
 	if err != nil {
 		return invalid("class-mix", err.Error())
 	}
-	opts := policy.Options{Preemption: f.pol, WithinClass: f.within, Backfill: f.backfill, MaxWait: f.maxWait, AgingTau: f.agingTau,
-		ClassAging: f.classAging, StarvationWait: f.starvationWait, PreemptPatience: f.preemptPatience, Victims: f.victims}
-	if err := opts.Validate(); err != nil {
-		field := "policy"
-		switch {
-		case strings.HasPrefix(err.Error(), "within-class"):
-			field = "within-class"
-		case strings.HasPrefix(err.Error(), "backfill"):
-			field = "backfill"
-		case strings.HasPrefix(err.Error(), "victims"):
-			field = "victims"
-		}
-		return invalid(field, err.Error())
+	opts, err := f.pol.v.Options()
+	if err != nil {
+		return invalid(policyflag.Field(err), err.Error())
 	}
 	cfg := sim.Config{Nodes: sizes[0], GPUsPerNode: f.perNode, Options: opts, Policies: names, Estimates: f.estimates, CheckpointEvery: f.ckptEvery}
 	cfg.PriorRuns = f.priorRuns

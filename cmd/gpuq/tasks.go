@@ -28,14 +28,45 @@ func newSubmit() *cobra.Command {
 	var r domain.Request
 	var grace time.Duration
 	var minMemGiB int
-	var export string
+	var export, deadline string
 	c := &cobra.Command{
 		Use:   "submit --name N --team T --priority P --hypothesis TEXT --command CMD",
 		Short: "Submit a task; prints its id",
-		Args:  cobra.NoArgs,
+		Long: `Submit a task; prints its id.
+
+--deadline TIME|DURATION is a finish-by time: an RFC 3339 time
+(2026-12-03T18:00:00Z, or with an offset) or a duration from now (6h,
+90m, 2d12h), recorded as an absolute time. It changes nothing in the
+scheduling; the notifier warns (deadline_at_risk) when the task's P90
+start plus its predicted run passes it, and gpuq show and gpuq estimate
+show it.
+
+--notify URL (repeatable, at most 4) sends this task's notifications
+(starts_soon, eta_changed, deadline_at_risk, started, completed, failed,
+…) to the URL as JSON POSTs, like a team's destination (gpuq notify add)
+but unsigned: the log holds no secret for them, and they carry the header
+X-Gpuq-Signature-Status: unsigned. Use an unguessable URL (as Slack's
+incoming webhooks are), or a team destination with a secret. The URL is
+recorded with the task, so whoever may read the task may read it; it may
+not carry a user or password.`,
+		Example: `  gpuq submit --name sweep --team vision --hypothesis "lr 3e-4 beats 1e-3" \
+    --command "python train.py" --gpus 4 --hours 6 \
+    --deadline 2026-12-04T09:00:00+01:00 --notify https://hooks.slack.com/services/T0/B0/XYZ
+  gpuq submit ... --deadline 8h`,
+		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if err := hoursFlag(r.Hours); err != nil {
 				return err
+			}
+			if deadline != "" {
+				d, err := parseDeadline(deadline, time.Now())
+				if err != nil {
+					return err
+				}
+				r.Deadline = &d
+				if err := domain.CheckDeadline(r.Deadline, time.Now()); err != nil {
+					return &exitError{exitInvalid, err}
+				}
 			}
 			r.GraceS = grace.Seconds()
 			env, notes, err := exportEnv(export, os.Environ())
@@ -55,7 +86,8 @@ func newSubmit() *cobra.Command {
 			// server, which states its own limits (one message per field,
 			// whatever the input).
 			local := r
-			if err := local.Validate(domain.Limits{MaxGPUs: 1 << 20, MaxHours: 1e9}); err != nil {
+			// Loopback notify URLs are the server's to refuse: gpuq dev takes them.
+			if err := local.Validate(domain.Limits{MaxGPUs: 1 << 20, MaxHours: 1e9, NotifyLocal: true}); err != nil {
 				var fe *domain.FieldError
 				if !errors.As(err, &fe) || (fe.Field != "gpus" && fe.Field != "hours") {
 					return &exitError{exitInvalid, err}
@@ -96,9 +128,43 @@ func newSubmit() *cobra.Command {
 	fl.StringVar(&r.GPUModel, "gpu-model", "", "only GPUs whose model contains this (e.g. A100, H100)")
 	fl.IntVar(&minMemGiB, "min-gpu-mem", 0, "minimum memory per GPU in GiB")
 	fl.BoolVar(&r.AllowUnplaceable, "allow-unplaceable", false, "queue the task even if no node of the cluster as it is could hold it (for a cluster about to grow)")
+	fl.StringVar(&deadline, "deadline", "", "finish-by time: RFC 3339 (2026-12-03T18:00:00Z) or a duration from now (6h, 2d); the notifier warns when the task may miss it (deadline_at_risk)")
+	fl.StringArrayVar(&r.Notify, "notify", nil, "webhook URL for this task's notifications (repeatable, at most 4; unsigned: see above)")
 	fl.StringVar(&export, "export", "", "environment for the job. Default: yours, minus GPUQ_*, CUDA_VISIBLE_DEVICES, secret-looking names and values with credentials in a URL (each left out with a note). DEFAULT: an allowlist (PATH, HOME, USER, LANG, LC_*, TZ, PYTHONPATH, VIRTUAL_ENV, CONDA_*, …; docs/cli.md). ALL: yours minus the excluded names (warns; a value with credentials in a URL is refused). NONE. Or NAME and NAME=VALUE items joined by commas, after DEFAULT, ALL or NONE if given (DEFAULT,SEED=2)")
 	return c
 }
+
+// parseDeadline reads --deadline: an RFC 3339 time, or a duration from
+// now (Go's, with whole days allowed in front: 2d, 1d12h), which must be
+// positive.
+func parseDeadline(s string, now time.Time) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	rest, days := s, 0
+	if m := daysPrefix.FindStringSubmatch(s); m != nil {
+		fmt.Sscan(m[1], &days)
+		rest = m[2]
+	}
+	var d time.Duration
+	if rest != "" {
+		var err error
+		if d, err = time.ParseDuration(rest); err != nil || (days > 0 && strings.HasPrefix(rest, "-")) {
+			return time.Time{}, invalid("--deadline", fmt.Sprintf("%q is neither an RFC 3339 time (2026-12-03T18:00:00Z) nor a duration from now (6h, 90m, 2d12h)", s))
+		}
+	}
+	if days > 366 {
+		return time.Time{}, invalid("--deadline", fmt.Sprintf("must be at most 366 days ahead (got %s)", s))
+	}
+	d += time.Duration(days) * 24 * time.Hour
+	if d <= 0 {
+		return time.Time{}, invalid("--deadline", fmt.Sprintf("a duration from now must be positive (got %s)", s))
+	}
+	return now.Add(d).Truncate(time.Second), nil
+}
+
+var daysPrefix = regexp.MustCompile(`^(\d{1,4})d(.*)$`)
 
 // hoursFlag refuses an estimate no server could take (NaN, an infinity,
 // under a second) before it is sent: JSON cannot carry the first two.

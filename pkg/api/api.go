@@ -202,6 +202,10 @@ type TaskView struct {
 	ResumeFrom   string          `json:"resume_from,omitempty"`
 	LostGPUHours float64         `json:"lost_gpu_hours,omitempty"`
 	Checklist    map[string]bool `json:"checklist,omitempty"`
+	// Deadline is the finish-by time (gpuq submit --deadline); Notify the
+	// task's own webhook destinations (gpuq submit --notify).
+	Deadline *time.Time `json:"deadline,omitempty"`
+	Notify   []string   `json:"notify,omitempty"`
 	// LogNode and LogPath: where the task's output is (the node of its
 	// latest start, and the file there); `show` only.
 	LogNode string `json:"log_node,omitempty"`
@@ -229,6 +233,13 @@ func View(t *domain.Task) TaskView {
 		for k, b := range t.Checklist {
 			v.Checklist[k] = b
 		}
+	}
+	if !t.Deadline.IsZero() {
+		d := t.Deadline
+		v.Deadline = &d
+	}
+	if len(t.Notify) > 0 {
+		v.Notify = append([]string(nil), t.Notify...)
 	}
 	for _, p := range t.Placements {
 		v.Placements = append(v.Placements, PlacementView{Node: p.Node, GPUs: append([]string(nil), p.GPUs...)})

@@ -14,20 +14,16 @@ import (
 type folder struct {
 	st   *domain.State
 	pred *estimate.Predictor
+	fold *estimate.Fold // st and pred: the scheduler's fold
 }
 
-func newFolder() *folder { return &folder{st: domain.NewState(), pred: estimate.NewPredictor(0)} }
+func newFolder() *folder {
+	f := estimate.NewFold()
+	return &folder{st: f.State, pred: f.Pred, fold: f}
+}
 
 // apply folds one record and returns why it was skipped ("" if applied).
-func (f *folder) apply(r events.Record) string {
-	why := f.st.Apply(r)
-	if c, ok := r.Event.(events.Completed); ok && why == "" {
-		if t := f.st.Tasks[c.TaskID]; t != nil {
-			f.pred.Observe(t)
-		}
-	}
-	return why
-}
+func (f *folder) apply(r events.Record) string { return f.fold.Apply(r) }
 
 // plan runs the policy, with reasons, on the state as folded, at the
 // fold's own time.

@@ -85,6 +85,10 @@ type Options struct {
 	// guarantee rule is not checked and a reclaiming preemption is taken
 	// as it reports itself.
 	Teams policy.Teams
+	// Policy is the policy the cluster ran with (its class ageing and
+	// within-class order decide which class preemptions the ladder
+	// allows; each preemption's own record names its policy).
+	Policy policy.Options
 	// RequeueGrace (default 1 min) and GuaranteeGrace (default 5 min):
 	// how long of log time a preempted task may wait for its requeue, and
 	// a team for its guarantee, before it is a violation.
@@ -254,7 +258,7 @@ func (v *verifier) allowed(victim *domain.Task, e events.PreemptRequested) strin
 	if p == nil {
 		return fmt.Sprintf("preempted for %q, a task never submitted", e.For)
 	}
-	if strings.Contains(e.Reason, "team guarantee") {
+	if e.Cause() == events.PreemptReclaim {
 		if len(v.o.Teams) == 0 {
 			return ""
 		}
@@ -265,19 +269,22 @@ func (v *verifier) allowed(victim *domain.Task, e events.PreemptRequested) strin
 		}
 		return ""
 	}
-	switch e.Policy {
-	case policy.CriticalOnly:
-		if p.Priority != domain.Critical {
-			return fmt.Sprintf("under %s, preempted for %s, a %s task", e.Policy, p.ID, p.Priority)
-		}
-	case policy.Ladder:
-		if p.Priority <= victim.Priority {
-			return fmt.Sprintf("under %s, a %s task preempted for %s, a %s task", e.Policy, victim.Priority, p.ID, p.Priority)
-		}
-	default:
+	if e.Policy != policy.CriticalOnly && e.Policy != policy.Ladder {
 		return fmt.Sprintf("policy %q is not a preemption policy", e.Policy)
 	}
-	return ""
+	// The policy's own rule, under the policy the record names.
+	o := v.o.Policy
+	o.Preemption = e.Policy
+	if policy.MayPreemptByClass(o, p, victim) {
+		return ""
+	}
+	if e.Policy == policy.CriticalOnly {
+		return fmt.Sprintf("under %s, preempted for %s, a %s task", e.Policy, p.ID, p.Priority)
+	}
+	if p.Priority > victim.Priority {
+		return fmt.Sprintf("under %s with class ageing %s, a %s task preempted for %s, a %s task it was not ahead of in the queue", e.Policy, o.ClassAging, victim.Priority, p.ID, p.Priority)
+	}
+	return fmt.Sprintf("under %s, a %s task preempted for %s, a %s task", e.Policy, victim.Priority, p.ID, p.Priority)
 }
 
 func (v *verifier) after(r events.Record, why string) {

@@ -83,7 +83,7 @@ func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 	base := heap()
 	rng := rand.New(rand.NewPCG(7, 8))
 	f := newFolder()
-	pol := policy.New(policy.Options{})
+	pol := policy.New(policy.DefaultOptions())
 	est := estimate.NewEstimator(pol)
 	observe := func(e events.Event) {
 		f.apply(e)

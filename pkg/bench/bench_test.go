@@ -302,7 +302,7 @@ func TestLifecycleWithSchedulerFunc(t *testing.T) {
 	called := false
 	sched := func(ctx context.Context, log *jetstream.Log, ready func()) error {
 		called = true
-		return (&shell{pol: policy.New(policy.Options{})}).run(ctx, log, ready)
+		return (&shell{pol: policy.New(policy.DefaultOptions())}).run(ctx, log, ready)
 	}
 	r, err := Lifecycle(context.Background(), t.TempDir(), LifecycleOptions{Tasks: 100, Nodes: 2, Scheduler: sched})
 	if err != nil {

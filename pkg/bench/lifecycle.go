@@ -131,7 +131,7 @@ func Lifecycle(ctx context.Context, dir string, o LifecycleOptions) (LifecycleRe
 	var sh *shell
 	sched := o.Scheduler
 	if sched == nil {
-		sh = &shell{pol: policy.New(policy.Options{})}
+		sh = &shell{pol: policy.New(policy.DefaultOptions())}
 		sched = sh.run
 	}
 	wg.Add(1)
@@ -347,13 +347,7 @@ func (s *shell) run(ctx context.Context, log *jetstream.Log, ready func()) error
 }
 
 // learn learns run times from a folded completion, as the service does.
-func (s *shell) learn(st *domain.State, r events.Record) {
-	if c, ok := r.Event.(events.Completed); ok {
-		if t := st.Tasks[c.TaskID]; t != nil {
-			s.pred.Observe(t)
-		}
-	}
-}
+func (s *shell) learn(st *domain.State, r events.Record) { s.pred.Learn(st, r) }
 
 // pass runs decide.Plan and returns its commands as appends, with the
 // same message ids and expected sequences as services/scheduler's.

@@ -118,7 +118,7 @@ func Placement(ctx context.Context, o PlacementOptions) (PlacementResult, error)
 	}
 
 	// 3. Burst: one pass places what fits on the free cluster.
-	p := policy.New(policy.Options{})
+	p := policy.New(policy.DefaultOptions())
 	start, cpu := time.Now(), cpuTime()
 	burst := p.Plan(policy.Input{State: f.st, Now: f.now})
 	res.BurstTook, res.BurstCPU = time.Since(start), cpuTime()-cpu

@@ -49,11 +49,12 @@ func restartTail(total int) int { return min(snapshot.DefaultEvery-1, total/5) }
 // scheduler keeps, and stores a snapshot of both as the scheduler does.
 func takeSnapshot(ctx context.Context, nd *node, at uint64) (SnapshotResult, error) {
 	res := SnapshotResult{Seq: at}
-	st, pred := domain.NewState(), estimate.NewPredictor(0)
+	f := estimate.NewFold()
+	st, pred := f.State, f.Pred
 	var mark snapshot.Mark
 	if _, err := events.ReadAll(ctx, nd.log, 1, "", func(r events.Record) error {
 		if r.Seq <= at {
-			foldRecord(st, pred, r)
+			f.Apply(r)
 			mark = snapshot.MarkOf(r)
 		}
 		return nil
@@ -81,17 +82,6 @@ func takeSnapshot(ctx context.Context, nd *node, at uint64) (SnapshotResult, err
 	res.Store = time.Since(start)
 	res.StateBytes, res.Tasks = len(state), len(st.Tasks)
 	return res, nil
-}
-
-// foldRecord is the scheduler's fold: the state, and the predictor
-// learning from completions.
-func foldRecord(st *domain.State, pred *estimate.Predictor, r events.Record) {
-	st.Apply(r)
-	if c, ok := r.Event.(events.Completed); ok {
-		if t := st.Tasks[c.TaskID]; t != nil {
-			pred.Observe(t)
-		}
-	}
 }
 
 // restartFromSnapshot is what a restarted scheduler does once its server
@@ -124,7 +114,7 @@ func restartFromSnapshot(ctx context.Context, l *jetstream.Log, res *SnapshotRes
 	start = time.Now()
 	n := 0
 	if _, err := events.ReadAll(ctx, l, at.Seq+1, "", func(r events.Record) error {
-		foldRecord(st, pred, r)
+		(&estimate.Fold{State: st, Pred: pred}).Apply(r)
 		n++
 		return nil
 	}); err != nil {

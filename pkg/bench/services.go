@@ -99,16 +99,14 @@ func newServiceFold(svc string) *serviceFold {
 		pred := estimate.NewPredictor(0)
 		f.parts = 1
 		f.applied = func(st *domain.State, r events.Record, skipped string) {
-			if c, ok := r.Event.(events.Completed); ok && skipped == "" {
-				if t := st.Tasks[c.TaskID]; t != nil {
-					pred.Observe(t)
-				}
+			if skipped == "" {
+				pred.Learn(st, r)
 			}
 		}
 		f.own = func() [][]byte { b, _ := pred.MarshalBinary(); return [][]byte{b} }
 		f.load = func(p [][]byte) error { return pred.UnmarshalBinary(p[0]) }
 	case "advisor":
-		est := estimate.NewEstimator(policy.New(policy.Options{}))
+		est := estimate.NewEstimator(policy.New(policy.DefaultOptions()))
 		f.parts = 1
 		f.applied = func(st *domain.State, r events.Record, skipped string) {
 			if skipped == "" {

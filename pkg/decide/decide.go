@@ -87,7 +87,7 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 				for _, pl := range t.Placements {
 					if lost[pl.Node] {
 						out = append(out, Command{
-							Event:  events.Requeued{TaskID: t.ID, Reason: "node " + pl.Node + " lost", ResumeFrom: t.Checkpoint, BasedOnSeq: st.Seq},
+							Event:  events.Requeued{TaskID: t.ID, Reason: "node " + pl.Node + " lost", ResumeFrom: t.Checkpoint, BasedOnSeq: st.Seq, Code: events.RequeueNodeLost},
 							MsgID:  fmt.Sprintf("requeue:%s:%d", t.ID, t.LastSeq),
 							Expect: guard(t),
 						})
@@ -103,7 +103,7 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 	for _, t := range st.InState(domain.Preempting) {
 		if !t.HoldsGPUs() {
 			out = append(out, Command{
-				Event:  events.Requeued{TaskID: t.ID, Reason: PreemptedWhy(st, t), ResumeFrom: t.Checkpoint, BasedOnSeq: st.Seq},
+				Event:  events.Requeued{TaskID: t.ID, Reason: PreemptedWhy(st, t), ResumeFrom: t.Checkpoint, BasedOnSeq: st.Seq, Code: events.RequeuePreempted},
 				MsgID:  fmt.Sprintf("requeue:%s:%d", t.ID, t.LastSeq),
 				Expect: guard(t),
 			})
@@ -129,7 +129,7 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 						reason += ": " + n.Reason
 					}
 					out = append(out, Command{
-						Event:  events.PreemptRequested{TaskID: t.ID, Policy: policy.Drain, Reason: reason, GraceS: t.GraceS, BasedOnSeq: st.Seq},
+						Event:  events.PreemptRequested{TaskID: t.ID, Policy: policy.Drain, Reason: reason, GraceS: t.GraceS, BasedOnSeq: st.Seq, Code: events.PreemptDrain},
 						MsgID:  fmt.Sprintf("preempt:%s:%d", t.ID, t.LastSeq),
 						Expect: guard(t),
 					})
@@ -148,7 +148,7 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 				reason += " (" + n.Reason + ")"
 			}
 			out = append(out, Command{
-				Event:  events.PreemptRequested{TaskID: t.ID, Policy: policy.GPUUnhealthy, Reason: reason, GraceS: t.GraceS, BasedOnSeq: st.Seq},
+				Event:  events.PreemptRequested{TaskID: t.ID, Policy: policy.GPUUnhealthy, Reason: reason, GraceS: t.GraceS, BasedOnSeq: st.Seq, Code: events.PreemptUnhealthy},
 				MsgID:  fmt.Sprintf("preempt:%s:%d", t.ID, t.LastSeq),
 				Expect: guard(t),
 			})
@@ -167,9 +167,13 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 				Expect: guard(t),
 			})
 		case policy.Preempt:
+			code := events.PreemptByClass
+			if d.Reclaim {
+				code = events.PreemptReclaim
+			}
 			out = append(out, Command{
 				Event: events.PreemptRequested{TaskID: t.ID, For: d.For, Policy: p.Name(), Reason: d.Reason,
-					GraceS: t.GraceS, BasedOnSeq: st.Seq},
+					GraceS: t.GraceS, BasedOnSeq: st.Seq, Code: code},
 				MsgID:  fmt.Sprintf("preempt:%s:%d", t.ID, t.LastSeq),
 				Expect: guard(t),
 			})

@@ -153,7 +153,7 @@ func TestRequeueNotStarted(t *testing.T) {
 					got = append(got, r)
 				}
 			}
-			want := []events.Requeued{{TaskID: "r", Reason: tc.wantReason, ResumeFrom: "step-427", BasedOnSeq: st.Seq}}
+			want := []events.Requeued{{TaskID: "r", Reason: tc.wantReason, ResumeFrom: "step-427", BasedOnSeq: st.Seq, Code: events.RequeuePreempted}}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("requeued (-want +got):\n%s", diff)
 			}

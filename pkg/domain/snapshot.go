@@ -37,7 +37,12 @@ import (
 // writes. A change of the layout or of what a field means is a new
 // version; a snapshot of another version is refused (ErrSnapshotVersion),
 // which costs one full fold.
-const SnapshotVersion = 4 // 2: the leader epoch; 3: drained with preemption; 4: checkpoint steps, the attempt's preemption request, progress
+const SnapshotVersion = 5 // 2: the leader epoch; 3: drained with preemption; 4: checkpoint steps, the attempt's preemption request, progress; 5: deadline and notify
+
+// snapshotOldest is the oldest format DecodeSnapshot still reads: a
+// version 4 snapshot is version 5 without the tasks' deadline and notify
+// destinations (they decode as none), so it is read rather than refused.
+const snapshotOldest = 4
 
 const snapHeader = 24
 
@@ -163,6 +168,12 @@ func (w *snapWriter) task(t *Task) {
 	w.varint(t.ProgressTotal)
 	w.float(t.ProgressFraction)
 	w.time(t.ProgressAt)
+	// Version 5.
+	w.time(t.Deadline)
+	w.count(len(t.Notify), t.Notify == nil)
+	for _, u := range t.Notify {
+		w.inline(u)
+	}
 }
 
 // DecodeSnapshot reads a snapshot written by EncodeSnapshot into a new
@@ -174,8 +185,9 @@ func DecodeSnapshot(b []byte) (st *State, err error) {
 	if len(b) < snapHeader || [8]byte(b[:8]) != snapMagic {
 		return nil, fmt.Errorf("%w: no snapshot header", ErrSnapshotCorrupt)
 	}
-	if v := binary.LittleEndian.Uint32(b[8:]); v != SnapshotVersion {
-		return nil, fmt.Errorf("%w: version %d, this build reads %d", ErrSnapshotVersion, v, SnapshotVersion)
+	v := binary.LittleEndian.Uint32(b[8:])
+	if v < snapshotOldest || v > SnapshotVersion {
+		return nil, fmt.Errorf("%w: version %d, this build reads %d to %d", ErrSnapshotVersion, v, snapshotOldest, SnapshotVersion)
 	}
 	body := b[snapHeader:]
 	if n := binary.LittleEndian.Uint64(b[12:]); n != uint64(len(body)) {
@@ -193,7 +205,7 @@ func DecodeSnapshot(b []byte) (st *State, err error) {
 	}()
 	// One string for the whole body: every string of the state is a slice
 	// of it, so decoding allocates no string of its own.
-	r := snapReader{s: string(body)}
+	r := snapReader{s: string(body), version: v}
 	st = &State{}
 	st.Seq = r.uvarint()
 	st.Skipped = r.int()
@@ -309,6 +321,16 @@ func (r *snapReader) task(t *Task) {
 	t.ProgressTotal = r.varint()
 	t.ProgressFraction = r.float()
 	t.ProgressAt = r.time()
+	if r.version < 5 {
+		return
+	}
+	t.Deadline = r.time()
+	if k, isNil := r.count(1); !isNil {
+		t.Notify = make([]string, k)
+		for i := range t.Notify {
+			t.Notify[i] = r.inline()
+		}
+	}
 }
 
 // rebuildIndexes computes Owner, Idem and every unexported index from
@@ -473,10 +495,11 @@ func b2u(b bool) uint64 {
 // snapReader reads a body; the first error sticks and every later read
 // returns zero values.
 type snapReader struct {
-	s     string
-	i     int
-	err   error
-	table []string // shared strings read so far
+	version uint32 // the snapshot's format
+	s       string
+	i       int
+	err     error
+	table   []string // shared strings read so far
 }
 
 func (r *snapReader) fail(what string) {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"os"
 	"reflect"
 	"sort"
 	"testing"
@@ -267,5 +268,52 @@ func TestSnapshotHoldersInSubmitOrder(t *testing.T) {
 	}
 	if !sort.SliceIsSorted(got, func(i, j int) bool { return got[i] < got[j] }) || len(got) != 4 {
 		t.Fatalf("holders' submit seqs %v, want 4 ascending", got)
+	}
+}
+
+// A snapshot of format 4 (testdata/snapshot-v4.bin, written by the build
+// before deadlines and notify destinations) still decodes, to the state
+// its log folds to: a new build does not fold the whole log again.
+func TestSnapshotReadsVersion4(t *testing.T) {
+	b, err := os.ReadFile("testdata/snapshot-v4.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := binary.LittleEndian.Uint32(b[8:]); v != 4 {
+		t.Fatalf("testdata/snapshot-v4.bin is format %d", v)
+	}
+	got, err := domain.DecodeSnapshot(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := dt.NewLog()
+	log.Append(dt.Node("n0").GPUs(4).Available(), dt.Task().ID("a").GPUs(2).Submitted(), dt.Task().ID("b").Submitted())
+	log.Append(dt.Dispatch("a", dt.On("n0", 0, 1)), events.Drained{Node: "ghost"})
+	if diff := cmp.Diff(log.Fold(), got, stateOpts); diff != "" {
+		t.Fatalf("(-folded +decoded):\n%s", diff)
+	}
+	// Format 3 is still refused: it lacks what format 4 added.
+	old := append([]byte(nil), b...)
+	binary.LittleEndian.PutUint32(old[8:], 3)
+	if _, err := domain.DecodeSnapshot(old); !errors.Is(err, domain.ErrSnapshotVersion) {
+		t.Fatalf("format 3: %v, want ErrSnapshotVersion", err)
+	}
+}
+
+// A deadline and notify destinations survive a snapshot.
+func TestSnapshotDeadlineNotify(t *testing.T) {
+	d := time.Date(2026, 12, 3, 18, 0, 0, 0, time.UTC)
+	s := dt.Task().ID("a").Submitted()
+	s.Deadline, s.Notify = &d, []string{"https://hooks.example.com/x", "http://10.1.2.3/y"}
+	st := dt.NewLog().Append(s).Fold()
+	if !st.Tasks["a"].Deadline.Equal(d) || len(st.Tasks["a"].Notify) != 2 {
+		t.Fatalf("fold: deadline %v, notify %v", st.Tasks["a"].Deadline, st.Tasks["a"].Notify)
+	}
+	got, err := domain.DecodeSnapshot(domain.EncodeSnapshot(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(st, got, stateOpts); diff != "" {
+		t.Fatalf("(-encoded +decoded):\n%s", diff)
 	}
 }

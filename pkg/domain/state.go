@@ -399,7 +399,10 @@ func (s *State) submitted(seq uint64, logTime time.Time, e events.Submitted) str
 		ID: e.TaskID, Name: e.Name, Team: e.Team, Priority: p, GPUs: e.GPUs, Hours: e.Hours,
 		Hypothesis: e.Hypothesis, Command: e.Command, Preemptible: e.Preemptible, PreemptSignal: e.PreemptSignal,
 		GraceS: e.GraceS, GPUModel: e.GPUModel, MinGPUMemMiB: e.MinGPUMemMiB, IdempotencyKey: e.IdempotencyKey,
-		SubmittedAt: subAt, SubmitSeq: seq, State: Queued, LastSeq: seq, Dir: e.Dir,
+		SubmittedAt: subAt, SubmitSeq: seq, State: Queued, LastSeq: seq, Dir: e.Dir, Notify: e.Notify,
+	}
+	if e.Deadline != nil {
+		t.Deadline = *e.Deadline
 	}
 	s.Tasks[t.ID] = t
 	s.track(t)

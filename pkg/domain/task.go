@@ -55,6 +55,10 @@ type Task struct {
 	// the agent reads when it starts the task (events.ReadSubmitted), so
 	// that a queued task costs no memory for it.
 	Dir string
+	// Deadline is the finish-by time the submitter asked for (zero:
+	// none); Notify the task's own webhook destinations.
+	Deadline time.Time
+	Notify   []string
 
 	// SubmittedAt is the task's place in line; it never changes.
 	SubmittedAt time.Time

@@ -3,15 +3,23 @@ package domain
 import (
 	"fmt"
 	"math"
+	"net/netip"
+	"net/url"
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Limits bound what a submission may ask for.
 type Limits struct {
 	MaxGPUs  int     // per task; default 64
 	MaxHours float64 // default 168 (a week)
+	// NotifyLocal lets a task's --notify URL name a loopback or
+	// link-local host (gpuq dev, where the receiver runs on the same
+	// machine); elsewhere such a URL is refused at submission, as the
+	// notifier's --webhook-allow refuses it at delivery.
+	NotifyLocal bool
 }
 
 // DefaultLimits are the limits when none are configured.
@@ -44,6 +52,11 @@ type Request struct {
 	// working directory when it exists on the node.
 	Env map[string]string `json:"env,omitempty"`
 	Dir string            `json:"dir,omitempty"`
+	// Deadline is the finish-by time (gpuq submit --deadline), absolute;
+	// CheckDeadline bounds it. Notify lists the task's own webhook
+	// destinations (gpuq submit --notify), checked by Validate.
+	Deadline *time.Time `json:"deadline,omitempty"`
+	Notify   []string   `json:"notify,omitempty"`
 	// AllowUnplaceable queues a task that no node of the cluster as it is
 	// could hold (for a cluster about to grow); without it the submitter
 	// refuses such a task. It is not recorded.
@@ -311,6 +324,92 @@ func (r *Request) Validate(l Limits) error {
 	}
 	if r.Dir != "" && !strings.HasPrefix(r.Dir, "/") {
 		return &FieldError{"dir", "must be an absolute path"}
+	}
+	return CheckNotify(r.Notify, l.NotifyLocal)
+}
+
+// Bounds of a task's own notification destinations and deadline.
+const (
+	MaxNotify         = 4
+	MaxNotifyURLBytes = 2048
+	// MaxDeadlineAhead: a deadline further away is refused (a typo,
+	// or a year given for a month).
+	MaxDeadlineAhead = 366 * 24 * time.Hour
+)
+
+// CheckDeadline refuses a deadline that has passed at now, or that is
+// more than MaxDeadlineAhead away (nil: none, accepted). It needs the
+// clock, so it is not part of Validate (which amend also runs on a
+// task's recorded request): the submitter calls it on every submission,
+// HTTP and NATS alike.
+func CheckDeadline(d *time.Time, now time.Time) error {
+	if d == nil {
+		return nil
+	}
+	switch {
+	case d.IsZero():
+		return &FieldError{"deadline", "must be a time (RFC 3339, e.g. 2026-12-03T18:00:00Z)"}
+	case !d.After(now):
+		return &FieldError{"deadline", fmt.Sprintf("must be in the future: %s has passed (now %s)", d.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))}
+	case d.Sub(now) > MaxDeadlineAhead:
+		return &FieldError{"deadline", fmt.Sprintf("must be at most 366 days ahead (got %s, %.0f days)", d.UTC().Format(time.RFC3339), d.Sub(now).Hours()/24)}
+	}
+	return nil
+}
+
+// CheckNotify refuses a task's notification destinations that the
+// notifier would never deliver to: more than MaxNotify, one listed
+// twice, or one that is not an absolute http(s) URL with a host, is
+// longer than MaxNotifyURLBytes, carries a user or password, or (unless
+// local) names a loopback, link-local, unspecified or multicast address
+// literally, or localhost. A host name is resolved only at delivery, where
+// the notifier's --webhook-allow rules apply to the address dialled.
+func CheckNotify(urls []string, local bool) error {
+	if len(urls) > MaxNotify {
+		return &FieldError{"notify", fmt.Sprintf("at most %d destinations per task (got %d); a team's destinations are for more (gpuq notify add)", MaxNotify, len(urls))}
+	}
+	for i, raw := range urls {
+		if err := checkNotifyURL(raw, local); err != nil {
+			return &FieldError{"notify", err.Error()}
+		}
+		for _, prev := range urls[:i] {
+			if prev == raw {
+				return &FieldError{"notify", fmt.Sprintf("%q is listed twice", raw)}
+			}
+		}
+	}
+	return nil
+}
+
+func checkNotifyURL(raw string, local bool) error {
+	if len(raw) > MaxNotifyURLBytes {
+		return fmt.Errorf("a URL must be at most %d bytes (got %d)", MaxNotifyURLBytes, len(raw))
+	}
+	if err := CheckText("notify", raw, false); err != nil {
+		return fmt.Errorf("%q: must be one line of printable text", raw)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("%q is not a URL", raw)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Hostname() == "" {
+		return fmt.Errorf("%q: must be an absolute http:// or https:// URL with a host", raw)
+	}
+	if u.User != nil {
+		return fmt.Errorf("%q: must not carry a user or password: the log keeps every submission, and the team can read it", raw)
+	}
+	if local {
+		return nil
+	}
+	host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return fmt.Errorf("%q: a loopback host is allowed only in gpuq dev", raw)
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		ip = ip.Unmap()
+		if ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() || ip.IsMulticast() {
+			return fmt.Errorf("%q: a loopback, link-local, unspecified or multicast address is allowed only in gpuq dev", raw)
+		}
 	}
 	return nil
 }

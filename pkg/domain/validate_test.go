@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -171,6 +172,87 @@ func TestValidateFillsDefaults(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("request after Validate (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A task's own notification destinations: the rules of CheckNotify,
+// through Validate (every transport's check).
+func TestValidateNotify(t *testing.T) {
+	with := func(urls ...string) domain.Request {
+		r := dt.Task().GPUs(1).Hours(1).Request()
+		r.Notify = urls
+		return r
+	}
+	cases := map[string]struct {
+		req       domain.Request
+		local     bool
+		wantField string
+	}{
+		"none":                    {req: with()},
+		"https":                   {req: with("https://hooks.slack.com/services/T0/B0/x")},
+		"http with port":          {req: with("http://10.0.0.7:8080/gpuq")},
+		"four":                    {req: with("https://a.example/1", "https://a.example/2", "https://a.example/3", "https://a.example/4")},
+		"five":                    {req: with("https://a.example/1", "https://a.example/2", "https://a.example/3", "https://a.example/4", "https://a.example/5"), wantField: "notify"},
+		"twice":                   {req: with("https://a.example/1", "https://a.example/1"), wantField: "notify"},
+		"ftp":                     {req: with("ftp://a.example/x"), wantField: "notify"},
+		"relative":                {req: with("/hook"), wantField: "notify"},
+		"no host":                 {req: with("https:///x"), wantField: "notify"},
+		"empty":                   {req: with(""), wantField: "notify"},
+		"user and password":       {req: with("https://u:pw@a.example/x"), wantField: "notify"},
+		"user only":               {req: with("https://u@a.example/x"), wantField: "notify"},
+		"too long":                {req: with("https://a.example/" + strings.Repeat("x", domain.MaxNotifyURLBytes)), wantField: "notify"},
+		"control character":       {req: with("https://a.example/\x1b[2J"), wantField: "notify"},
+		"loopback":                {req: with("http://127.0.0.1:9000/x"), wantField: "notify"},
+		"loopback v6":             {req: with("http://[::1]:9000/x"), wantField: "notify"},
+		"localhost":               {req: with("http://localhost:9000/x"), wantField: "notify"},
+		"link-local metadata":     {req: with("http://169.254.169.254/latest/meta-data"), wantField: "notify"},
+		"unspecified":             {req: with("http://0.0.0.0/x"), wantField: "notify"},
+		"loopback in gpuq dev":    {req: with("http://127.0.0.1:9000/x"), local: true},
+		"localhost in gpuq dev":   {req: with("http://localhost:9000/x"), local: true},
+		"credentials in gpuq dev": {req: with("http://u:pw@127.0.0.1/x"), local: true, wantField: "notify"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := tc.req.Validate(domain.Limits{NotifyLocal: tc.local})
+			var fe *domain.FieldError
+			switch {
+			case tc.wantField == "" && err != nil:
+				t.Fatalf("Validate = %v, want nil", err)
+			case tc.wantField != "" && (!errors.As(err, &fe) || fe.Field != tc.wantField):
+				t.Fatalf("Validate = %v, want a FieldError on %q", err, tc.wantField)
+			}
+		})
+	}
+}
+
+func TestCheckDeadline(t *testing.T) {
+	now := time.Date(2026, 12, 3, 16, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { x := now.Add(d); return &x }
+	cases := map[string]struct {
+		d     *time.Time
+		valid bool
+	}{
+		"none":              {nil, true},
+		"in six hours":      {at(6 * time.Hour), true},
+		"in a second":       {at(time.Second), true},
+		"in 366 days":       {at(domain.MaxDeadlineAhead), true},
+		"now":               {at(0), false},
+		"an hour ago":       {at(-time.Hour), false},
+		"in two years":      {at(2 * 365 * 24 * time.Hour), false},
+		"just past the max": {at(domain.MaxDeadlineAhead + time.Second), false},
+		"zero time":         {&time.Time{}, false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := domain.CheckDeadline(tc.d, now)
+			var fe *domain.FieldError
+			switch {
+			case tc.valid && err != nil:
+				t.Fatalf("CheckDeadline = %v, want nil", err)
+			case !tc.valid && (!errors.As(err, &fe) || fe.Field != "deadline"):
+				t.Fatalf("CheckDeadline = %v, want a FieldError on deadline", err)
 			}
 		})
 	}

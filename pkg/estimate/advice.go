@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/gpuq/gpuq/pkg/domain"
-	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/policy"
 )
 
@@ -107,6 +106,16 @@ func (e *Estimator) advise(st *domain.State, t *domain.Task, pos int, est Estima
 		e.adviseNever(st, t, &a, now)
 	} else {
 		a.Basis = e.basis(st, t, w)
+	}
+	a.RunS = e.Pred.LeftToRun(t, 0.5).Seconds()
+	if !t.Deadline.IsZero() {
+		dl := t.Deadline
+		a.Deadline = &dl
+		if est.Never {
+			a.DeadlineAtRisk, a.DeadlineReason = true, "may miss its deadline "+Clock(dl, now)+": it cannot start on this cluster as it is"
+		} else {
+			a.DeadlineAtRisk, a.DeadlineReason = DeadlineRisk(dl, a.P90Start, time.Duration(a.RunS*float64(time.Second)), now)
+		}
 	}
 	waited := now.Sub(t.SubmittedAt)
 	// The one moment to worry: the wait passed 2× the estimate at submission.
@@ -236,16 +245,10 @@ func (e *Estimator) basis(st *domain.State, t *domain.Task, w policy.Wait) strin
 // priority prio (0: unchanged). The state is not touched: the change is
 // applied to a copy of the live tasks.
 func (e *Estimator) WhatIf(st *domain.State, id string, gpus int, prio domain.Priority, now time.Time) Estimate {
-	t := st.Tasks[id]
-	if t == nil || t.State != domain.Queued {
+	c := whatIfState(st, id, gpus, prio, now)
+	if c == nil {
 		return Estimate{Never: true}
 	}
-	c := st.CloneLive()
-	am := events.Amended{TaskID: id, GPUs: gpus}
-	if prio.Valid() {
-		am.Priority = prio.String()
-	}
-	c.Apply(events.Record{Seq: c.Seq + 1, Envelope: events.Envelope{Type: am.EventType(), Time: now}, Event: am})
 	return e.Estimate(c, id, now)
 }
 
@@ -257,7 +260,7 @@ func (e *Estimator) WhatIf(st *domain.State, id string, gpus int, prio domain.Pr
 // suggestions') are not material: they would republish on every pass.
 func Material(old, cur Advice) bool {
 	if old.Position != cur.Position || old.Reason != cur.Reason || old.Action != cur.Action || old.State != cur.State ||
-		old.Method != cur.Method || (old.Alert == "") != (cur.Alert == "") ||
+		old.Method != cur.Method || (old.Alert == "") != (cur.Alert == "") || old.DeadlineAtRisk != cur.DeadlineAtRisk ||
 		!slices.Equal(old.Blockers, cur.Blockers) || !slices.Equal(kinds(old.Suggestions), kinds(cur.Suggestions)) {
 		return true
 	}

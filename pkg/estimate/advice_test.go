@@ -663,6 +663,10 @@ func TestMaterial(t *testing.T) {
 		{"alert text only (the wait grew)", alerted, with(func(a *estimate.Advice) {
 			a.Alert = "waited 2h5m0s, more than 2× the 1h0m0s estimated at submission: scheduling is off (no-capacity)"
 		}), false},
+		{"deadline at risk", base, with(func(a *estimate.Advice) { a.DeadlineAtRisk, a.DeadlineReason = true, "may miss its deadline …" }), true},
+		{"deadline safe again", with(func(a *estimate.Advice) { a.DeadlineAtRisk = true }), base, true},
+		{"deadline reason only", with(func(a *estimate.Advice) { a.DeadlineAtRisk, a.DeadlineReason = true, "a" }),
+			with(func(a *estimate.Advice) { a.DeadlineAtRisk, a.DeadlineReason = true, "b" }), false},
 		{"suggestion added", base, suggested, true},
 		{"suggestion replaced by another kind", suggested, with(func(a *estimate.Advice) {
 			a.Suggestions = []estimate.Suggestion{{Kind: "still_needed", Text: "…"}}
@@ -677,5 +681,81 @@ func TestMaterial(t *testing.T) {
 				t.Errorf("Material = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A task with a deadline: the advice says when the P90 start plus the
+// predicted run passes it, and how; without a deadline it says nothing.
+func TestAdviceDeadline(t *testing.T) {
+	// One 8-GPU node held for 2 h by r; q (1 h) starts at T0+2h at the
+	// earliest and ends at T0+3h.
+	cases := map[string]struct {
+		deadline time.Time // zero: none
+		risk     bool
+	}{
+		"no deadline":               {},
+		"deadline well after":       {deadline: T0.Add(5 * time.Hour)},
+		"deadline before the end":   {deadline: T0.Add(150 * time.Minute), risk: true},
+		"deadline before the start": {deadline: T0.Add(time.Hour), risk: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(policy.Options{})
+			q := task("q")
+			if !tc.deadline.IsZero() {
+				q.Deadline(tc.deadline)
+			}
+			f.node(dt.Node("n1").GPUs(8)).
+				running(T0, task("r").GPUs(8).Hours(2).Preemptible(false), dt.On("n1", gpus(0, 8)...)).
+				submit(T0, q)
+			a := f.advice(t, "q", T0.Add(time.Minute))
+			if a.RunS != 3600 {
+				t.Errorf("run_s %g, want 3600 (the exact predictor: the user's hour)", a.RunS)
+			}
+			if tc.deadline.IsZero() {
+				if a.Deadline != nil || a.DeadlineAtRisk || a.DeadlineReason != "" {
+					t.Fatalf("no deadline, but advice says %v %v %q", a.Deadline, a.DeadlineAtRisk, a.DeadlineReason)
+				}
+				return
+			}
+			if a.Deadline == nil || !a.Deadline.Equal(tc.deadline) {
+				t.Errorf("deadline %v, want %v", a.Deadline, tc.deadline)
+			}
+			if a.DeadlineAtRisk != tc.risk {
+				t.Fatalf("deadline_at_risk %v, want %v (P90 start %v, reason %q)", a.DeadlineAtRisk, tc.risk, a.P90Start, a.DeadlineReason)
+			}
+			if tc.risk && (!strings.Contains(a.DeadlineReason, "may miss its deadline") || !strings.Contains(a.DeadlineReason, "about 1 h run")) {
+				t.Errorf("reason %q", a.DeadlineReason)
+			}
+		})
+	}
+}
+
+func TestDeadlineRisk(t *testing.T) {
+	now := time.Date(2026, 12, 3, 15, 0, 0, 0, time.UTC)
+	dl := time.Date(2026, 12, 3, 18, 0, 0, 0, time.UTC)
+	cases := map[string]struct {
+		p90  time.Time
+		run  time.Duration
+		risk bool
+		text string
+	}{
+		"ends before":           {p90: now.Add(time.Hour), run: time.Hour},
+		"ends exactly at it":    {p90: now.Add(time.Hour), run: 2 * time.Hour},
+		"ends after":            {p90: now.Add(100 * time.Minute), run: 2 * time.Hour, risk: true, text: "may miss its deadline 18:00 UTC: P90 start 16:40 UTC + about 2 h run ends 18:40 UTC"},
+		"start passed: now":     {p90: now.Add(-time.Hour), run: 3*time.Hour + time.Minute, risk: true, text: "may miss its deadline 18:00 UTC: P90 start 15:00 UTC + about 3 h 1 min run ends 18:01 UTC"},
+		"start passed, in time": {p90: now.Add(-time.Hour), run: 2 * time.Hour},
+		"tomorrow":              {p90: now.Add(26 * time.Hour), run: time.Hour, risk: true, text: "may miss its deadline 18:00 UTC: P90 start Dec 4 17:00 UTC + about 1 h run ends Dec 4 18:00 UTC"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			risk, text := estimate.DeadlineRisk(dl, tc.p90, tc.run, now)
+			if risk != tc.risk || text != tc.text {
+				t.Fatalf("DeadlineRisk = %v %q, want %v %q", risk, text, tc.risk, tc.text)
+			}
+		})
+	}
+	if risk, _ := estimate.DeadlineRisk(time.Time{}, now, time.Hour, now); risk {
+		t.Fatal("no deadline is never at risk")
 	}
 }

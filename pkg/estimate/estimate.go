@@ -82,4 +82,14 @@ type Advice struct {
 	Suggestions []Suggestion `json:"suggestions"`
 	BasedOnSeq  uint64       `json:"based_on_seq"`
 	At          time.Time    `json:"at"`
+	// RunS is the predicted run (the predictor's median of what the task
+	// is still to run), in seconds: with P90Start, when it would end.
+	RunS float64 `json:"run_s,omitempty"`
+	// Deadline is the task's finish-by time (gpuq submit --deadline);
+	// DeadlineAtRisk says that the P90 start plus the predicted run passes
+	// it (or that the task cannot start), DeadlineReason how
+	// (DeadlineRisk).
+	Deadline       *time.Time `json:"deadline,omitempty"`
+	DeadlineAtRisk bool       `json:"deadline_at_risk,omitempty"`
+	DeadlineReason string     `json:"deadline_reason,omitempty"`
 }

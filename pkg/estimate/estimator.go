@@ -221,9 +221,7 @@ func (e *Estimator) Observe(st *domain.State, r events.Record) {
 			e.stats.Alerts++
 		}
 	case events.Completed:
-		if t := st.Tasks[ev.TaskID]; t != nil {
-			e.Pred.Observe(t)
-		}
+		e.Pred.Learn(st, r)
 	case events.Cancelled, events.Failed:
 		delete(e.atSubmit, ev.Key())
 	}

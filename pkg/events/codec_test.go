@@ -121,6 +121,10 @@ func roundTripCases() map[string]events.Event {
 	}
 	cases["submitted/minimal"] = events.Submitted{TaskID: "t1", Name: "n", Team: "ml", Priority: "low", GPUs: 1, Hours: 0.25,
 		Hypothesis: "h", Command: "true", SubmittedAt: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
+	deadline := time.Date(2025, 3, 1, 18, 0, 0, 0, time.UTC)
+	cases["submitted/deadline and notify"] = events.Submitted{TaskID: "t1", Name: "n", Team: "ml", Priority: "low", GPUs: 1, Hours: 0.25,
+		Hypothesis: "h", Command: "true", SubmittedAt: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC), Deadline: &deadline,
+		Notify: []string{"https://hooks.example.com/a", "http://10.0.0.7:8080/gpuq"}}
 	cases["dispatched/no placements"] = events.Dispatched{TaskID: "t1"}
 	cases["cancelled/note"] = events.Cancelled{TaskID: "t1", By: "team:vision", Reason: "cancelled by team:vision", Note: "admin (security team)"}
 	cases["failed/zero exit"] = events.Failed{TaskID: "t1"}

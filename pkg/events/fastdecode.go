@@ -1046,6 +1046,18 @@ func (s *scan) submitted() (Event, bool) {
 		case "dir":
 			e.Dir, ok = s.str(true)
 			return 1 << 16, ok
+		case "deadline":
+			if s.null {
+				return 1 << 17, true
+			}
+			var d time.Time
+			if ok = s.time(&d); ok {
+				e.Deadline = &d
+			}
+			return 1 << 17, ok
+		case "notify":
+			e.Notify, ok = s.strings()
+			return 1 << 18, ok
 		}
 		return 0, true
 	})
@@ -1275,6 +1287,9 @@ func (s *scan) preemptRequested() (Event, bool) {
 		case "epoch":
 			e.Epoch, ok = s.uint()
 			return 1 << 6, ok
+		case "code":
+			e.Code, ok = s.str(true)
+			return 1 << 7, ok
 		}
 		return 0, true
 	})
@@ -1379,6 +1394,9 @@ func (s *scan) requeued() (Event, bool) {
 		case "based_on_seq":
 			e.BasedOnSeq, ok = s.uint()
 			return 1 << 4, ok
+		case "code":
+			e.Code, ok = s.str(true)
+			return 1 << 5, ok
 		}
 		return 0, true
 	})

@@ -1,6 +1,9 @@
 package events
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Type is an event's stable wire name: past tense, the last token of its subject.
 type Type string
@@ -59,6 +62,13 @@ type Submitted struct {
 	// domain.Request) and working directory, for the job.
 	Env map[string]string `json:"env,omitempty"`
 	Dir string            `json:"dir,omitempty"`
+	// Deadline is the finish-by time the submitter asked for (gpuq submit
+	// --deadline), absolute; absent when none. The notifier warns
+	// (deadline_at_risk) when the P90 start plus the predicted run passes it.
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// Notify lists the task's own webhook destinations (gpuq submit
+	// --notify), which get this task's notices; absent when none.
+	Notify []string `json:"notify,omitempty"`
 }
 
 // Amended: some of a queued task's fields changed; it keeps its place.
@@ -128,6 +138,36 @@ type PreemptRequested struct {
 	GraceS     float64 `json:"grace_s"`
 	BasedOnSeq uint64  `json:"based_on_seq"`
 	Epoch      uint64  `json:"epoch,omitempty"` // as Dispatched.Epoch
+	// Code is why, for readers that decide on it (audit verify): one of
+	// the Preempt* codes. Records written before codes have none: Cause
+	// reads them.
+	Code string `json:"code,omitempty"`
+}
+
+// Codes of PreemptRequested: why a task is preempted.
+const (
+	PreemptByClass   = "class"         // for a higher class, under the policy named
+	PreemptReclaim   = "reclaim"       // for a team below its guarantee, reclaiming GPUs borrowed
+	PreemptDrain     = "drain"         // its node drained with --preempt
+	PreemptUnhealthy = "gpu_unhealthy" // a GPU it holds turned unhealthy
+)
+
+// Cause is Code, or, for a record written before codes, the code its
+// policy and reason imply: the one place where old records' text is read
+// (reclaims said "team guarantee"; drains and unhealthy GPUs had their
+// own policy names).
+func (e PreemptRequested) Cause() string {
+	switch {
+	case e.Code != "":
+		return e.Code
+	case e.Policy == "drain":
+		return PreemptDrain
+	case e.Policy == "gpu-unhealthy":
+		return PreemptUnhealthy
+	case strings.Contains(e.Reason, "team guarantee"):
+		return PreemptReclaim
+	}
+	return PreemptByClass
 }
 
 // Checkpointed: the job saved a checkpoint it can resume from. Step is
@@ -166,6 +206,28 @@ type Requeued struct {
 	ResumeFrom string `json:"resume_from,omitempty"`
 	Epoch      uint64 `json:"epoch,omitempty"`        // as Dispatched.Epoch
 	BasedOnSeq uint64 `json:"based_on_seq,omitempty"` // as Dispatched.BasedOnSeq
+	// Code is why, for readers that decide on it (metrics): RequeueNodeLost
+	// or RequeuePreempted. Records written before codes have none: Cause
+	// reads them.
+	Code string `json:"code,omitempty"`
+}
+
+// Codes of Requeued.
+const (
+	RequeuePreempted = "preempted" // after a preemption (or a process that never started)
+	RequeueNodeLost  = "node_lost" // its node was lost
+)
+
+// Cause is Code, or, for a record written before codes, the code its
+// reason implies (a lost node's requeue said "node N lost").
+func (e Requeued) Cause() string {
+	switch {
+	case e.Code != "":
+		return e.Code
+	case strings.HasPrefix(e.Reason, "node ") && strings.HasSuffix(e.Reason, " lost"):
+		return RequeueNodeLost
+	}
+	return RequeuePreempted
 }
 
 // Completed: the task's process exited 0.

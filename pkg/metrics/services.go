@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -106,7 +105,7 @@ func DecisionReason(e events.Event) (typ, reason string) {
 	case events.PreemptRequested:
 		return typ, v.Policy
 	case events.Requeued:
-		if strings.HasPrefix(v.Reason, "node ") && strings.HasSuffix(v.Reason, " lost") {
+		if v.Cause() == events.RequeueNodeLost {
 			return typ, "node-lost"
 		}
 		return typ, "preempted"

@@ -167,8 +167,10 @@ func (pc *pass) walkStarved(yield func(*domain.Task) bool) bool {
 // earlier per class (agedAt), so a task is behind a lower class's only
 // once that one has waited ClassAging per class more; then the higher
 // class; then queue order.
-func (pc *pass) agedBefore(a, b *domain.Task) bool {
-	if ka, kb := pc.agedAt(a), pc.agedAt(b); !ka.Equal(kb) {
+func (pc *pass) agedBefore(a, b *domain.Task) bool { return agedBefore(&pc.opts, a, b) }
+
+func agedBefore(o *Options, a, b *domain.Task) bool {
+	if ka, kb := agedAt(o, a), agedAt(o, b); !ka.Equal(kb) {
 		return ka.Before(kb)
 	}
 	if a.Priority != b.Priority {
@@ -178,8 +180,8 @@ func (pc *pass) agedBefore(a, b *domain.Task) bool {
 }
 
 // agedAt is t's submit time less its class's head start.
-func (pc *pass) agedAt(t *domain.Task) time.Time {
-	return t.SubmittedAt.Add(-time.Duration(t.Priority-domain.Low) * pc.opts.ClassAging)
+func agedAt(o *Options, t *domain.Task) time.Time {
+	return t.SubmittedAt.Add(-time.Duration(t.Priority-domain.Low) * o.ClassAging)
 }
 
 func (pc *pass) tier(t *domain.Task) int {

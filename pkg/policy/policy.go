@@ -25,6 +25,7 @@ type Decision struct {
 	For        string             // Preempt: the task the victim yields to
 	Reason     string
 	Backfill   bool // Dispatch: started ahead of a reservation
+	Reclaim    bool // Preempt: for a team below its guarantee (else for a higher class)
 }
 
 // Preemption policies.
@@ -189,38 +190,83 @@ const DefaultStarvationWait = 96 * time.Hour
 // only CRITICAL preempts) it changes nothing.
 const DefaultPreemptPatience = 0
 
-// Validate checks the option names.
+// OptionError is an invalid option: Field names it as its flag does
+// (policy, within-class, backfill, victims, class-aging, preempt-patience,
+// starvation-wait, max-wait, aging-tau, teams), so a caller can name the
+// flag without reading the message.
+type OptionError struct {
+	Field string
+	Msg   string
+}
+
+func (e *OptionError) Error() string { return e.Msg }
+
+func optionErr(field, format string, a ...any) error {
+	return &OptionError{Field: field, Msg: fmt.Sprintf(format, a...)}
+}
+
+// DefaultOptions are the default policy, the defaults of every command's
+// policy flags (pkg/policy/policyflag): critical-only preemption, FIFO
+// within class, EASY backfill in queue order, least-lost victims, the
+// starvation bound DefaultStarvationWait, no class ageing, no preemption
+// patience, no teams. The zero Options differ in one way: the
+// starvation bound is off.
+func DefaultOptions() Options {
+	return Options{
+		Preemption:      CriticalOnly,
+		WithinClass:     FIFO,
+		Backfill:        BackfillQueue,
+		Victims:         LeastLost,
+		AgingTau:        DefaultAgingTau,
+		MaxWait:         DefaultMaxWait,
+		ClassAging:      DefaultClassAging,
+		StarvationWait:  DefaultStarvationWait,
+		PreemptPatience: DefaultPreemptPatience,
+	}
+}
+
+// Validate checks the option names and durations; an error is an
+// *OptionError naming the field.
 func (o Options) Validate() error {
 	switch o.Preemption {
 	case "", CriticalOnly, Ladder:
 	default:
-		return fmt.Errorf("policy %q: must be %s or %s", o.Preemption, CriticalOnly, Ladder)
+		return optionErr("policy", "policy %q: must be %s or %s", o.Preemption, CriticalOnly, Ladder)
 	}
 	switch o.WithinClass {
 	case "", FIFO, ShortestPredicted:
 	default:
-		return fmt.Errorf("within-class %q: must be %s or %s", o.WithinClass, FIFO, ShortestPredicted)
+		return optionErr("within-class", "within-class %q: must be %s or %s", o.WithinClass, FIFO, ShortestPredicted)
 	}
 	switch o.Backfill {
 	case "", BackfillShortest, BackfillQueue:
 	default:
-		return fmt.Errorf("backfill %q: must be %s or %s", o.Backfill, BackfillShortest, BackfillQueue)
+		return optionErr("backfill", "backfill %q: must be %s or %s", o.Backfill, BackfillShortest, BackfillQueue)
 	}
 	switch o.Victims {
 	case "", LeastLost, Newest:
 	default:
-		return fmt.Errorf("victims %q: must be %s or %s", o.Victims, LeastLost, Newest)
+		return optionErr("victims", "victims %q: must be %s or %s", o.Victims, LeastLost, Newest)
 	}
 	if o.ClassAging < 0 {
-		return fmt.Errorf("class-aging %s: must be ≥ 0", o.ClassAging)
+		return optionErr("class-aging", "class-aging %s: must be ≥ 0", o.ClassAging)
 	}
 	if o.PreemptPatience < 0 {
-		return fmt.Errorf("preempt-patience %s: must be ≥ 0", o.PreemptPatience)
+		return optionErr("preempt-patience", "preempt-patience %s: must be ≥ 0", o.PreemptPatience)
 	}
 	if o.StarvationWait < 0 {
-		return fmt.Errorf("starvation-wait %s: must be ≥ 0", o.StarvationWait)
+		return optionErr("starvation-wait", "starvation-wait %s: must be ≥ 0", o.StarvationWait)
 	}
-	return o.Teams.Validate()
+	if o.MaxWait < 0 {
+		return optionErr("max-wait", "max-wait %s: must be ≥ 0 (0: the default, %s)", o.MaxWait, DefaultMaxWait)
+	}
+	if o.AgingTau < 0 {
+		return optionErr("aging-tau", "aging-tau %s: must be ≥ 0 (0: the default, %s)", o.AgingTau, DefaultAgingTau)
+	}
+	if err := o.Teams.Validate(); err != nil {
+		return &OptionError{Field: "teams", Msg: err.Error()}
+	}
+	return nil
 }
 
 func (o Options) withDefaults() Options {

@@ -42,15 +42,29 @@ func (pc *pass) holdForPromised(t *domain.Task) bool {
 // byClass reports whether the preemption policy lets t preempt v by class
 // alone: critical-only, t is CRITICAL; ladder, v's class is strictly lower
 // (and, under ClassAging, t is ahead of v in the queue's order).
-func (pc *pass) byClass(t, v *domain.Task) bool {
-	switch pc.opts.Preemption {
+func (pc *pass) byClass(t, v *domain.Task) bool { return byClass(&pc.opts, t, v) }
+
+// MayPreemptByClass reports whether, under o, t may preempt v for its
+// class (not for a team's guarantee): under critical-only only a CRITICAL
+// t; under the ladder a t of a strictly higher class, and with ClassAging
+// (FIFO within class) only a v that t is ahead of in the queue's order.
+// The policy's passes decide with it, and audit verify checks the log's
+// preemptions with it.
+func MayPreemptByClass(o Options, t, v *domain.Task) bool {
+	o = o.withDefaults()
+	return byClass(&o, t, v)
+}
+
+// byClass is MayPreemptByClass on options with their defaults.
+func byClass(o *Options, t, v *domain.Task) bool {
+	switch o.Preemption {
 	case CriticalOnly:
 		return t.Priority == domain.Critical
 	case Ladder:
 		// Under ClassAging, only a victim t is ahead of in the queue's
 		// order: one that waited enough to count ahead of t would be back
 		// ahead of it once requeued, and take its GPUs again.
-		return v.Priority < t.Priority && (pc.opts.ClassAging <= 0 || pc.opts.WithinClass != FIFO || pc.agedBefore(t, v))
+		return v.Priority < t.Priority && (o.ClassAging <= 0 || o.WithinClass != FIFO || agedBefore(o, t, v))
 	}
 	return false
 }
@@ -296,7 +310,8 @@ func (pc *pass) preempt(t *domain.Task, tier int) bool {
 	}
 	for _, v := range victims {
 		why := "team guarantee: " + t.Team + " reclaims GPUs borrowed by " + v.t.Team
-		if pc.byClass(t, v.t) {
+		reclaim := !pc.byClass(t, v.t)
+		if !reclaim {
 			why = pc.opts.Preemption
 		}
 		pc.preempting[v.t.ID] = true
@@ -304,7 +319,7 @@ func (pc *pass) preempt(t *domain.Task, tier int) bool {
 		pc.victimsNow++
 		pc.usage[v.t.Team] -= v.n
 		pc.lend[v.t.Team] -= v.n
-		pc.res.Decisions = append(pc.res.Decisions, Decision{Kind: Preempt, TaskID: v.t.ID, For: t.ID,
+		pc.res.Decisions = append(pc.res.Decisions, Decision{Kind: Preempt, TaskID: v.t.ID, For: t.ID, Reclaim: reclaim,
 			Reason: fmt.Sprintf("preempted by %s for %s under policy %s", describe(t), t.Priority, why)})
 		pc.promised[t.ID] = append(pc.promised[t.ID], v.t)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/events/jetstream"
 	"github.com/gpuq/gpuq/pkg/policy"
+	"github.com/gpuq/gpuq/pkg/policy/policyflag"
 )
 
 // DefaultNATSURL is where services look for NATS when neither --nats nor
@@ -326,44 +327,17 @@ func Connect(ctx context.Context, name string, c *Common, notify Notify) (*nats.
 	}
 }
 
-// PolicyFlags are the scheduling policy's flags, shared by the scheduler
-// and the advisor (the advisor must run the scheduler's very policy).
-type PolicyFlags struct {
-	Preemption, WithinClass, Backfill, Teams string
-	Victims                                  string
-	MaxWait, ClassAging, StarvationWait      time.Duration
-	PreemptPatience                          time.Duration
-}
+// Policy registers the scheduling policy's flags (pkg/policy/policyflag),
+// shared by the scheduler and the advisor (the advisor must run the
+// scheduler's very policy), each with its environment fallback.
+func (f *Flags) Policy() *policyflag.Values { return policyflag.Bind(f) }
 
-// Policy registers the policy flags.
-func (f *Flags) Policy() *PolicyFlags {
-	p := &PolicyFlags{}
-	f.String(&p.Preemption, "policy", "GPUQ_POLICY", policy.CriticalOnly, "preemption policy: critical-only or ladder")
-	f.String(&p.WithinClass, "within-class", "GPUQ_WITHIN_CLASS", policy.FIFO, "order within a class: fifo or shortest-predicted")
-	f.String(&p.Backfill, "backfill", "GPUQ_BACKFILL", policy.BackfillQueue, "order of the backfill candidates behind the first blocked task (fifo within class): queue or shortest (predicted service first)")
-	f.String(&p.Teams, "teams", "GPUQ_TEAMS", "", "teams file (YAML or JSON) with guaranteed GPUs or shares")
-	f.Duration(&p.MaxWait, "max-wait", "GPUQ_MAX_WAIT", policy.DefaultMaxWait, "shortest-predicted: tasks waiting this long go first in their class")
-	f.Duration(&p.ClassAging, "class-aging", "GPUQ_CLASS_AGING", policy.DefaultClassAging, "starvation guard across classes under fifo within class: each class above LOW counts as submitted this much earlier per class (0: off)")
-	f.Duration(&p.StarvationWait, "starvation-wait", "GPUQ_STARVATION_WAIT", policy.DefaultStarvationWait, "starvation bound under fifo within class: a task that waited this long without a start goes ahead of every task below CRITICAL, across teams and classes, in submit order (0: off)")
-	f.Duration(&p.PreemptPatience, "preempt-patience", "GPUQ_PREEMPT_PATIENCE", policy.DefaultPreemptPatience, "how long a task below CRITICAL waits for a cheaper preemption: it preempts once its victims would lose at most its wait × its GPUs since their checkpoints, or once it waited this long (0: at once)")
-	f.String(&p.Victims, "victims", "GPUQ_VICTIMS", policy.LeastLost, "choice among victims of the same classes: least-lost or newest")
-	return p
-}
-
-// Options builds the policy options, exiting 2 with the field named when
-// they are invalid.
-func (f *Flags) PolicyOptions(p *PolicyFlags) policy.Options {
-	o := policy.Options{Preemption: p.Preemption, WithinClass: p.WithinClass, Backfill: p.Backfill, MaxWait: p.MaxWait,
-		ClassAging: p.ClassAging, StarvationWait: p.StarvationWait, PreemptPatience: p.PreemptPatience, Victims: p.Victims}
-	if p.Teams != "" {
-		ts, err := policy.LoadTeams(p.Teams)
-		if err != nil {
-			f.Invalid("teams", err.Error())
-		}
-		o.Teams = ts
-	}
-	if err := o.Validate(); err != nil {
-		f.Invalid("policy", err.Error())
+// PolicyOptions builds the policy options, exiting 2 with the flag named
+// when they are invalid.
+func (f *Flags) PolicyOptions(p *policyflag.Values) policy.Options {
+	o, err := p.Options()
+	if err != nil {
+		f.Invalid(policyflag.Field(err), err.Error())
 	}
 	return o
 }

@@ -3,10 +3,9 @@ package advisor
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"net/http"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,7 +18,6 @@ import (
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
-	"github.com/gpuq/gpuq/pkg/jsonguard"
 	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/policy"
 	"github.com/gpuq/gpuq/pkg/service"
@@ -107,7 +105,7 @@ func newAdvisor(cfg Config) *Advisor {
 		cfg.Tick = 5 * time.Second
 	}
 	if cfg.Policy == nil {
-		cfg.Policy = policy.New(policy.Options{})
+		cfg.Policy = policy.New(policy.DefaultOptions())
 	}
 	if cfg.SnapshotEvery == 0 {
 		cfg.SnapshotEvery = DefaultSnapshotEvery
@@ -169,7 +167,6 @@ func (a *Advisor) run(ctx context.Context) error {
 			_ = sub.Drain()
 		}
 	}()
-	defer a.fold.Read(func(st *domain.State) { snaps.Final(st, own) })
 	return a.fold.Run(ctx, service.Hooks{
 		// The estimator replays its own history with the fold.
 		Applied: func(st *domain.State, r events.Record, skipped string) {
@@ -179,11 +176,9 @@ func (a *Advisor) run(ctx context.Context) error {
 				snaps.Spent(time.Since(start))
 				a.live.Saw(st, r)
 			}
-			snaps.Saw(r)
 		},
 		// Answer estimate and stats requests once the log is folded.
 		CaughtUp: func(ctx context.Context) error {
-			a.fold.Read(func(st *domain.State) { snaps.Take(ctx, st, own) }) // a long fold is worth a snapshot at once
 			if cfg.NC != nil {
 				// Unscoped and team-scoped (api.TeamPrefix): estimates
 				// and stats hold nothing secret, so both answer alike.
@@ -205,11 +200,12 @@ func (a *Advisor) run(ctx context.Context) error {
 		// Publish what changed materially.
 		React: func(ctx context.Context) error {
 			a.publish(ctx)
-			a.fold.Read(func(st *domain.State) { snaps.Take(ctx, st, own) })
 			return nil
 		},
-		Tick: cfg.Tick,
-		Wake: a.wake,
+		Tick:      cfg.Tick,
+		Wake:      a.wake,
+		Snapshots: snaps,
+		Own:       own,
 	})
 }
 
@@ -309,39 +305,27 @@ func (a *Advisor) changed(st *domain.State, now time.Time) []estimate.Advice {
 	return out
 }
 
+// reply answers m with result or err (api.ReplyOf, the services' one
+// reply).
 func reply(m *nats.Msg, result any, err *api.Error) {
-	var r api.Reply
 	if err != nil {
-		r.Error, r.Field, r.NotFound = err.Msg, err.Field, err.NotFound
-	} else {
-		r.Result, _ = json.Marshal(result)
+		_ = api.Respond(m, api.ReplyOf(nil, err))
+		return
 	}
-	b, _ := json.Marshal(r)
-	_ = m.Respond(b)
+	_ = api.Respond(m, api.ReplyOf(result, nil))
 }
 
 func (a *Advisor) onEstimate(m *nats.Msg) {
-	if _, err := jsonguard.Check(m.Data); err != nil {
-		var ge *jsonguard.Error
-		field := "body"
-		if errors.As(err, &ge) && ge.Path != "" {
-			field = ge.Path
-		}
-		reply(m, nil, &api.Error{Msg: strings.TrimPrefix(err.Error(), field+": "), Field: field})
-		return
-	}
 	var req api.EstimateRequest
-	if err := json.Unmarshal(m.Data, &req); err != nil {
-		reply(m, nil, &api.Error{Msg: "malformed request: " + err.Error(), Field: "body"})
+	doc, derr := api.Decode(m.Data, &req)
+	if derr != nil {
+		reply(m, nil, derr)
 		return
 	}
 	// what_if_gpus is omitted when not asked for; given, it must be ≥ 1
 	// (an explicit 0 is not "unchanged").
-	var given struct {
-		WhatIfGPUs *int `json:"what_if_gpus"`
-	}
-	if json.Unmarshal(m.Data, &given) == nil && given.WhatIfGPUs != nil && *given.WhatIfGPUs < 1 {
-		reply(m, nil, &api.Error{Msg: "must be ≥ 1", Field: "what_if_gpus"})
+	if doc != nil && doc.Has("what_if_gpus") && req.WhatIfGPUs < 1 {
+		reply(m, nil, &api.Error{Msg: "must be ≥ 1", Field: "what_if_gpus", Status: http.StatusBadRequest})
 		return
 	}
 	v, err := a.Estimate(req, a.cfg.Now())
@@ -381,18 +365,11 @@ func (a *Advisor) estimate(st *domain.State, req api.EstimateRequest, prio domai
 		v, _ := a.est.AdviseOne(st, req.TaskID, now)
 		return v, nil
 	}
-	if t.State != domain.Queued {
+	// The hypothetical task: the change applied to a copy, advised there.
+	v, ok := a.est.AdviseWhatIf(st, t.ID, req.WhatIfGPUs, prio, now)
+	if !ok {
 		return estimate.Advice{}, &api.Error{Msg: "what-ifs are for queued tasks; this one is " + string(t.State), Field: "task_id"}
 	}
-	// The hypothetical task: the change applied to a copy, advised there.
-	c := st.CloneLive()
-	am := events.Amended{TaskID: t.ID, GPUs: req.WhatIfGPUs}
-	if prio.Valid() {
-		am.Priority = prio.String()
-	}
-	c.Apply(events.Record{Seq: c.Seq + 1, Envelope: events.Envelope{Type: am.EventType(), Time: now}, Event: am})
-	v, _ := a.est.AdviseOne(c, t.ID, now)
-	v.Method += " (what-if)"
 	return v, nil
 }
 

@@ -28,10 +28,15 @@ type Rules struct {
 	// last estimate the task's owner was told (or the first one seen).
 	ETAMin      time.Duration
 	ETAFraction float64
+	// DeadlineMargin: a deadline_at_risk already sent is armed again
+	// (sent once more, with a new id) only after the P90 start plus the
+	// predicted run came back this far inside the deadline (15 min).
+	DeadlineMargin time.Duration
 }
 
 // DefaultRules are issue #27's thresholds.
-var DefaultRules = Rules{SoonWithin: 10 * time.Minute, SoonRearm: 30 * time.Minute, ETAMin: 15 * time.Minute, ETAFraction: 0.5, SuggestMin: 30 * time.Minute}
+var DefaultRules = Rules{SoonWithin: 10 * time.Minute, SoonRearm: 30 * time.Minute, ETAMin: 15 * time.Minute, ETAFraction: 0.5, SuggestMin: 30 * time.Minute,
+	DeadlineMargin: 15 * time.Minute}
 
 // Decider turns folded records and advice into notices. It is pure: no
 // clock (now is passed in), no I/O; the service calls it with the fold's
@@ -53,6 +58,8 @@ type track struct {
 	baseline  time.Time
 	alerted   bool
 	suggested map[string]bool // suggestion kinds sent in this attempt
+	riskSent  bool            // deadline_at_risk sent in this attempt (until re-armed)
+	riskN     int             // deadline_at_risk sent in this attempt
 }
 
 type seen struct {
@@ -77,6 +84,9 @@ func NewDecider(r Rules) *Decider {
 	}
 	if r.SuggestMin > 0 {
 		d.SuggestMin = r.SuggestMin
+	}
+	if r.DeadlineMargin > 0 {
+		d.DeadlineMargin = r.DeadlineMargin
 	}
 	return &Decider{rules: d, tasks: map[string]*track{}, advice: map[string]*seen{}, fresh: map[string]bool{}}
 }
@@ -246,6 +256,9 @@ func (d *Decider) evaluate(st *domain.State, id string, now time.Time) []Notice 
 		out = append(out, n)
 		tr.baseline = a.P50Start
 	}
+	if !t.Deadline.IsZero() {
+		out = append(out, d.deadline(st, t, a, tr, now)...)
+	}
 	if fresh {
 		switch {
 		case tr.baseline.IsZero():
@@ -293,11 +306,44 @@ func (d *Decider) evaluate(st *domain.State, id string, now time.Time) []Notice 
 	return out
 }
 
+// deadline decides deadline_at_risk for a waiting task with a deadline:
+// once its P90 start (now, if that passed) plus its predicted run ends
+// after the deadline; once per attempt, armed again only when the end
+// came back at least DeadlineMargin inside the deadline. Time alone can
+// cause it (a P90 start that passed moves the end with the clock), so it
+// is decided at every evaluation, not only on fresh advice.
+func (d *Decider) deadline(st *domain.State, t *domain.Task, a estimate.Advice, tr *track, now time.Time) []Notice {
+	run := time.Duration(a.RunS * float64(time.Second))
+	if run <= 0 {
+		// Advice from an advisor that does not say: the user's estimate
+		// of what is left to run.
+		run = max(time.Duration((t.Hours*3600-t.RunSeconds)*float64(time.Second)), 5*time.Second)
+	}
+	start := a.P90Start
+	if start.Before(now) {
+		start = now
+	}
+	end := start.Add(run)
+	if tr.riskSent && !end.Add(d.rules.DeadlineMargin).After(t.Deadline) {
+		tr.riskSent = false
+		tr.riskN++
+	}
+	risk, why := estimate.DeadlineRisk(t.Deadline, a.P90Start, run, now)
+	if !risk || tr.riskSent {
+		return nil
+	}
+	tr.riskSent = true
+	n := d.adviceNotice(st, t.ID, DeadlineAtRisk, a, tr, NoticeID(t.ID, DeadlineAtRisk, tr.attempt, tr.riskN), now)
+	n.Deadline, n.RunS, n.P90End = ptime(t.Deadline), run.Seconds(), ptime(end)
+	n.Text = sentence(fmt.Sprintf("Task %s %s", label(n.TaskName, n.Team), why))
+	return []Notice{n}
+}
+
 // notice is a notice of type typ about task id caused by record r.
 func (d *Decider) notice(st *domain.State, id, typ string, r events.Record, attempt int) Notice {
 	n := Notice{ID: NoticeID(id, typ, r.Seq), Type: typ, TaskID: id, Seq: r.Seq, Time: recordTime(r), Attempt: attempt}
 	if t := st.Tasks[id]; t != nil {
-		n.TaskName, n.Team = t.Name, t.Team
+		n.TaskName, n.Team, n.notify = t.Name, t.Team, t.Notify
 	}
 	return n
 }
@@ -307,7 +353,7 @@ func (d *Decider) adviceNotice(st *domain.State, id, typ string, a estimate.Advi
 	n := Notice{ID: nid, Type: typ, TaskID: id, Seq: a.BasedOnSeq, Time: now, Attempt: tr.attempt,
 		P50Start: ptime(a.P50Start), P90Start: ptime(a.P90Start), Reason: a.Reason}
 	if t := st.Tasks[id]; t != nil {
-		n.TaskName, n.Team = t.Name, t.Team
+		n.TaskName, n.Team, n.notify = t.Name, t.Team, t.Notify
 	}
 	return n
 }

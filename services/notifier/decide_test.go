@@ -259,3 +259,96 @@ func TestDecideDeterministic(t *testing.T) {
 		t.Errorf("a second fold decided otherwise (-first +second):\n%s", diff)
 	}
 }
+
+// deadline_at_risk: the task of one hour (the user's estimate: the
+// advice here gives no predicted run) with a deadline at dl from the
+// fixture's start; advice P50 start p50 from now, P90 twice as far.
+func TestDecideDeadlineAtRisk(t *testing.T) {
+	withDeadline := func(dl time.Duration) events.Event {
+		return dt.Task().ID(taskA).Name("train").Team("vision").GPUs(4).Hours(1).Deadline(dt.Epoch.Add(dl)).Submitted()
+	}
+	run := []step{{ev: dt.Dispatch(taskA, dt.On("n1", 0, 1, 2, 3))}, {ev: events.Started{TaskID: taskA, Node: "n1", PID: 7}}}
+	cases := map[string]struct {
+		steps []step
+		want  []string
+	}{
+		"safe: the P90 start plus the run ends well inside": {
+			steps: []step{{ev: withDeadline(5 * time.Hour)}, {advise: true, p50: time.Hour}, {wait: time.Minute, tick: true}},
+			want:  nil,
+		},
+		"no deadline: nothing": {
+			steps: []step{{ev: submitted(taskA)}, {advise: true, p50: 10 * time.Hour}, {tick: true}},
+			want:  nil,
+		},
+		"at risk: once, however often the advice says so": {
+			steps: []step{{ev: withDeadline(150 * time.Minute)}, {advise: true, p50: time.Hour}, {advise: true, p50: time.Hour},
+				{wait: time.Minute, tick: true}, {advise: true, p50: 61 * time.Minute}},
+			want: []string{DeadlineAtRisk},
+		},
+		"not after started, even from advice made before": {
+			steps: append(append([]step{{ev: withDeadline(90 * time.Minute)}}, run...), step{advise: true, p50: time.Hour}, step{tick: true}),
+			want:  []string{Started},
+		},
+		"hysteresis: armed again only once back 15 min inside": {
+			steps: []step{{ev: withDeadline(3 * time.Hour)},
+				{advise: true, p50: 65 * time.Minute},  // ends 3 h 10: at risk
+				{advise: true, p50: 55 * time.Minute},  // ends 2 h 50: inside by 10 min, not armed
+				{advise: true, p50: 65 * time.Minute},  // at risk, still sent
+				{advise: true, p50: 40 * time.Minute},  // ends 2 h 20: armed again
+				{advise: true, p50: 65 * time.Minute}}, // at risk again
+			want: []string{DeadlineAtRisk, DeadlineAtRisk},
+		},
+		"time alone: a P90 start that passed moves the end with the clock": {
+			steps: []step{{ev: withDeadline(2 * time.Hour)}, {advise: true, p50: 15 * time.Minute}, // ends 1 h 30
+				{wait: 45 * time.Minute, tick: true},  // starts_soon; ends 1 h 45 at the earliest
+				{wait: 20 * time.Minute, tick: true}}, // ends 2 h 05
+			want: []string{StartsSoon, DeadlineAtRisk},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			var got []string
+			for _, s := range tc.steps {
+				f.now = f.now.Add(s.wait)
+				var ns []Notice
+				switch {
+				case s.ev != nil:
+					ns = f.rec(s.ev)
+				case s.advise:
+					ns = f.advise(taskA, s.p50, "")
+				case s.tick:
+					ns = f.d.Evaluate(f.st, f.now)
+				}
+				for _, n := range ns {
+					got = append(got, n.Type)
+					if n.Type != DeadlineAtRisk {
+						continue
+					}
+					if !strings.HasPrefix(n.Text, `Task "train" (team vision) may miss its deadline `) || !strings.Contains(n.Text, "+ about 1 h run ends") {
+						t.Errorf("text %q", n.Text)
+					}
+					if n.Deadline == nil || n.RunS != 3600 || n.P90End == nil || !n.P90End.After(*n.Deadline) {
+						t.Errorf("notice %+v: want the deadline, run_s 3600 and an end after the deadline", n)
+					}
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("notices (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// The predicted run of the advice, when it gives one, is the run.
+func TestDecideDeadlineUsesPredictedRun(t *testing.T) {
+	f := newFixture(t)
+	f.rec(dt.Task().ID(taskA).Name("train").Team("vision").GPUs(4).Hours(1).Deadline(dt.Epoch.Add(4 * time.Hour)).Submitted())
+	a := estimate.Advice{TaskID: taskA, State: string(domain.Queued), P50Start: f.now.Add(time.Hour), P90Start: f.now.Add(2 * time.Hour),
+		BasedOnSeq: f.seq, At: f.now, RunS: 3 * 3600, Suggestions: []estimate.Suggestion{}}
+	f.d.Advice(a)
+	ns := f.d.Evaluate(f.st, f.now)
+	if len(ns) != 1 || ns[0].Type != DeadlineAtRisk || ns[0].RunS != 3*3600 || !strings.Contains(ns[0].Text, "about 3 h run") {
+		t.Fatalf("notices %+v: want deadline_at_risk on the predicted 3 h run (the user said 1 h)", ns)
+	}
+}

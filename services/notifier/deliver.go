@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,9 +35,30 @@ type Destination struct {
 	URL    string
 	Secret []byte   // "" : no signature header
 	Events []string // the types it wants (none: all)
-	// restricted: a team's, delivered only where Config.Allow permits.
+	// restricted: a team's or a task's, delivered only where
+	// Config.Allow permits.
 	restricted bool
+	// task: a task's own (gpuq submit --notify): it gets only the notices
+	// of the tasks that name its URL, never signed (the log, where the
+	// URL is kept, holds no secret for it).
+	task bool
 }
+
+// HeaderSignatureStatus says, on a delivery to a task's own destination
+// (gpuq submit --notify), that it is not signed: "unsigned".
+const HeaderSignatureStatus = "X-Gpuq-Signature-Status"
+
+// taskDestPrefix begins the id of a task's own destination.
+const taskDestPrefix = "task-"
+
+// TaskDestination is the destination of a task's --notify URL: one per
+// URL, shared by every task that names it, restricted like a team's.
+func TaskDestination(rawURL string) Destination {
+	return Destination{ID: taskDestPrefix + NoticeID("task-dest", rawURL)[1:13], URL: rawURL, restricted: true, task: true}
+}
+
+// isTaskDest reports whether a destination id is a task's own.
+func isTaskDest(id string) bool { return strings.HasPrefix(id, taskDestPrefix) }
 
 // NewDestination returns a destination with its id.
 func NewDestination(team, rawURL string, secret []byte, types []string) Destination {
@@ -47,6 +69,9 @@ func NewDestination(team, rawURL string, secret []byte, types []string) Destinat
 func (d Destination) Wants(n Notice) bool {
 	if n.only != "" {
 		return n.only == d.ID
+	}
+	if d.task {
+		return slices.Contains(n.notify, d.URL)
 	}
 	if d.Team != "" && d.Team != n.Team {
 		return false
@@ -129,7 +154,10 @@ type worker struct {
 	s    *sender
 	dest Destination
 
-	stop     context.CancelFunc // ends run (the destination was removed)
+	stop context.CancelFunc // ends run (the destination was removed)
+	// idle, for a task's destination: asked after idleTicks refill ticks
+	// with nothing to do; true: the worker was dropped, run returns.
+	idle     func(*worker) bool
 	mu       sync.Mutex
 	queue    map[string]*Delivery // by notice id
 	overflow bool                 // deliveries recorded but not queued: read them back when there is room
@@ -181,6 +209,7 @@ func (w *worker) next() *Delivery {
 func (w *worker) run(ctx context.Context) {
 	refill := time.NewTicker(30 * time.Second)
 	defer refill.Stop()
+	idle := 0
 	for ctx.Err() == nil {
 		d := w.next()
 		var due <-chan time.Time
@@ -203,11 +232,29 @@ func (w *worker) run(ctx context.Context) {
 		case <-w.wake:
 		case <-refill.C:
 			w.refill(ctx)
+			if d != nil {
+				idle = 0
+			} else if idle++; w.idle != nil && idle >= idleTicks && w.idle(w) {
+				return
+			}
 		}
 		if timer != nil {
 			timer.Stop()
 		}
 	}
+}
+
+// idleTicks: a task's destination with nothing to deliver for this many
+// refill ticks (10 min) stops its worker; the next notice for it starts
+// one again.
+const idleTicks = 20
+
+// empty reports whether w has nothing queued and nothing left in the
+// store.
+func (w *worker) empty() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.queue) == 0 && !w.overflow
 }
 
 // refill reads back recorded deliveries that did not fit the queue.
@@ -311,6 +358,8 @@ func (w *worker) send(ctx context.Context, d *Delivery) error {
 	req.Header.Set(HeaderID, d.NoticeID)
 	if len(w.dest.Secret) > 0 {
 		req.Header.Set(HeaderSignature, Sign(w.dest.Secret, d.Body, time.Now()))
+	} else if w.dest.task {
+		req.Header.Set(HeaderSignatureStatus, "unsigned")
 	}
 	client := w.s.client
 	if w.dest.restricted {

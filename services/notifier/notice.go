@@ -20,10 +20,11 @@ const (
 	Alert            = "alert"
 	Test             = "test" // gpuq notify test; never decided from the log
 	Suggestion       = "suggestion"
+	DeadlineAtRisk   = "deadline_at_risk"
 )
 
 // Types lists every notice type a destination may ask for.
-var Types = []string{StartsSoon, ETAChanged, PreemptRequested, Started, Completed, Failed, Alert, Test, Suggestion}
+var Types = []string{StartsSoon, ETAChanged, PreemptRequested, Started, Completed, Failed, Alert, Test, Suggestion, DeadlineAtRisk}
 
 // Notice is one notification, as a destination receives it (the POST's
 // JSON body). Text is one human sentence: Slack's incoming webhooks show
@@ -54,8 +55,14 @@ type Notice struct {
 	Alert          string     `json:"alert,omitempty"`
 	Command        string     `json:"command,omitempty"` // a suggestion's
 	SavesS         float64    `json:"saves_s,omitempty"` // a suggestion's P50 saving, in seconds
+	// A deadline_at_risk's: the task's deadline, the predicted run (s)
+	// and when the task would end, starting at its P90 start.
+	Deadline *time.Time `json:"deadline,omitempty"`
+	RunS     float64    `json:"run_s,omitempty"`
+	P90End   *time.Time `json:"p90_end,omitempty"`
 
-	only string // a test notice's one destination
+	only   string   // a test notice's one destination
+	notify []string // the task's own destinations (gpuq submit --notify)
 }
 
 // NoticeID is a notice's id: derived from what makes it unique, so that

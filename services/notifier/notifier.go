@@ -174,6 +174,10 @@ func (n *Notifier) run(ctx context.Context) error {
 	}
 	for _, d := range pending {
 		d.order = orderSeq.Add(1)
+		if isTaskDest(d.Dest) {
+			n.addTask(TaskDestination(d.URL), d)
+			continue
+		}
 		w := n.worker(d.Dest)
 		if w == nil {
 			d.LastError = "destination no longer configured"
@@ -325,44 +329,85 @@ func (n *Notifier) react(ctx context.Context) error {
 }
 
 // record records notice x for every destination that wants it, once,
-// and queues it there.
+// and queues it there: the operator's and the teams' destinations, then
+// the task's own (gpuq submit --notify).
 func (n *Notifier) record(ctx context.Context, x Notice, now time.Time) error {
-	var ds []Delivery
+	var to []Destination
 	for _, w := range n.destinations() {
-		id := w.dest.ID
-		if !w.dest.Wants(x) {
-			continue
+		if w.dest.Wants(x) {
+			to = append(to, w.dest)
 		}
-		if ds == nil {
-			done, err := n.store.Recorded(ctx, x.ID)
-			if err != nil {
-				return err
-			}
-			if done {
-				n.metrics.Count(x.Type, "duplicate")
-				return nil
-			}
-		}
-		body, err := json.Marshal(x)
-		if err != nil {
-			return err
-		}
-		ds = append(ds, Delivery{NoticeID: x.ID, Type: x.Type, TaskID: x.TaskID, Dest: id, URL: w.dest.URL, Body: body, Created: now, Next: now})
 	}
-	if len(ds) == 0 {
+	for _, u := range x.notify {
+		to = append(to, TaskDestination(u))
+	}
+	if len(to) == 0 {
 		return nil
+	}
+	done, err := n.store.Recorded(ctx, x.ID)
+	if err != nil {
+		return err
+	}
+	if done {
+		n.metrics.Count(x.Type, "duplicate")
+		return nil
+	}
+	body, err := json.Marshal(x)
+	if err != nil {
+		return err
+	}
+	ds := make([]Delivery, 0, len(to))
+	for _, d := range to {
+		ds = append(ds, Delivery{NoticeID: x.ID, Type: x.Type, TaskID: x.TaskID, Dest: d.ID, URL: d.URL, Body: body, Created: now, Next: now})
 	}
 	if err := n.store.Record(ctx, x.ID, ds); err != nil {
 		return err
 	}
-	for _, d := range ds {
+	for i, d := range ds {
 		d.order = orderSeq.Add(1)
 		n.metrics.Count(d.Type, "recorded")
-		if w := n.worker(d.Dest); w != nil {
+		if to[i].task {
+			n.addTask(to[i], d)
+		} else if w := n.worker(d.Dest); w != nil {
 			w.add(d)
 		}
 	}
 	return nil
+}
+
+// addTask queues d at task destination dest's worker, starting one when
+// there is none (none is kept for a destination idle for a while).
+func (n *Notifier) addTask(dest Destination, d Delivery) {
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	w := n.workers[dest.ID]
+	if w == nil {
+		w = newWorker(n.sender, dest)
+		// A new worker reads back what the store holds for it (deliveries
+		// of an earlier worker of the same URL that stopped idle cannot
+		// exist: it stops only when it has none).
+		w.idle = n.dropIdle
+		ctx, stop := context.WithCancel(n.wctx)
+		w.stop = stop
+		n.workers[dest.ID] = w
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); w.run(ctx) }()
+	}
+	w.add(d)
+}
+
+// dropIdle drops task destination worker w when it has nothing to do;
+// true: dropped. Under wmu, so that addTask never adds to a worker that
+// has stopped.
+func (n *Notifier) dropIdle(w *worker) bool {
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	if !w.empty() || n.workers[w.dest.ID] != w {
+		return false
+	}
+	delete(n.workers, w.dest.ID)
+	w.stop()
+	return true
 }
 
 // destinations are the workers in configuration order.

@@ -455,3 +455,185 @@ func TestFirstStartNothingFromThePast(t *testing.T) {
 		}
 	}
 }
+
+// A task's own destinations (gpuq submit --notify) get that task's
+// notices — and no other task's — unsigned and saying so, with the same
+// retries; restricted like a team's: loopback only where allowed.
+func TestTaskNotifyDelivery(t *testing.T) {
+	cases := map[string]struct {
+		allow    Allow
+		wantHits int // at the task's receiver
+		wantDead int
+	}{
+		"delivered where allowed (gpuq dev)":       {allow: Allow{Local: true}, wantHits: 2},
+		"loopback refused by default: dead letter": {allow: Allow{}, wantDead: 2},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			team := newReceiver(t, nil) // the operator's, sees everything
+			mine := newReceiver(t, func(n int) int {
+				if n == 1 {
+					return 500 // the first attempt fails: retried like any delivery
+				}
+				return 200
+			})
+			store := NewMem()
+			w := newWorld(t, store, dest(team))
+			w.cfg.Allow = tc.allow
+			w.start()
+			url := mine.srv.URL + "/task-hook"
+			w.append(dt.Task().ID(taskA).Name("train").Team("vision").GPUs(1).Notify(url).Submitted())
+			w.append(dt.Dispatch(taskA, dt.On("n1", 0)))
+			w.append(events.Started{TaskID: taskA, Node: "n1", PID: 1})
+			w.append(events.Completed{TaskID: taskA, Node: "n1"})
+			w.run(taskB) // names no destination of its own
+			team.waitFor(t, "both tasks' notices at the operator's", func(hs []hit) bool { return len(hs) >= 4 })
+			if tc.wantHits > 0 {
+				// started fails once, then started and completed arrive.
+				mine.waitFor(t, "task A's notices", func(hs []hit) bool { return len(hs) >= tc.wantHits+1 })
+			}
+			var dead []Delivery
+			for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+				if dead, _ = store.DeadLetters(w.ctx); len(dead) >= tc.wantDead {
+					break
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+			hs := mine.all()
+			if tc.wantHits == 0 {
+				if len(hs) != 0 {
+					t.Fatalf("a loopback task destination got %s without --webhook-allow or gpuq dev", types(hs))
+				}
+				if len(dead) != tc.wantDead || !strings.Contains(dead[0].LastError, "not allowed") {
+					t.Fatalf("dead letters %+v, want %d refused by the allow rules", dead, tc.wantDead)
+				}
+				return
+			}
+			if len(dead) != 0 {
+				t.Errorf("dead letters %+v", dead)
+			}
+			unique := map[string]bool{}
+			for _, h := range hs {
+				unique[h.id] = true
+				if h.n.TaskID != taskA {
+					t.Errorf("the task's destination got %s about task %s", h.n.Type, h.n.TaskID)
+				}
+				if h.sig != "" {
+					t.Errorf("%s: signed (%q); a task's destination has no secret", h.n.Type, h.sig)
+				}
+			}
+			if len(unique) != 2 || count(hs, Started) != 2 || count(hs, Completed) != 1 {
+				t.Errorf("got %s; want started (refused once, then again with the same id) and completed", types(hs))
+			}
+			// The operator's destination still gets task A's notices, signed.
+			if n := len(team.all()); n != 4 {
+				t.Errorf("the operator's destination got %d notices, want 4", n)
+			}
+		})
+	}
+}
+
+// The header says a task destination's delivery is unsigned.
+func TestTaskNotifyUnsignedHeader(t *testing.T) {
+	got := make(chan http.Header, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() }))
+	t.Cleanup(srv.Close)
+	w := newWorld(t, NewMem())
+	w.cfg.Allow = Allow{Local: true}
+	w.start()
+	w.append(dt.Task().ID(taskA).Name("train").Team("vision").GPUs(1).Notify(srv.URL).Submitted())
+	w.append(dt.Dispatch(taskA, dt.On("n1", 0)))
+	w.append(events.Started{TaskID: taskA, Node: "n1", PID: 1})
+	select {
+	case h := <-got:
+		if h.Get(HeaderSignatureStatus) != "unsigned" || h.Get(HeaderSignature) != "" || h.Get(HeaderID) == "" {
+			t.Errorf("headers %v: want %s: unsigned, no signature, an event id", h, HeaderSignatureStatus)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no delivery in 20 s")
+	}
+}
+
+// A notifier restarted with a task's delivery pending delivers it to the
+// task's destination (known from the record, not from a configuration).
+func TestTaskNotifyAfterRestart(t *testing.T) {
+	for name, open := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			store, _ := open()
+			mine := newReceiver(t, nil)
+			w := newWorld(t, store)
+			w.cfg.Allow = Allow{Local: true}
+			var once sync.Once
+			crashed := make(chan struct{})
+			w.cfg.crash = func(d Delivery) bool {
+				hit := false
+				once.Do(func() { hit = true; close(crashed) })
+				return hit
+			}
+			w.start()
+			w.append(dt.Task().ID(taskA).Name("train").Team("vision").GPUs(1).Notify(mine.srv.URL).Submitted())
+			w.append(dt.Dispatch(taskA, dt.On("n1", 0)))
+			w.append(events.Started{TaskID: taskA, Node: "n1", PID: 1})
+			<-crashed
+			w.stop()
+			w.cfg.crash = nil
+			w.append(events.Completed{TaskID: taskA, Node: "n1"}) // while it is down
+			w.start()
+			hs := mine.waitFor(t, "started again and completed", func(hs []hit) bool { return count(hs, Completed) == 1 && count(hs, Started) == 2 })
+			time.Sleep(300 * time.Millisecond)
+			if hs = mine.all(); len(hs) != 3 {
+				t.Errorf("got %s; want started (killed before its record), started again, completed", types(hs))
+			}
+		})
+	}
+}
+
+// With the advice stream: a task whose P90 start plus its predicted run
+// passes its deadline gets deadline_at_risk once, at its own destination
+// too; none after it started.
+func TestDeadlineAtRiskFromAdvice(t *testing.T) {
+	store, js := stores(t)["kv"]()
+	r := newReceiver(t, nil)
+	mine := newReceiver(t, nil)
+	w := newWorld(t, store, dest(r))
+	w.js = js
+	w.cfg.Allow = Allow{Local: true}
+	w.start()
+	dl := time.Now().Add(3 * time.Hour)
+	w.append(dt.Task().ID(taskA).Name("train").Team("vision").GPUs(1).Hours(1).Deadline(dl).Notify(mine.srv.URL).Submitted())
+	publish := func(p90 time.Duration, runS float64) {
+		t.Helper()
+		now := time.Now()
+		b, _ := json.Marshal(estimate.Advice{TaskID: taskA, State: string(domain.Queued), P50Start: now.Add(p90 / 2), P90Start: now.Add(p90),
+			RunS: runS, BasedOnSeq: 2, At: now})
+		if _, err := js.Publish(w.ctx, events.AdviceSubject(taskA), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(time.Hour, 3600) // ends in 2 h: safe
+	time.Sleep(300 * time.Millisecond)
+	if hs := r.all(); len(hs) != 0 {
+		t.Fatalf("got %s for a deadline met", types(hs))
+	}
+	publish(time.Hour, 3*3600) // ends in 4 h: at risk
+	hs := r.waitFor(t, "deadline_at_risk", func(hs []hit) bool { return count(hs, DeadlineAtRisk) == 1 })
+	publish(70*time.Minute, 3*3600) // still at risk: no second one
+	mine.waitFor(t, "deadline_at_risk at the task's destination", func(hs []hit) bool { return count(hs, DeadlineAtRisk) == 1 })
+	var n Notice
+	for _, h := range hs {
+		if h.n.Type == DeadlineAtRisk {
+			n = h.n
+		}
+	}
+	if !strings.Contains(n.Text, "may miss its deadline") || !strings.Contains(n.Text, "about 3 h run") || n.Deadline == nil || n.RunS != 3*3600 {
+		t.Errorf("notice %+v", n)
+	}
+	w.append(dt.Dispatch(taskA, dt.On("n1", 0)))
+	w.append(events.Started{TaskID: taskA, Node: "n1", PID: 1})
+	r.waitFor(t, "started", func(hs []hit) bool { return count(hs, Started) == 1 })
+	publish(2*time.Hour, 5*3600) // late advice from before the start
+	time.Sleep(300 * time.Millisecond)
+	if hs := r.all(); count(hs, DeadlineAtRisk) != 1 {
+		t.Errorf("got %s, want one deadline_at_risk and none after started", types(hs))
+	}
+}

@@ -86,7 +86,7 @@ func New(cfg Config) *Scheduler {
 		cfg.Now = time.Now
 	}
 	if cfg.Policy == nil {
-		cfg.Policy = policy.New(policy.Options{})
+		cfg.Policy = policy.New(policy.DefaultOptions())
 	}
 	if cfg.Instance == "" {
 		h, _ := os.Hostname()
@@ -160,13 +160,6 @@ func (s *Scheduler) Snapshot() *domain.State {
 	return c
 }
 
-// Leading reports whether this instance holds the lease.
-func (s *Scheduler) Leading() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.lead
-}
-
 // Errors that end a leadership term.
 var (
 	errLeaseExpired = errors.New("scheduler: the lease may have expired (renewal overdue)")
@@ -198,16 +191,12 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 	err := fold.Run(ctx, service.Hooks{
 		Applied: func(st *domain.State, r events.Record, skipped string) {
 			s.clock.observe(r.Time)
-			s.snaps.saw(r)
-			if c, ok := r.Event.(events.Completed); ok && skipped == "" {
-				if t := st.Tasks[c.TaskID]; t != nil {
-					s.pred.Observe(t)
-				}
+			if skipped == "" {
+				s.pred.Learn(st, r)
 			}
 		},
 		CaughtUp: func(ctx context.Context) error {
 			fold.Read(func(st *domain.State) {
-				s.snaps.take(ctx, st, s.pred) // a long fold is worth a snapshot at once
 				// Every known node gets a full timeout to show its heartbeat.
 				seen := map[string]time.Time{}
 				for name := range st.Nodes {
@@ -236,7 +225,6 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 			}
 			var err error
 			fold.Read(func(st *domain.State) {
-				s.snaps.take(ctx, st, s.pred)
 				dg.update(st)
 				if st.Seq < waitFor {
 					return
@@ -248,9 +236,10 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 			dg.publish(ctx)
 			return err
 		},
-		Tick: s.cfg.Tick,
+		Tick:      s.cfg.Tick,
+		Snapshots: s.snaps.Snapshots,
+		Own:       own(s.pred),
 	})
-	fold.Read(func(st *domain.State) { s.snaps.final(st, s.pred) })
 	if err == nil {
 		err = ctx.Err()
 	}

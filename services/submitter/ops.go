@@ -108,6 +108,11 @@ func (s *server) submit(ctx context.Context, req domain.Request) (api.SubmitRepl
 	if err := req.Validate(s.limits); err != nil {
 		return api.SubmitReply{}, err
 	}
+	if req.Deadline != nil {
+		if err := domain.CheckDeadline(req.Deadline, s.now()); err != nil {
+			return api.SubmitReply{}, err
+		}
+	}
 	key := req.IdempotencyKey
 	if key != "" {
 		// 1. The fold remembers every key, beyond the stream's dedupe window.
@@ -207,12 +212,18 @@ func (s *server) submit(ctx context.Context, req domain.Request) (api.SubmitRepl
 
 // submittedOf is the submitted event of a validated request.
 func submittedOf(req domain.Request, id string, now time.Time) events.Submitted {
-	return events.Submitted{
+	e := events.Submitted{
 		TaskID: id, Name: req.Name, Team: req.Team, Priority: req.Priority, GPUs: req.GPUs,
 		Hours: req.Hours, Hypothesis: req.Hypothesis, Command: req.Command, Preemptible: !req.NoPreempt,
 		PreemptSignal: req.PreemptSignal, GraceS: req.GraceS, GPUModel: req.GPUModel,
 		MinGPUMemMiB: req.MinGPUMemMiB, IdempotencyKey: req.IdempotencyKey, SubmittedAt: now.UTC(), Env: req.Env, Dir: req.Dir,
+		Notify: req.Notify,
 	}
+	if req.Deadline != nil {
+		d := req.Deadline.UTC()
+		e.Deadline = &d
+	}
+	return e
 }
 
 // samePayload refuses a keyed submission whose payload is not the one the
@@ -228,7 +239,9 @@ func submittedOf(req domain.Request, id string, now time.Time) events.Submitted 
 // itself, read back by its sequence — not the task in the fold, which
 // amends change — so records written before this check compare too and the
 // log needs no digest. allow_unplaceable is not recorded and not compared:
-// it decides whether a request is accepted, not what the task is.
+// it decides whether a request is accepted, not what the task is. A
+// deadline is compared only for being there or not: a relative one
+// (--deadline 6h) is another time at each retry, and the first stands.
 func samePayload(orig, req events.Submitted) error {
 	diff := ""
 	switch {
@@ -260,6 +273,12 @@ func samePayload(orig, req events.Submitted) error {
 		diff = "env"
 	case orig.Dir != req.Dir:
 		diff = "dir"
+	case !slices.Equal(orig.Notify, req.Notify):
+		diff = "notify"
+	case (orig.Deadline == nil) != (req.Deadline == nil):
+		// Only whether there is one: a relative --deadline 6h resolves to
+		// another time at each retry; the first one stands.
+		diff = "deadline"
 	default:
 		return nil
 	}

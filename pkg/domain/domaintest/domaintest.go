@@ -81,6 +81,12 @@ func (b *TaskBuilder) IdempotencyKey(k string) *TaskBuilder { b.s.IdempotencyKey
 // SubmittedAt sets the task's place in line.
 func (b *TaskBuilder) SubmittedAt(at time.Time) *TaskBuilder { b.s.SubmittedAt = at; return b }
 
+// Deadline sets the finish-by time.
+func (b *TaskBuilder) Deadline(at time.Time) *TaskBuilder { b.s.Deadline = &at; return b }
+
+// Notify sets the task's own webhook destinations.
+func (b *TaskBuilder) Notify(urls ...string) *TaskBuilder { b.s.Notify = urls; return b }
+
 // Submitted returns the submission event.
 func (b *TaskBuilder) Submitted() events.Submitted { return b.s }
 
@@ -91,7 +97,7 @@ func (b *TaskBuilder) Request() domain.Request {
 		Name: s.Name, Team: s.Team, Priority: s.Priority, GPUs: s.GPUs, Hours: s.Hours,
 		Hypothesis: s.Hypothesis, Command: s.Command, NoPreempt: !s.Preemptible,
 		PreemptSignal: s.PreemptSignal, GraceS: s.GraceS, GPUModel: s.GPUModel,
-		MinGPUMemMiB: s.MinGPUMemMiB, IdempotencyKey: s.IdempotencyKey,
+		MinGPUMemMiB: s.MinGPUMemMiB, IdempotencyKey: s.IdempotencyKey, Deadline: s.Deadline, Notify: s.Notify,
 	}
 }
 

@@ -10,19 +10,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 
 	"github.com/gpuq/gpuq/pkg/auth"
 	"github.com/gpuq/gpuq/pkg/events"
-	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/svcmain"
 	"github.com/gpuq/gpuq/services/gpuagent"
 	"github.com/gpuq/gpuq/services/gpuagent/inventory"
@@ -107,53 +101,18 @@ func main() {
 		*p = abs
 	}
 
-	logger := svcmain.Logger("gpuagent", c.LogLevel).With().Str("node", a.node).Logger()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, c, a, signer, logger); err != nil && ctx.Err() == nil {
-		logger.Error().Err(err).Msg("stopped")
-		stop()
-		os.Exit(1)
-	}
-	logger.Info().Msg("stopped")
-}
-
-func run(ctx context.Context, c *svcmain.Common, a config, signer *auth.JobSigner, logger zerolog.Logger) error {
-	nc, log, err := svcmain.Connect(ctx, name+"-"+a.node, c, notify(logger))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	// The task output is served beside the agent, on the same connection.
-	stopLogs, err := gpuagent.StartLogs(gpuagent.LogsConfig{NC: nc, Node: a.node, DataDir: a.dataDir, Logger: logger})
-	if err != nil {
-		return err
-	}
-	defer stopLogs()
-	var reg prometheus.Registerer
-	if a.metricsAddr != "" {
-		r := metrics.New()
-		metrics.NATS(r, "gpuagent", nc)
-		addr, err := metrics.Serve(ctx, a.metricsAddr, r, nil)
-		if err != nil {
-			return fmt.Errorf("metrics listen %s: %w", a.metricsAddr, err)
-		}
-		logger.Info().Str("addr", addr).Msg("metrics listening")
-		reg = r
-	}
-	return gpuagent.Run(ctx, gpuagent.Config{Metrics: reg, Log: log, Replicas: c.Replicas, JS: log.JetStream(), Node: a.node, NATSURL: c.NATSURL,
-		DataDir: a.dataDir, CheckpointRoot: a.ckptDir, Inventory: a.inv, Heartbeat: a.heartbeat, KillAfter: a.killAfter, ProgressEvery: a.progressEvery,
-		NodeTimeout: a.nodeTimeout, StopOnExit: a.stopOnExit, JobSigner: signer,
-		Logger: logger, Ready: func() { logger.Info().Str("data", a.dataDir).Str("checkpoints", a.ckptDir).Msg("ready") }})
-}
-
-// notify logs what svcmain.Connect reports: problems at warn, news at info.
-func notify(logger zerolog.Logger) svcmain.Notify {
-	return func(msg string, err error) {
-		if err != nil {
-			logger.Warn().Err(err).Msg(msg)
-			return
-		}
-		logger.Info().Msg(msg)
-	}
+	svcmain.Shell{Binary: name + "-" + a.node, Component: "gpuagent", Common: c, MetricsAddr: a.metricsAddr, Fields: map[string]string{"node": a.node},
+		Run: func(ctx context.Context, env svcmain.Env) error {
+			logger := env.Logger
+			// The task output is served beside the agent, on the same connection.
+			stopLogs, err := gpuagent.StartLogs(gpuagent.LogsConfig{NC: env.NC, Node: a.node, DataDir: a.dataDir, Logger: logger})
+			if err != nil {
+				return err
+			}
+			defer stopLogs()
+			return gpuagent.Run(ctx, gpuagent.Config{Metrics: env.Metrics, Log: env.Log, Replicas: c.Replicas, JS: env.Log.JetStream(), Node: a.node, NATSURL: c.NATSURL,
+				DataDir: a.dataDir, CheckpointRoot: a.ckptDir, Inventory: a.inv, Heartbeat: a.heartbeat, KillAfter: a.killAfter, ProgressEvery: a.progressEvery,
+				NodeTimeout: a.nodeTimeout, StopOnExit: a.stopOnExit, JobSigner: signer,
+				Logger: logger, Ready: func() { logger.Info().Str("data", a.dataDir).Str("checkpoints", a.ckptDir).Msg("ready") }})
+		}}.Main()
 }

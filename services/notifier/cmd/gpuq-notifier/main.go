@@ -4,16 +4,9 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
-
-	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/svcmain"
 	"github.com/gpuq/gpuq/services/notifier"
 )
@@ -42,55 +35,17 @@ func main() {
 		secret = []byte(strings.TrimSpace(string(b)))
 	}
 	var dests []notifier.Destination
-	for _, u := range strings.Split(hooks, ",") {
-		if u = strings.TrimSpace(u); u == "" {
-			continue
-		}
+	for _, u := range svcmain.List(hooks) {
 		if err := notifier.CheckURL(u); err != nil {
 			f.Invalid("webhook", err.Error())
 		}
 		dests = append(dests, notifier.NewDestination("", u, secret, nil))
 	}
 
-	logger := svcmain.Logger("notifier", c.LogLevel)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, c, metricsAddr, dests, notifier.Allow{Nets: nets}, logger); err != nil && ctx.Err() == nil {
-		logger.Error().Err(err).Msg("stopped")
-		stop()
-		os.Exit(1)
-	}
-	logger.Info().Msg("stopped")
-}
-
-func run(ctx context.Context, c *svcmain.Common, metricsAddr string, dests []notifier.Destination, allow notifier.Allow, logger zerolog.Logger) error {
-	nc, log, err := svcmain.Connect(ctx, name, c, notify(logger))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	var reg prometheus.Registerer
-	if metricsAddr != "" {
-		r := metrics.New()
-		metrics.NATS(r, "notifier", nc)
-		addr, err := metrics.Serve(ctx, metricsAddr, r, nil)
-		if err != nil {
-			return fmt.Errorf("metrics listen %s: %w", metricsAddr, err)
-		}
-		logger.Info().Str("addr", addr).Msg("metrics listening")
-		reg = r
-	}
-	return notifier.Run(ctx, notifier.Config{Log: log, JS: log.JetStream(), Replicas: c.Replicas, Destinations: dests, Allow: allow, Metrics: reg, Logger: logger,
-		Ready: func() { logger.Info().Int("destinations", len(dests)).Msg("ready") }})
-}
-
-// notify logs what svcmain.Connect reports: problems at warn, news at info.
-func notify(logger zerolog.Logger) svcmain.Notify {
-	return func(msg string, err error) {
-		if err != nil {
-			logger.Warn().Err(err).Msg(msg)
-			return
-		}
-		logger.Info().Msg(msg)
-	}
+	svcmain.Shell{Binary: name, Component: "notifier", Common: c, MetricsAddr: metricsAddr,
+		Run: func(ctx context.Context, env svcmain.Env) error {
+			return notifier.Run(ctx, notifier.Config{Log: env.Log, JS: env.Log.JetStream(), Replicas: c.Replicas, Destinations: dests,
+				Allow: notifier.Allow{Nets: nets}, Metrics: env.Metrics, Logger: env.Logger,
+				Ready: func() { env.Logger.Info().Int("destinations", len(dests)).Msg("ready") }})
+		}}.Main()
 }

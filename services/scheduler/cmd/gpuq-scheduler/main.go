@@ -4,16 +4,8 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
-
-	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/policy"
 	"github.com/gpuq/gpuq/pkg/svcmain"
 	"github.com/gpuq/gpuq/services/scheduler"
@@ -48,54 +40,10 @@ func main() {
 		snapEvery = -1 // scheduler.Config: negative is none
 	}
 
-	logger := svcmain.Logger("scheduler", c.LogLevel)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, c, leaseTTL, instance, nodeTimeout, snapEvery, metricsAddr, opts, logger); err != nil && ctx.Err() == nil {
-		logger.Error().Err(err).Msg("stopped")
-		stop()
-		os.Exit(1)
-	}
-	logger.Info().Msg("stopped")
-}
-
-func run(ctx context.Context, c *svcmain.Common, leaseTTL time.Duration, instance string, nodeTimeout time.Duration, snapEvery int,
-	metricsAddr string, opts policy.Options, logger zerolog.Logger) error {
-	nc, log, err := svcmain.Connect(ctx, name, c, notify(logger))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	var reg *prometheus.Registry
-	if metricsAddr != "" {
-		reg = metrics.New()
-		metrics.NATS(reg, "scheduler", nc)
-		addr, err := metrics.Serve(ctx, metricsAddr, reg, nil)
-		if err != nil {
-			return fmt.Errorf("metrics listen %s: %w", metricsAddr, err)
-		}
-		logger.Info().Str("addr", addr).Msg("metrics listening")
-	}
-	return scheduler.Run(ctx, scheduler.Config{Metrics: registerer(reg), Log: log, Replicas: c.Replicas, JS: log.JetStream(), Policy: policy.New(opts),
-		Logger: logger, Instance: instance, LeaseTTL: leaseTTL, NodeTimeout: nodeTimeout, SnapshotEvery: snapEvery,
-		Ready: func() { logger.Info().Msg("ready: leading") }})
-}
-
-// registerer is reg, or nil (no metrics) when reg is nil.
-func registerer(reg *prometheus.Registry) prometheus.Registerer {
-	if reg == nil {
-		return nil
-	}
-	return reg
-}
-
-// notify logs what svcmain.Connect reports: problems at warn, news at info.
-func notify(logger zerolog.Logger) svcmain.Notify {
-	return func(msg string, err error) {
-		if err != nil {
-			logger.Warn().Err(err).Msg(msg)
-			return
-		}
-		logger.Info().Msg(msg)
-	}
+	svcmain.Shell{Binary: name, Component: "scheduler", Common: c, MetricsAddr: metricsAddr,
+		Run: func(ctx context.Context, env svcmain.Env) error {
+			return scheduler.Run(ctx, scheduler.Config{Metrics: env.Metrics, Log: env.Log, Replicas: c.Replicas, JS: env.Log.JetStream(), Policy: policy.New(opts),
+				Logger: env.Logger, Instance: instance, LeaseTTL: leaseTTL, NodeTimeout: nodeTimeout, SnapshotEvery: snapEvery,
+				Ready: func() { env.Logger.Info().Msg("ready: leading") }})
+		}}.Main()
 }

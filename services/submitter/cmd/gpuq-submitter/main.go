@@ -4,12 +4,6 @@ package main
 
 import (
 	"context"
-	"os"
-	"os/signal"
-	"strings"
-	"syscall"
-
-	"github.com/rs/zerolog"
 
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/metrics"
@@ -36,7 +30,7 @@ func main() {
 	f.Parse(c)
 	tokens, tlsCfg := f.HTTPAuthOptions(h)
 	cfg := submitter.Config{HTTPAddr: httpAddr, Limits: lim, Tokens: tokens, TLS: tlsCfg, Policy: policy.New(f.PolicyOptions(pf)),
-		HTTPHosts: list(hosts), HTTPOrigins: list(origins), MetricsAddr: metricsAddr, NATSAuth: c.Creds != ""}
+		HTTPHosts: svcmain.List(hosts), HTTPOrigins: svcmain.List(origins), MetricsAddr: metricsAddr, NATSAuth: c.Creds != ""}
 	switch {
 	case lim.MaxGPUs < 1:
 		f.Invalid("max-gpus", "must be ≥ 1")
@@ -47,49 +41,15 @@ func main() {
 		f.Invalid("http-origin", err.Error())
 	}
 
-	logger := svcmain.Logger("submitter", c.LogLevel)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	cfg.Logger = logger
-	if err := run(ctx, c, cfg); err != nil && ctx.Err() == nil {
-		logger.Error().Err(err).Msg("stopped")
-		stop()
-		os.Exit(1)
-	}
-	logger.Info().Msg("stopped")
-}
-
-func run(ctx context.Context, c *svcmain.Common, cfg submitter.Config) error {
-	nc, log, err := svcmain.Connect(ctx, name, c, notify(cfg.Logger))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	cfg.NC, cfg.Log, cfg.Replicas = nc, log, c.Replicas
-	cfg.Metrics = metrics.New() // served at /metrics on the HTTP address, and on --metrics
-	metrics.NATS(cfg.Metrics, "submitter", nc)
-	cfg.Ready = func() { cfg.Logger.Info().Str("http", cfg.HTTPAddr).Str("nats", c.NATSURL).Msg("ready") }
-	return submitter.Run(ctx, cfg)
-}
-
-// notify logs what svcmain.Connect reports: problems at warn, news at info.
-func notify(logger zerolog.Logger) svcmain.Notify {
-	return func(msg string, err error) {
-		if err != nil {
-			logger.Warn().Err(err).Msg(msg)
-			return
-		}
-		logger.Info().Msg(msg)
-	}
-}
-
-// list splits a comma-separated flag value, dropping blanks.
-func list(s string) []string {
-	var out []string
-	for _, v := range strings.Split(s, ",") {
-		if v = strings.TrimSpace(v); v != "" {
-			out = append(out, v)
-		}
-	}
-	return out
+	// The submitter serves /metrics itself: on the HTTP API (behind the
+	// admin token) and on --metrics without one.
+	svcmain.Shell{Binary: name, Component: "submitter", Common: c,
+		Run: func(ctx context.Context, env svcmain.Env) error {
+			cfg.Logger = env.Logger
+			cfg.NC, cfg.Log, cfg.Replicas = env.NC, env.Log, c.Replicas
+			cfg.Metrics = metrics.New()
+			metrics.NATS(cfg.Metrics, "submitter", env.NC)
+			cfg.Ready = func() { env.Logger.Info().Str("http", cfg.HTTPAddr).Str("nats", c.NATSURL).Msg("ready") }
+			return submitter.Run(ctx, cfg)
+		}}.Main()
 }
