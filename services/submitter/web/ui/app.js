@@ -606,8 +606,8 @@ const mins = (s) => (s >= 3600 ? (s / 3600).toFixed(1) + " h" : Math.round(s / 6
 function renderCalib() {
   const l = st.stats && st.stats.latest;
   $("queue-calib").textContent = l && l.n > 0
-    ? "Start estimates: " + Math.round(l.p90_coverage * 10) + " in 10 P90s held (" + Math.round(l.p90_coverage * 100) + " % of the last " +
-      l.n + " judged waits); the median P50 was off by " + mins(l.p50_median_abs_err_s) + "."
+    ? "Start estimates: " + Math.round(l.p90_coverage * 10) + " in 10 P90s held (" + Math.round(l.p90_coverage * 100) + " % of " +
+      l.n + " judged waits, the advisor's figures); the median P50 was off by " + mins(l.p50_median_abs_err_s) + "."
     : "Start estimates: not judged yet" + (st.stats && st.stats.error ? " (" + st.stats.error + ")" : "") + ".";
 }
 
