@@ -254,7 +254,7 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 		return submitter.Run(ctx, submitter.Config{NC: subNC, Log: subLog, HTTPAddr: f.http, Logger: logger.With().Str("svc", "submitter").Logger(),
 			Limits: domain.Limits{MaxGPUs: f.maxGPUs, MaxHours: f.maxHours, NotifyLocal: true}, Ready: readyFn(0), Health: health,
 			Tokens: tokens, TLS: httpTLS, Metrics: reg,
-			HTTPHosts: f.httpHosts, HTTPOrigins: f.origins, NATSAuth: f.auth != ""})
+			HTTPHosts: f.httpHosts, HTTPOrigins: f.origins, NATSAuth: f.auth != "", Policy: policy.New(opts)})
 	})
 	if withScheduler {
 		_, schedLog, err := conns.open(ctx, "scheduler")

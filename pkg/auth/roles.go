@@ -186,11 +186,11 @@ func Roles(teams, nodes []string) []Role {
 	teamAPI := func(ops []string) []string { return prefixed(TeamAPIPrefix+"*.", ops) }
 	rs := []Role{
 		{Name: "submitter", Responses: true,
-			Doc: "the submitter service: appends submitted, amended, cancelled, checklist_updated, checkpointed and drained/undrained; serves the request API; hears and reads the advice for the live stream; keeps its snapshots",
+			Doc: "the submitter service: appends submitted, amended, cancelled, checklist_updated, checkpointed and drained/undrained; serves the request API; hears and reads the advice for the live stream; asks the advisor's stats for the dashboard; keeps its snapshots",
 			PubAllow: cat(readStream(stream), createStream(stream), heartbeatRead,
 				taskEvents(events.TypeSubmitted, events.TypeAmended, events.TypeCancelled, events.TypeChecklistUpdated, events.TypeCheckpointed),
 				nodeEvents("*", events.TypeDrained, events.TypeUndrained),
-				[]string{apiPrefix + "logs.*"}, snapshotStore(events.SnapshotBucketOf("submitter")), adviceLast),
+				[]string{apiPrefix + "logs.*", apiPrefix + "stats"}, snapshotStore(events.SnapshotBucketOf("submitter")), adviceLast),
 			// the live stream (GET /v1/events) passes the advice on
 			SubAllow: cat(prefixed(apiPrefix, SubmitterOps), teamAPI(SubmitterOps), teamAPI(TeamOnlyOps), prefixed(api.JobPrefix+"*.*.*.", api.JobOps),
 				[]string{events.AdvicePrefix + ">"})},

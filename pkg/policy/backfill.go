@@ -383,6 +383,12 @@ func (pc *pass) reserve(t *domain.Task) {
 		w := pc.res.Waiting[t.ID]
 		w.ReservedAt = at
 		pc.res.Waiting[t.ID] = w
+		// A copy: the walk's placements may be cut from its arena.
+		pls := make([]events.Placement, len(ps))
+		for i, p := range ps {
+			pls[i] = events.Placement{Node: p.Node, GPUs: append([]string(nil), p.GPUs...)}
+		}
+		pc.res.Reservation = &Reservation{TaskID: t.ID, At: at, Placements: pls}
 	}
 }
 

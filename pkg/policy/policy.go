@@ -389,6 +389,19 @@ type Result struct {
 	// that plans only at events (the estimator's forward simulation)
 	// plans again then.
 	PatientUntil time.Time
+	// Reservation is the EASY backfill reservation this pass holds for the
+	// first blocked task (only with Options.Explain; nil when none): the
+	// dashboard draws it (GET /v1/plan).
+	Reservation *Reservation
+}
+
+// Reservation is when and on which GPUs the first blocked task starts at
+// the earliest: until then, those GPUs take only tasks predicted to end
+// before At (EASY backfill).
+type Reservation struct {
+	TaskID     string
+	At         time.Time
+	Placements []events.Placement
 }
 
 // Schedule returns the decisions of one pass; see Plan.

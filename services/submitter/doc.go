@@ -24,6 +24,11 @@
 //	POST /v1/tasks/{id}/checkpoint checkpoint  {"ref": "..."}, from the task's job
 //	GET  /v1/tasks/{id}/history    the task's events, in log order
 //	GET  /v1/events                the live stream (Server-Sent Events), below
+//	GET  /v1/plan[?hours=&limit=&offset=] the policy's next hours per node and GPU (dashboard.go)
+//	GET  /v1/teams                 guarantee, used, borrowed, waiting GPU-hours per team
+//	GET  /v1/tasks/{id}/explain    the wait broken down, as `gpuq explain`
+//	GET  /v1/tasks/{id}/estimates  the start estimates heard since this submitter started
+//	GET  /v1/stats                 the advisor's calibration, sampled each minute
 //	GET  /                         the dashboard (web/, embedded), no token needed
 //	GET  /healthz                  200 {"status":"ok"} once ready, 503 before
 //	GET  /metrics                  Prometheus text (Config.Metrics), before ready too

@@ -30,6 +30,11 @@ func (s *server) handler() http.Handler {
 	mux.HandleFunc("POST /v1/nodes/{node}/drain", s.httpDrain(false))
 	mux.HandleFunc("POST /v1/nodes/{node}/undrain", s.httpDrain(true))
 	mux.HandleFunc("GET /v1/tasks/{id}/logs", s.httpLogs)
+	mux.HandleFunc("GET /v1/tasks/{id}/explain", s.httpExplain)
+	mux.HandleFunc("GET /v1/tasks/{id}/estimates", s.httpEstimates)
+	mux.HandleFunc("GET /v1/plan", s.httpPlan)
+	mux.HandleFunc("GET /v1/teams", s.httpTeams)
+	mux.HandleFunc("GET /v1/stats", s.httpStats)
 	s.streamRoutes(mux) // GET /v1/events, the dashboard at / (stream.go, web.go)
 	// The same paths without a method answer 405 in JSON (ServeMux's own
 	// 405 is plain text); anything else is a JSON 404.
@@ -47,6 +52,11 @@ func (s *server) handler() http.Handler {
 		"/v1/nodes/{node}/undrain":  "POST",
 		"/v1/tasks/{id}/logs":       "GET, HEAD",
 		"/v1/events":                "GET",
+		"/v1/tasks/{id}/explain":    "GET, HEAD",
+		"/v1/tasks/{id}/estimates":  "GET, HEAD",
+		"/v1/plan":                  "GET, HEAD",
+		"/v1/teams":                 "GET, HEAD",
+		"/v1/stats":                 "GET, HEAD",
 	} {
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)

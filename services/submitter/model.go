@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/service"
 )
@@ -26,6 +27,25 @@ type model struct {
 	// state does not keep it; a task that started before a restored
 	// snapshot is looked up in the log (lastStart).
 	starts map[string]startAt
+	// pred learns run times from the tasks completed in the fold, as the
+	// scheduler's does (estimate.Predictor.Observe); the dashboard's plan
+	// and teams predict with it. Written by the Applied hook (the fold's
+	// lock held), read under read; its reads change nothing. After a
+	// restored snapshot it knows only the tasks completed since.
+	pred *estimate.Predictor
+}
+
+// predictor is the run-time predictor (read it with the state locked).
+func (m *model) predictor() *estimate.Predictor { return m.pred }
+
+// observe teaches the predictor a completed task (called with the fold's
+// lock held).
+func (m *model) observe(st *domain.State, r events.Record, skipped string) {
+	if c, ok := r.Event.(events.Completed); ok && skipped == "" {
+		if t := st.Tasks[c.TaskID]; t != nil {
+			m.pred.Observe(t)
+		}
+	}
 }
 
 // startAt is a task's latest start.
@@ -44,7 +64,7 @@ func (m *model) saw(r events.Record, skipped string) {
 }
 
 func newModel(log events.Log, logger zerolog.Logger) *model {
-	return &model{f: service.New("submitter", log, logger, nil)}
+	return &model{f: service.New("submitter", log, logger, nil), pred: estimate.NewPredictor(0)}
 }
 
 // seq is the last sequence folded.

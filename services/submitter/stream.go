@@ -537,6 +537,7 @@ func (h *hub) onAdvice(data []byte) {
 	if json.Compact(&buf, data) != nil {
 		return
 	}
+	h.s.estimates.add(data, h.s.ended)
 	team, known := h.teamOf(a.TaskID)
 	fr := frame(0, "advice", buf.Bytes())
 	// The cache and the queue change together, in the order the advice

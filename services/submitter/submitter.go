@@ -20,8 +20,10 @@ import (
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/auth"
 	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/metrics"
+	"github.com/gpuq/gpuq/pkg/policy"
 	"github.com/gpuq/gpuq/pkg/service"
 )
 
@@ -72,6 +74,10 @@ type Config struct {
 	Metrics *prometheus.Registry
 	// Stream sizes the live stream, GET /v1/events (zero: the defaults).
 	Stream StreamConfig
+	// Policy is the scheduler's policy (its options: preemption, order,
+	// teams): the dashboard's plan, teams and explanations run it (nil:
+	// the default policy, as the scheduler's default).
+	Policy *policy.Policy
 }
 
 const (
@@ -114,6 +120,12 @@ type server struct {
 	origins     map[string]bool // browser origins allowed besides the request's own
 	natsAuth    bool
 	hub         *hub // the live stream's fan-out (stream.go)
+	// The dashboard's reads (dashboard.go).
+	pol       *policy.Policy
+	plans     planCache
+	explains  explainer
+	estimates estimateLog
+	stats     statsLog
 }
 
 func newServer(cfg Config) *server {
@@ -139,6 +151,11 @@ func newServer(cfg Config) *server {
 		metrics:     cfg.Metrics,
 	}
 	s.hub = newHub(s, cfg.Stream)
+	s.pol = cfg.Policy
+	if s.pol == nil {
+		s.pol = policy.New(policy.Options{})
+	}
+	s.explains.sem = make(chan struct{}, 1)
 	return s
 }
 
@@ -168,7 +185,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if j, ok := cfg.Log.(interface{ JetStream() jetstream.JetStream }); ok {
 		s.snaps = service.OpenSnapshotsIn(ctx, j.JetStream(), events.SnapshotBucketOf("submitter"), cfg.Replicas, "submitter", cfg.SnapshotEvery, lg)
 		st, _ := s.snaps.Restore(ctx, cfg.Log, 0)
-		s.m = &model{f: service.New("submitter", cfg.Log, lg, st)}
+		s.m = &model{f: service.New("submitter", cfg.Log, lg, st), pred: estimate.NewPredictor(0)}
 	}
 
 	// 1. Listen for HTTP first, so /healthz answers 503 while catching up;
@@ -292,10 +309,12 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	// 5. The advice the stream passes on (stream.go), when there is NATS.
+	// 5. The advice the stream passes on (stream.go), when there is NATS,
+	// and the advisor's statistics for the dashboard (dashboard.go).
 	if cfg.NC != nil {
 		stopAdvice := s.followAdvice(ctx, cfg.NC)
 		defer stopAdvice()
+		go s.sampleStatsEvery(ctx, cfg.NC)
 	}
 
 	// 6. Ready.
@@ -373,6 +392,7 @@ func (s *server) follow(ctx context.Context, caughtUp chan<- struct{}) {
 	_ = s.m.f.Run(ctx, service.Hooks{
 		Applied: func(st *domain.State, r events.Record, skipped string) {
 			s.m.saw(r, skipped)
+			s.m.observe(st, r, skipped)
 			s.hub.applied(st, r)
 		},
 		CaughtUp: func(ctx context.Context) error {

@@ -16,7 +16,9 @@ import (
 // into the binary. The page reads only the HTTP API (GET /v1/tasks,
 // /v1/nodes, /v1/tasks/{id}[/history|/logs]) and follows GET /v1/events;
 // it decides nothing itself: positions, estimates, reasons and actions are
-// the advisor's advice as the stream passes it on.
+// the advisor's advice as the stream passes it on; the cluster's next
+// hours are GET /v1/plan, the policy's own pass (dashboard.go), and a
+// wait's breakdown GET /v1/tasks/{id}/explain, `gpuq explain`'s.
 
 //go:embed web
 var webFS embed.FS
@@ -71,9 +73,10 @@ const pageRows = 50
 // when the API is open (the script replaces it with the live view).
 func (s *server) httpPage(w http.ResponseWriter, r *http.Request) {
 	data := struct {
-		Auth  bool
-		Queue []api.TaskView
-	}{Auth: s.tokens != nil}
+		Auth      bool
+		Queue     []api.TaskView
+		Checklist []string
+	}{Auth: s.tokens != nil, Checklist: domain.ChecklistItems}
 	if s.tokens == nil {
 		if q, err := s.queue(r.Context(), false); err == nil {
 			for _, t := range q {

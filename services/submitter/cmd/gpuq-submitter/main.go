@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/metrics"
+	"github.com/gpuq/gpuq/pkg/policy"
 	"github.com/gpuq/gpuq/pkg/svcmain"
 	"github.com/gpuq/gpuq/services/submitter"
 )
@@ -25,9 +26,10 @@ func main() {
 	f.Int(&lim.MaxGPUs, "max-gpus", "GPUQ_MAX_GPUS", domain.DefaultLimits.MaxGPUs, "largest GPU count a task may ask for")
 	f.Float(&lim.MaxHours, "max-hours", "GPUQ_MAX_HOURS", domain.DefaultLimits.MaxHours, "largest estimate (hours) a task may give")
 	h := f.HTTPAuth()
+	pf := f.Policy() // the scheduler's: the dashboard's plan, teams and explanations run it
 	f.Parse(c)
 	tokens, tlsCfg := f.HTTPAuthOptions(h)
-	cfg := submitter.Config{HTTPAddr: httpAddr, Limits: lim, Tokens: tokens, TLS: tlsCfg,
+	cfg := submitter.Config{HTTPAddr: httpAddr, Limits: lim, Tokens: tokens, TLS: tlsCfg, Policy: policy.New(f.PolicyOptions(pf)),
 		HTTPHosts: svcmain.List(hosts), HTTPOrigins: svcmain.List(origins), MetricsAddr: metricsAddr, NATSAuth: c.Creds != ""}
 	switch {
 	case lim.MaxGPUs < 1:

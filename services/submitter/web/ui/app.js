@@ -21,7 +21,15 @@ const st = {
   page: 0,
   suffix: 8,
   task: null,             // the task page's id
+  plan: null,             // GET /v1/plan: the policy's next hours
+  planOffset: 0,
+  teams: null,            // GET /v1/teams
+  stats: null,            // GET /v1/stats: the estimates' calibration
 };
+
+const PLAN_NODES = 20;    // nodes per page of the plan
+const planHours = () => Number($("plan-hours").value) || 6; // the plan's horizon
+const SVGNS = "http://www.w3.org/2000/svg";
 
 const $ = (id) => document.getElementById(id);
 
@@ -234,6 +242,8 @@ function onEvent(type, data, id) {
         const n = Number(id);
         if (n > st.seq) st.seq = n;
         st.lastEventAt = Date.now();
+        planSoon();
+        teamsSoon();
         if (d && d.task_id) {
           markDirty(d.task_id);
           if (st.task === d.task_id) loadTask(d.task_id);
@@ -338,8 +348,9 @@ function renderSoon() {
 function render() {
   const v = view();
   if (v === "queue") renderQueue();
-  else if (v === "cluster") renderCluster();
+  else if (v === "cluster") { renderCluster(); renderPlan(); }
   else if (v === "teams") renderTeams();
+  else if (v === "calibration") renderCalibration();
   else if (v === "task" && st.task) renderAdvice(st.task);
 }
 
@@ -457,20 +468,182 @@ function renderCluster() {
 }
 
 function renderTeams() {
-  const by = new Map();
-  for (const t of st.tasks) {
-    const r = by.get(t.team) || { run: 0, held: 0, q: 0, qg: 0, gh: 0 };
-    if (t.state === "queued") { r.q++; r.qg += t.gpus; r.gh += t.gpus * t.hours; }
-    else { r.run++; r.held += t.gpus; }
-    by.set(t.team, r);
-  }
+  const v = st.teams;
   const tb = el("tbody");
-  for (const [team, r] of [...by.entries()].sort()) {
-    tb.append(el("tr", {}, el("th", { scope: "row" }, team), el("td", { class: "num" }, r.run),
-      el("td", { class: "num" }, r.held), el("td", { class: "num" }, r.q), el("td", { class: "num" }, r.qg),
-      el("td", { class: "num" }, r.gh.toFixed(1))));
+  for (const r of (v && v.teams) || []) {
+    tb.append(el("tr", {}, el("th", { scope: "row" }, r.team),
+      el("td", { class: "num" }, r.has_guarantee ? r.guarantee : "none"),
+      el("td", { class: "num" }, r.used),
+      el("td", { class: "num" }, r.borrowed),
+      el("td", { class: "num" }, r.running), el("td", { class: "num" }, r.queued),
+      el("td", { class: "num" }, r.waiting_gpu_hours.toFixed(1))));
   }
   $("teams").replaceChild(tb, $("teams").tBodies[0]);
+  $("teams-sum").textContent = v ? v.healthy_gpus + " healthy GPUs. Borrowed: GPUs held beyond the guarantee, which a team under its own may reclaim. Waiting GPU-hours: queued GPUs × predicted run." : "";
+}
+
+async function loadTeams() {
+  try { st.teams = await api("/v1/teams"); if (view() === "teams") renderTeams(); }
+  catch (e) { if (e instanceof AuthError) askToken(e.message); else $("teams-sum").textContent = "Could not load: " + e.message; }
+}
+
+// ---- the plan: every node's next hours, as one pass of the policy holds them ----
+
+function svg(tag, attrs, ...kids) {
+  const e = document.createElementNS(SVGNS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) if (v !== undefined && v !== null) e.setAttribute(k, String(v));
+  for (const k of kids) if (k !== undefined && k !== null) e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  return e;
+}
+
+let planBusy = false, planTimer = null;
+async function loadPlan() {
+  if (planBusy) return;
+  planBusy = true;
+  try {
+    st.plan = await api("/v1/plan?hours=" + planHours() + "&limit=" + PLAN_NODES + "&offset=" + st.planOffset);
+    if (view() === "cluster") renderPlan();
+  } catch (e) {
+    if (e instanceof AuthError) askToken(e.message);
+    else $("plan-sum").textContent = "No plan: " + e.message;
+  } finally { planBusy = false; }
+}
+
+// planSoon reloads the plan after a record, at most every 3 s, while the
+// cluster is shown.
+let teamsTimer = null;
+function teamsSoon() {
+  if (teamsTimer || view() !== "teams") return;
+  teamsTimer = setTimeout(() => { teamsTimer = null; loadTeams(); }, 2000);
+}
+
+function planSoon() {
+  if (planTimer || view() !== "cluster") return;
+  planTimer = setTimeout(() => { planTimer = null; loadPlan(); }, 3000);
+}
+
+const BAR_WORDS = { running: "running", starting: "starting", yielding: "yielding", dispatch: "starting now",
+  reserved: "reserved for", backfill: "backfill gap" };
+
+function barText(b) {
+  const who = b.task_id ? (b.name || "a task of team " + b.team) + " (" + shortId(b.task_id) + ")" : "";
+  return BAR_WORDS[b.kind] + (who ? " " + who : "") + ", " + abs(new Date(b.from)) + "–" + abs(new Date(b.to)) +
+    (b.clipped ? " and on" : "") + (b.backfill ? " (backfilled)" : "");
+}
+
+// nodeTimeline draws one node's GPUs as rows, now → the horizon.
+function nodeTimeline(n, p) {
+  const W = 720, L = 64, ROW = 18, TOP = 18;
+  const t0 = new Date(p.now).getTime(), t1 = new Date(p.until).getTime();
+  const x = (iso) => L + ((W - L) * (new Date(iso).getTime() - t0)) / Math.max(1, t1 - t0);
+  const H = TOP + ROW * n.gpus.length + 2;
+  const said = [];
+  const g = svg("g");
+  // hour ticks, at most 8
+  const span = (t1 - t0) / 3600000, every = Math.max(1, Math.ceil(span / 8));
+  for (let h = 0; h <= span + 1e-9; h += every) {
+    const xx = L + ((W - L) * h) / span;
+    g.append(svg("line", { x1: xx, x2: xx, y1: TOP - 4, y2: H, class: "tick" }),
+      svg("text", { x: xx + 2, y: 11, class: "axis" }, h === 0 ? "now" : "+" + h + " h"));
+  }
+  n.gpus.forEach((gpu, i) => {
+    const y = TOP + i * ROW;
+    g.append(svg("text", { x: 0, y: y + 13, class: "axis" }, "GPU " + gpu.index + (gpu.healthy ? "" : " ✗")));
+    if (!gpu.bars.length) said.push("GPU " + gpu.index + " free");
+    for (const b of gpu.bars) {
+      const x0 = x(b.from), x1 = x(b.to);
+      const r = svg("rect", { x: x0, y: y + 2, width: Math.max(1, x1 - x0), height: ROW - 4, rx: 2, class: "bar " + b.kind + (b.backfill ? " bf" : "") },
+        svg("title", {}, "GPU " + gpu.index + ": " + barText(b)));
+      said.push("GPU " + gpu.index + " " + barText(b));
+      if (b.task_id) {
+        g.append(svg("a", { href: "#task/" + encodeURIComponent(b.task_id), "aria-label": "GPU " + gpu.index + ": " + barText(b) }, r));
+      } else g.append(r);
+      if (x1 - x0 > 24 && b.task_id) {
+        g.append(svg("text", { x: x0 + 3, y: y + 13, class: "barlabel" }, (b.name || shortId(b.task_id)).slice(0, Math.floor((x1 - x0 - 4) / 6))));
+      }
+    }
+  });
+  const id = "tl-" + n.node.replace(/[^A-Za-z0-9_-]/g, "_");
+  return svg("svg", { viewBox: "0 0 " + W + " " + H, class: "timeline-svg", role: "img", "aria-labelledby": id + "-t " + id + "-d", "data-node": n.node },
+    svg("title", { id: id + "-t" }, "Node " + n.node + ", the next " + Math.round((t1 - t0) / 3600000) + " hours"),
+    svg("desc", { id: id + "-d" }, said.join("; ")), g);
+}
+
+function renderPlan() {
+  const p = st.plan;
+  const box = el("div", { id: "plan", class: "plan" });
+  if (!p) { $("plan").replaceWith(box); return; }
+  for (const n of p.nodes) {
+    box.append(el("section", { class: "plan-node", "aria-label": "plan of node " + n.node },
+      el("h4", {}, n.node, " ", el("small", {}, n.state)), nodeTimeline(n, p)));
+  }
+  $("plan").replaceWith(box);
+  const r = p.reservation;
+  const at = new Date(p.now);
+  $("plan-sum").textContent = "Policy " + p.policy + ", planned at " + abs(at) + " on log seq " + p.seq + ". " +
+    (r ? "The head of the queue, " + (r.name || "a task of team " + r.team) + " (" + shortId(r.task_id) + ", " + r.gpus +
+      " GPUs), holds a reservation from " + abs(new Date(r.at)) + " (" + rel(new Date(r.at).getTime() - Date.now()) + ")."
+      : "No reservation: nothing queued is blocked, or it never fits.");
+  const last = Math.min(p.nodes_total, p.offset + p.nodes.length);
+  $("plan-info").textContent = p.nodes_total ? "nodes " + (p.offset + 1) + "–" + last + " of " + p.nodes_total : "no nodes";
+  $("plan-prev").disabled = p.offset === 0;
+  $("plan-next").disabled = last >= p.nodes_total;
+}
+
+// ---- calibration ----------------------------------------------------------------
+
+async function loadStats() {
+  try {
+    st.stats = await api("/v1/stats");
+    renderCalib();
+    if (view() === "calibration") renderCalibration();
+  } catch (e) { if (e instanceof AuthError) askToken(e.message); }
+}
+
+const mins = (s) => (s >= 3600 ? (s / 3600).toFixed(1) + " h" : Math.round(s / 60) + " min");
+
+// renderCalib: the estimates' recent coverage beside the queue's P50/P90.
+function renderCalib() {
+  const l = st.stats && st.stats.latest;
+  $("queue-calib").textContent = l && l.n > 0
+    ? "Start estimates: " + Math.round(l.p90_coverage * 10) + " in 10 P90s held (" + Math.round(l.p90_coverage * 100) + " % of " +
+      l.n + " judged waits, the advisor's figures); the median P50 was off by " + mins(l.p50_median_abs_err_s) + "."
+    : "Start estimates: not judged yet" + (st.stats && st.stats.error ? " (" + st.stats.error + ")" : "") + ".";
+}
+
+function renderCalibration() {
+  const v = st.stats || { samples: [] };
+  const l = v.latest;
+  const judged = l && l.n > 0;
+  facts($("calib-facts"), [["Judged waits", l ? l.n + (judged ? "" : " (a wait is judged once its task starts after 60 s or more)") : "no sample yet"],
+    ["P90 coverage", judged ? (l.p90_coverage * 100).toFixed(1) + " % (goal 90 %)" : ""],
+    ["Median P50 error", judged ? mins(l.p50_median_abs_err_s) : ""], ["Waits past 2× the P50", judged ? l.alerts : ""],
+    ["Samples", v.samples.length], ["Note", v.error]]);
+  const W = 720, H = 200, L = 40, R = 56, T = 10, B = 24;
+  const ss = v.samples;
+  const box = el("div", { id: "calib-chart" });
+  if (ss.length > 0) {
+    const ta = new Date(ss[0].at).getTime(), tb = Math.max(ta + 60000, new Date(ss[ss.length - 1].at).getTime());
+    const emax = Math.max(60, ...ss.map((s) => s.p50_median_abs_err_s));
+    const x = (s) => L + ((W - L - R) * (new Date(s.at).getTime() - ta)) / (tb - ta);
+    const yc = (c) => T + (H - T - B) * (1 - c);
+    const ye = (e) => T + (H - T - B) * (1 - e / emax);
+    const pts = (f) => ss.map((s) => x(s).toFixed(1) + "," + f(s).toFixed(1)).join(" ");
+    box.append(svg("svg", { viewBox: "0 0 " + W + " " + H, class: "calib-svg", role: "img", "aria-label":
+      "P90 coverage from " + (ss[0].p90_coverage * 100).toFixed(0) + " % to " + (ss[ss.length - 1].p90_coverage * 100).toFixed(0) +
+      " %; median P50 error from " + mins(ss[0].p50_median_abs_err_s) + " to " + mins(ss[ss.length - 1].p50_median_abs_err_s) },
+      svg("line", { x1: L, x2: W - R, y1: yc(0.9), y2: yc(0.9), class: "goal" }),
+      svg("text", { x: 0, y: yc(1) + 4, class: "axis" }, "100 %"), svg("text", { x: 0, y: yc(0.9) + 4, class: "axis" }, "90 %"),
+      svg("text", { x: 0, y: yc(0) + 4, class: "axis" }, "0 %"),
+      svg("text", { x: W - R + 4, y: ye(emax) + 4, class: "axis" }, mins(emax)), svg("text", { x: W - R + 4, y: ye(0) + 4, class: "axis" }, "0"),
+      svg("text", { x: L, y: H - 6, class: "axis" }, abs(new Date(ta))), svg("text", { x: W - R - 40, y: H - 6, class: "axis" }, abs(new Date(tb))),
+      svg("polyline", { points: pts((s) => yc(s.p90_coverage)), class: "cov" }),
+      svg("polyline", { points: pts((s) => ye(s.p50_median_abs_err_s)), class: "err" })));
+    box.append(el("p", { class: "legend-line" }, el("span", { class: "k-cov" }, "— P90 coverage (left)"), " ", el("span", { class: "k-err" }, "— median P50 error (right)")));
+  } else {
+    box.append(el("p", {}, "No samples yet" + (v.error ? ": " + v.error : "") + "."));
+  }
+  $("calib-chart").replaceWith(box);
 }
 
 function facts(dl, pairs) {
@@ -510,6 +683,13 @@ async function loadTask(id) {
     }
     $("task-timeline").replaceWith(ol);
     renderAdvice(id);
+    renderChecklist(t);
+    api("/v1/tasks/" + encodeURIComponent(id) + "/explain")
+      .then((ex) => { if (st.task === id) renderExplain(ex); })
+      .catch((e) => { if (st.task === id) { $("task-explain-text").textContent = "No breakdown: " + e.message; $("task-explain").replaceChildren(); } });
+    api("/v1/tasks/" + encodeURIComponent(id) + "/estimates")
+      .then((v) => { if (st.task === id) renderEstimates(v); })
+      .catch((e) => { if (st.task === id) $("task-estimates").textContent = "No estimates: " + e.message; });
     if (t.log_node) {
       api("/v1/tasks/" + encodeURIComponent(id) + "/logs?tail=40")
         .then((l) => { if (st.task === id) $("task-log").textContent = l.data || "(empty)"; })
@@ -523,23 +703,118 @@ async function loadTask(id) {
   }
 }
 
+const dur = (s) => (s >= 3600 ? Math.floor(s / 3600) + " h " + Math.round((s % 3600) / 60) + " min" : s >= 60 ? Math.round(s / 60) + " min" : Math.round(s) + " s");
+
+// renderExplain shows `gpuq explain`'s breakdown: one line per cause.
+function renderExplain(ex) {
+  ex.parts = ex.parts.filter((p) => p.s >= 0.5); // under a second: nothing to break down
+  $("task-explain-text").textContent = ex.parts.length
+    ? (ex.waiting ? "Waiting for " : "Waited ") + dur(ex.waited_s) + " up to the log's last record, by cause (the policy's own reason at every record, as `gpuq explain` gives it):"
+    : ex.waiting ? "Waiting; no record since its submission yet, so nothing of the wait is broken down (the breakdown runs the policy at every record). Its reason now is the estimate's, above."
+    : "It did not wait (it started within a second).";
+  const who = (b) => { const d = ex.tasks && ex.tasks[b]; return (d && d.name ? d.name : shortId(b)) + (d ? " (" + d.priority + ", team " + d.team + ")" : ""); };
+  const ul = el("ul", { id: "task-explain", class: "parts" });
+  for (const p of ex.parts) {
+    ul.append(el("li", {}, el("strong", {}, p.cause), " ", dur(p.s),
+      p.blocking.length ? el("span", {}, " — behind ", ...p.blocking.slice(0, 5).flatMap((b, i) => [i ? ", " : "", taskLink(b, who(b))])) : ""));
+  }
+  $("task-explain").replaceWith(ul);
+}
+
+// renderEstimates draws each P50/P90 start estimate when it was made, and
+// the actual start.
+function renderEstimates(v) {
+  const box = el("div", { id: "task-estimates" });
+  const ps = v.points || [];
+  if (!ps.length) {
+    box.append(el("p", {}, "No estimates heard by this submitter since it started" + (v.started_at ? "; started " + abs(new Date(v.started_at)) : "") + "."));
+    $("task-estimates").replaceWith(box);
+    return;
+  }
+  const W = 720, H = 180, L = 56, T = 8, B = 22;
+  const t = (iso) => new Date(iso).getTime();
+  const xs = ps.map((p) => t(p.at)).concat([t(v.submitted_at)]);
+  const ys = ps.flatMap((p) => [t(p.p50_start), t(p.p90_start)]);
+  if (v.started_at) { xs.push(t(v.started_at)); ys.push(t(v.started_at)); }
+  if (!v.started_at) xs.push(Date.now());
+  const xa = Math.min(...xs), xb = Math.max(xa + 60000, ...xs), ya = Math.min(...ys, xa), yb = Math.max(ya + 60000, ...ys);
+  const x = (ms) => L + ((W - L - 8) * (ms - xa)) / (xb - xa);
+  const y = (ms) => T + (H - T - B) * (1 - (ms - ya) / (yb - ya));
+  const g = svg("g");
+  g.append(svg("text", { x: 0, y: y(yb) + 10, class: "axis" }, abs(new Date(yb))), svg("text", { x: 0, y: y(ya), class: "axis" }, abs(new Date(ya))),
+    svg("text", { x: L, y: H - 4, class: "axis" }, "estimated at " + abs(new Date(xa))), svg("text", { x: W - 120, y: H - 4, class: "axis" }, abs(new Date(xb))));
+  for (const p of ps) {
+    g.append(svg("line", { x1: x(t(p.at)), x2: x(t(p.at)), y1: y(t(p.p50_start)), y2: y(t(p.p90_start)), class: "p90" }));
+  }
+  g.append(svg("polyline", { points: ps.map((p) => x(t(p.at)).toFixed(1) + "," + y(t(p.p50_start)).toFixed(1)).join(" "), class: "p50" }));
+  for (const p of ps) {
+    g.append(svg("circle", { cx: x(t(p.at)), cy: y(t(p.p50_start)), r: 3, class: "p50" },
+      svg("title", {}, "at " + abs(new Date(p.at)) + ": P50 " + abs(new Date(p.p50_start)) + ", P90 " + abs(new Date(p.p90_start)))));
+  }
+  if (v.started_at) {
+    g.append(svg("line", { x1: L, x2: W - 8, y1: y(t(v.started_at)), y2: y(t(v.started_at)), class: "actual" }),
+      svg("text", { x: L + 4, y: y(t(v.started_at)) - 3, class: "axis" }, "started " + abs(new Date(v.started_at))));
+  }
+  const last = ps[ps.length - 1];
+  box.append(svg("svg", { viewBox: "0 0 " + W + " " + H, class: "est-svg", role: "img", "aria-label":
+    ps.length + " estimates; the last, at " + abs(new Date(last.at)) + ": P50 " + abs(new Date(last.p50_start)) + ", P90 " + abs(new Date(last.p90_start)) +
+    (v.started_at ? "; started " + abs(new Date(v.started_at)) : "; not started yet") }, g));
+  box.append(el("p", { class: "legend-line" }, "Dots joined: the P50 start as estimated at each time; bars: up to the P90; dashed: the actual start."));
+  $("task-estimates").replaceWith(box);
+}
+
+// renderChecklist ticks the playbook's items; with a token they can be
+// ticked (POST /v1/tasks/{id}/checklist, the token in the Authorization
+// header, never a cookie: no other site can make the browser send it).
+function renderChecklist(t) {
+  const can = AUTH && !!st.token && !ENDED.has(t.state);
+  for (const box of $("checklist").querySelectorAll("input[type=checkbox]")) {
+    box.checked = !!(t.checklist && t.checklist[box.name]);
+    box.disabled = !can;
+    box.dataset.task = t.task_id;
+  }
+  $("checklist-note").textContent = can ? "Ticking records the item in the log (as `gpuq checklist` does)."
+    : !AUTH ? "Read-only: this gpuq runs without tokens; tick items with `gpuq checklist ID --done ITEM`."
+    : ENDED.has(t.state) ? "The task has ended." : "Log in with a token to tick items.";
+}
+
+async function tick(box) {
+  const id = box.dataset.task;
+  box.disabled = true;
+  try {
+    const res = await fetch("/v1/tasks/" + encodeURIComponent(id) + "/checklist", { method: "POST", cache: "no-store",
+      headers: headers({ "Content-Type": "application/json" }), body: JSON.stringify({ item: box.name, done: box.checked }) });
+    if (res.status === 401) throw new AuthError("the token was refused");
+    const body = await res.json().catch(() => ({}));
+    if (!res.ok) throw new Error((body && body.error) || res.status + " " + res.statusText);
+    $("checklist-note").textContent = box.name + (box.checked ? " ticked." : " unticked.");
+  } catch (e) {
+    box.checked = !box.checked;
+    if (e instanceof AuthError) askToken(e.message);
+    else $("checklist-note").textContent = "Not recorded: " + e.message;
+  } finally { box.disabled = false; }
+}
+
 // ---- views -----------------------------------------------------------------
 
 function view() {
   const h = location.hash.slice(1);
   if (h.startsWith("task/")) return "task";
-  return ["queue", "cluster", "teams"].includes(h) ? h : "queue";
+  return ["queue", "cluster", "teams", "calibration"].includes(h) ? h : "queue";
 }
 
 function show() {
   const v = view();
-  for (const name of ["queue", "cluster", "teams", "task"]) $("view-" + name).hidden = name !== v;
-  for (const name of ["queue", "cluster", "teams"]) {
+  for (const name of ["queue", "cluster", "teams", "calibration", "task"]) $("view-" + name).hidden = name !== v;
+  for (const name of ["queue", "cluster", "teams", "calibration"]) {
     const a = $("nav-" + name);
     if (name === v) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
   }
   st.task = v === "task" ? decodeURIComponent(location.hash.slice(6)) : null;
   if (st.task) loadTask(st.task);
+  if (v === "cluster") loadPlan();
+  if (v === "teams") loadTeams();
+  if (v === "calibration") loadStats();
   render();
 }
 
@@ -558,6 +833,7 @@ function start() {
   $("login").hidden = true;
   show();
   loadAll();
+  loadStats();
   if (!started) { started = true; follow(); }
 }
 
@@ -567,6 +843,12 @@ window.addEventListener("hashchange", show);
 for (const id of ["f-team", "f-class", "f-state", "f-text"]) $(id).addEventListener("input", () => { st.page = 0; renderQueue(); });
 $("filters").addEventListener("submit", (e) => e.preventDefault());
 $("prev").addEventListener("click", () => { st.page--; renderQueue(); });
+$("plan-hours").addEventListener("change", loadPlan);
+$("plan-hours").closest("form").addEventListener("submit", (e) => e.preventDefault());
+$("plan-prev").addEventListener("click", () => { st.planOffset = Math.max(0, st.planOffset - PLAN_NODES); loadPlan(); });
+$("plan-next").addEventListener("click", () => { st.planOffset += PLAN_NODES; loadPlan(); });
+$("checklist").addEventListener("change", (e) => { if (e.target.type === "checkbox") tick(e.target); });
+$("checklist").addEventListener("submit", (e) => e.preventDefault());
 $("next").addEventListener("click", () => { st.page++; renderQueue(); });
 $("login-form").addEventListener("submit", (e) => {
   e.preventDefault();
@@ -580,5 +862,7 @@ setInterval(badge, 1000);
 setInterval(() => { if (view() === "queue") renderQueue(); }, 30000); // relative times move
 setInterval(() => { if (st.connected) loadNodes().catch(() => {}); }, 30000); // utilisation, heartbeats
 setInterval(() => { if (st.connected) scheduleRefresh(); }, 60000); // what a team's token does not stream: other teams' tasks
+setInterval(() => { if (view() === "cluster") loadPlan(); }, 30000); // predicted ends move with the clock
+setInterval(() => { if (!AUTH || st.token) loadStats(); }, 60000); // the calibration, sampled each minute
 
 if (AUTH && !st.token) askToken(""); else start();
