@@ -17,7 +17,7 @@ HTTP ?= 127.0.0.1:8180
 AUTH ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test test-race test-python test-faults test-hostile test-browser fuzz lint generate bench contract check-metrics compose-up compose-down compose-smoke test-compose images clean
+.PHONY: help build run docs test test-race test-python test-faults test-hostile test-browser test-training fuzz lint generate bench contract check-metrics compose-up compose-down compose-smoke test-compose images clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -80,6 +80,18 @@ test-hostile: build ## Hostile callers against bin/gpuq dev, with and without --
 test-browser: build ## The dashboard in headless chromium: a waiting task's ETA and reason, then its row going live without a reload
 	GPUQ_BROWSER_BIN="$(CURDIR)/bin/gpuq" $(GO) test -tags browser -count=1 -timeout 3m -v ./tests/browser/
 
+# The training test (tests/training, build tag training; #24 item 5): the
+# PyTorch example (examples/pytorch), one rank and two (gloo), as LOW tasks
+# on bin/gpuq dev, preempted by a CRITICAL task, resumed from the checkpoint
+# it reported through the Python client, its final weights bit-identical to
+# an uninterrupted run; prints preemption request -> checkpoint committed.
+# Installs nothing: it needs Debian's python3-torch (/usr/bin/python3, or
+# GPUQ_TRAINING_PYTHON) and skips, saying so, without it.
+test-training: build ## PyTorch examples preempted by a CRITICAL task and resumed bit-identically (one rank, two with gloo); skips without python3-torch
+	@start=$$(date +%s); rc=0; \
+	GPUQ_TRAINING_BIN="$(CURDIR)/bin/gpuq" $(GO) test -tags training -count=1 -timeout 5m -v ./tests/training/ || rc=$$?; \
+	echo "== training test ($$(( $$(date +%s) - start )) s)"; exit $$rc
+
 # Fuzz targets, PACKAGE:TARGET; seed corpora in each package's
 # testdata/fuzz/<TARGET>/ (a failing input found here is kept there).
 FUZZTIME ?= 10s
@@ -91,12 +103,16 @@ fuzz: ## Run each fuzz target for FUZZTIME (10s; make fuzz FUZZTIME=30s): event 
 	  echo "$$out" | grep '^fuzz:' | tail -1; echo "$$out" | tail -1; \
 	done
 
+docs: ## Regenerate docs/cli.md from the cobra commands and docs/cli/*.md (TestCLIDoc fails while it is stale)
+	cd cmd/gpuq && $(GO) test -count=1 -run '^TestCLIDoc$$' -update-docs .
+
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags faults ./tests/faults/...
 	$(GO) vet -tags hostile ./tests/hostile/...
 	$(GO) vet -tags browser ./tests/browser/...
+	$(GO) vet -tags training ./tests/training/...
 
 generate: ## Regenerate the generated code: pkg/events/fastdecode_gen.go from types.go (TestFastDecodeGenCurrent fails while it is stale)
 	$(GO) generate ./pkg/events

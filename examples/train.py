@@ -1,61 +1,64 @@
 #!/usr/bin/env python3
-"""A gpuq-aware training loop, standard library only.
+"""A gpuq-aware training loop, standard library only, on the gpuq client.
 
-The preemption protocol for job authors:
+The preemption protocol for job authors (docs/training.md has it whole):
   1. gpuq starts the job with CUDA_VISIBLE_DEVICES (its GPUs), GPUQ_TASK_ID,
-     GPUQ_CHECKPOINT_DIR (where to save) and GPUQ_NATS_URL; when the task
-     resumes after a preemption, also GPUQ_RESUME_FROM (the checkpoint).
-     On a cluster with credentials (gpuq auth init), GPUQ_NATS_CREDS is the
-     run's own credential, a file only this job's user can read, good for
-     this run's checkpoint and history and nothing else, and only while
-     the run lasts; `gpuq checkpoint` picks it up from the environment.
-  2. On preemption the job gets a signal (SIGUSR1 unless the task was
-     submitted with --preempt-signal). It has the grace period (--grace,
-     default 120 s) to save a checkpoint, report it with
-     `gpuq checkpoint --ref REF`, and exit. After the grace period it gets
-     SIGTERM, 10 s later SIGKILL, and the work since its last reported
-     checkpoint is counted as lost.
+     GPUQ_TASK_SOCKET (the task socket: no NATS credential needed) and
+     GPUQ_CHECKPOINT_DIR (where to save); when the task resumes after a
+     preemption, also GPUQ_RESUME_FROM (the checkpoint).
+  2. On preemption every process of the job gets a signal (SIGUSR1 unless
+     the task was submitted with --preempt-signal). The job has the grace
+     period (--grace, default 120 s) to save a checkpoint, report it, and
+     exit. After the grace period SIGTERM, later SIGKILL, and the work since
+     its last reported checkpoint is counted as lost.
   3. gpuq requeues the task at its original place in line; when it runs
-     again, GPUQ_RESUME_FROM names the checkpoint to continue from.
+     again, task.resume_from names the checkpoint to continue from.
+
+gpuq.current() does the listening: task.should_checkpoint() is a flag set by
+its handler of the preemption signal and by a long-poll of the task socket;
+task.checkpoint_committed(path, step) reports a checkpoint (through the
+socket, else with `gpuq checkpoint`, which honours GPUQ_BIN). Outside gpuq,
+current() is None and the loop just runs. For a real model see
+examples/pytorch/train.py.
 
 Usage: train.py [--steps N] [--step-seconds S] [--checkpoint-every K]
 """
 import argparse
 import json
 import os
-import shutil
-import signal
-import subprocess
 import sys
 import time
 
-preempted = False
-
-
-def on_preempt(signum, frame):
-    global preempted
-    preempted = True  # finish the current step, then checkpoint and exit
+try:
+    import gpuq
+except ImportError:  # run from a checkout: the client is in python/
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    import gpuq
 
 
 def save(step, ckpt_dir):
+    """Write the checkpoint, fsync it, rename it into place: it is complete
+    or absent, never torn."""
     os.makedirs(ckpt_dir, exist_ok=True)
     path = os.path.join(ckpt_dir, "step-%d.json" % step)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump({"step": step, "task": os.environ.get("GPUQ_TASK_ID")}, f)
-    os.replace(tmp, path)  # a checkpoint is complete or absent, never torn
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
     return path
 
 
-def report(path, step):
-    """Tell gpuq where the checkpoint is (the task id comes from GPUQ_TASK_ID;
-    it goes through the task socket GPUQ_TASK_SOCKET, else over NATS with the
-    credential, when there is one, from GPUQ_NATS_CREDS)."""
-    gpuq = os.environ.get("GPUQ_BIN") or shutil.which("gpuq") or "gpuq"
+def report(task, path, step):
+    """Tell gpuq the checkpoint is committed; a failure to report is logged,
+    not fatal (the checkpoint is on disk, the next report carries on)."""
+    if task is None:
+        return
     try:
-        subprocess.run([gpuq, "checkpoint", "--ref", path, "--step", str(step)], check=True, timeout=30)
-    except (OSError, subprocess.SubprocessError) as e:
-        print("could not report checkpoint %s: %s" % (path, e), file=sys.stderr)
+        task.checkpoint_committed(path, step=step)
+    except Exception as e:  # refused (gpuq.GpuqError), or the gpuq CLI missing or timing out
+        print("could not report checkpoint %s: %s" % (path, e), file=sys.stderr, flush=True)
 
 
 def main():
@@ -65,25 +68,27 @@ def main():
     ap.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every K steps (0: only on preemption)")
     args = ap.parse_args()
 
-    signal.signal(signal.SIGUSR1, on_preempt)
-    ckpt_dir = os.environ.get("GPUQ_CHECKPOINT_DIR", "./checkpoints")
+    task = gpuq.current()  # None outside gpuq
+    ckpt_dir = (task and task.checkpoint_dir) or os.environ.get("GPUQ_CHECKPOINT_DIR") or "./checkpoints"
     step = 0
-    resume = os.environ.get("GPUQ_RESUME_FROM")
-    if resume:
-        with open(resume) as f:
+    if task is not None and task.resume_from:
+        with open(task.resume_from) as f:
             step = json.load(f)["step"]
-        print("resuming from %s at step %d" % (resume, step), flush=True)
+        print("resuming from %s at step %d (attempt %d)" % (task.resume_from, step, task.attempt), flush=True)
     print("GPUs: %s" % os.environ.get("CUDA_VISIBLE_DEVICES", ""), flush=True)
 
     while step < args.steps:
         time.sleep(args.step_seconds)  # one training step
         step += 1
+        if task is not None and step % 10 == 0:
+            task.report_progress(step, args.steps)
         if args.checkpoint_every and step % args.checkpoint_every == 0:
-            report(save(step, ckpt_dir), step)
-        if preempted:
+            report(task, save(step, ckpt_dir), step)
+        if task is not None and task.should_checkpoint():
             path = save(step, ckpt_dir)
-            report(path, step)
-            print("preempted at step %d; checkpoint %s" % (step, path), flush=True)
+            report(task, path, step)
+            p = task.preemption
+            print("preempted at step %d (%s); checkpoint %s" % (step, p.reason, path), flush=True)
             return 0
     print("done: %d steps" % step, flush=True)
     return 0

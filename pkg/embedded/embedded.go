@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -329,16 +328,6 @@ func (s *Server) metaLeader() string {
 		return ""
 	}
 	return jsz.Meta.Leader
-}
-
-// URLs is every server's client URL, comma-separated (as --nats takes
-// them).
-func (c *Cluster) URLs() string {
-	var us []string
-	for _, s := range c.Servers {
-		us = append(us, s.URL())
-	}
-	return strings.Join(us, ",")
 }
 
 // Stop shuts server i down (its store stays); Restart starts it again

@@ -306,28 +306,6 @@ func SubjectMatch(filter, subject string) bool {
 	return len(f) == len(s)
 }
 
-// Pump moves a follower's messages into a channel until ctx ends or the
-// follower fails; the channel is then closed. Services select on it beside
-// their timers and drain what has arrived before deciding.
-func Pump(ctx context.Context, f Follower, buf int) <-chan Stored {
-	out := make(chan Stored, buf)
-	go func() {
-		defer close(out)
-		for {
-			m, err := f.Next(ctx)
-			if err != nil {
-				return
-			}
-			select {
-			case out <- m:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out
-}
-
 // LastGetter is a Log that can read the last message on one subject
 // directly (no consumer, nothing kept on the server).
 type LastGetter interface {

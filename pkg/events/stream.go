@@ -110,13 +110,6 @@ func HeartbeatKV(replicas int) js.KeyValueConfig {
 		Description: "gpuq agent heartbeats"}
 }
 
-// SnapshotStore defines the object store of state snapshots (see
-// pkg/snapshot): one object per service, replaced by each new snapshot. It
-// is a cache of folds of the audit log, never the truth.
-func SnapshotStore(replicas int) js.ObjectStoreConfig {
-	return SnapshotStoreIn(SnapshotBucket, replicas)
-}
-
 // SnapshotBucketOf is the snapshot store of a service other than the
 // scheduler (which keeps SnapshotBucket): one store per service, so that
 // NATS permissions can let each write its own and nobody else's.

@@ -188,9 +188,6 @@ func (o *EndOrder) Remove(t *domain.Task) {
 	o.list = slices.Delete(o.list, i, i+1)
 }
 
-// Len is how many tasks the order holds.
-func (o *EndOrder) Len() int { return len(o.list) }
-
 // startSource starts a walk from Input.Ends: the holders not started
 // and the tasks placed in this pass are predicted at once (few), the
 // started ones as the walk reaches them.

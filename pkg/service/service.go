@@ -47,6 +47,16 @@ type Hooks struct {
 	// Wake, when set, runs React whenever it receives (the agent's
 	// process exits).
 	Wake <-chan struct{}
+	// Snapshots, when set, keeps the fold in the snapshot store: the
+	// runtime notes every record folded (Saw), offers a snapshot under
+	// the lock once caught up and after each batch, before CaughtUp and
+	// React run (Take), and writes a last one when Run returns (Final).
+	// A service registers its snapshots here once; it restores its state
+	// with Snapshots.Restore before New.
+	Snapshots *Snapshots
+	// Own encodes the service's own parts of a snapshot (the scheduler's
+	// predictor), called under the fold's lock; nil: none.
+	Own func() [][]byte
 }
 
 // Skip is one record the fold did not apply.
@@ -209,6 +219,7 @@ func (f *Fold) applyRecord(r events.Record, h *Hooks) {
 	if h.Applied != nil {
 		h.Applied(f.st, r, why)
 	}
+	h.Snapshots.Saw(r) // nil-safe
 	if f.waited {
 		close(f.changed)
 		f.changed, f.waited = make(chan struct{}), false
@@ -267,6 +278,15 @@ const (
 func (f *Fold) Run(ctx context.Context, h Hooks) error {
 	running.Store(f, struct{}{})
 	defer running.Delete(f)
+	if h.Snapshots != nil {
+		defer f.Read(func(st *domain.State) { h.Snapshots.Final(st, h.Own) })
+	}
+	// snapshot offers a snapshot of the state as folded (Hooks.Snapshots).
+	snapshot := func() {
+		if h.Snapshots != nil {
+			f.Read(func(st *domain.State) { h.Snapshots.Take(ctx, st, h.Own) })
+		}
+	}
 	backoff := minBackoff
 	// 1. The initial read, retried until it succeeds.
 	for {
@@ -284,6 +304,7 @@ func (f *Fold) Run(ctx context.Context, h Hooks) error {
 		backoff = min(2*backoff, maxBackoff)
 	}
 	f.logger.Info().Uint64("seq", f.Seq()).Uint64("skipped", f.Counters.Skipped.Load()).Msg(f.name + ": log folded")
+	snapshot() // a long fold is worth a snapshot at once
 	if h.CaughtUp != nil {
 		if err := h.CaughtUp(ctx); err != nil {
 			return err
@@ -302,6 +323,7 @@ func (f *Fold) Run(ctx context.Context, h Hooks) error {
 		tick = t.C
 	}
 	react := func() error {
+		snapshot()
 		if h.React == nil {
 			return nil
 		}

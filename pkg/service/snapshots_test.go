@@ -51,10 +51,19 @@ func TestSnapshotPlusTail(t *testing.T) {
 			snaps := service.OpenSnapshotsIn(ctx, l.JetStream(), bucket, 1, "svc", 5, zerolog.Nop())
 			st, _ := snaps.Restore(ctx, l, 0)
 			f := service.New("svc", l, zerolog.Nop(), st)
-			if err := f.CatchUp(ctx, &service.Hooks{Applied: func(_ *domain.State, r events.Record, _ string) { snaps.Saw(r) }}); err != nil {
+			// The runtime keeps the snapshots registered with it (Hooks):
+			// stopped once caught up, it writes the last one.
+			runCtx, stop := context.WithCancel(ctx)
+			caught, done := make(chan struct{}), make(chan error, 1)
+			go func() {
+				done <- f.Run(runCtx, service.Hooks{Snapshots: snaps,
+					CaughtUp: func(context.Context) error { close(caught); return nil }})
+			}()
+			<-caught
+			stop()
+			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
-			f.Read(func(st *domain.State) { snaps.Final(st, nil) })
 			head := f.Seq()
 			// The tail, then the damage.
 			for i := 20; i < 30; i++ {

@@ -1,5 +1,6 @@
 // Package snapshot keeps services' state snapshots beside the event log,
-// in the JetStream object store gpuq_snapshots (events.SnapshotStore): one
+// in a JetStream object store (events.SnapshotStoreIn; gpuq_snapshots for the
+// scheduler, events.SnapshotBucketOf(service) for the others): one
 // object per service, named after it ("scheduler"), replaced by each new
 // snapshot. A snapshot is a cache of a fold, never the truth: it records
 // the log sequence it covers, and a service loads it, folds the log from

@@ -3,10 +3,9 @@ package advisor
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"net/http"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,7 +18,6 @@ import (
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
-	"github.com/gpuq/gpuq/pkg/jsonguard"
 	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/policy"
 	"github.com/gpuq/gpuq/pkg/service"
@@ -169,7 +167,6 @@ func (a *Advisor) run(ctx context.Context) error {
 			_ = sub.Drain()
 		}
 	}()
-	defer a.fold.Read(func(st *domain.State) { snaps.Final(st, own) })
 	return a.fold.Run(ctx, service.Hooks{
 		// The estimator replays its own history with the fold.
 		Applied: func(st *domain.State, r events.Record, skipped string) {
@@ -179,11 +176,9 @@ func (a *Advisor) run(ctx context.Context) error {
 				snaps.Spent(time.Since(start))
 				a.live.Saw(st, r)
 			}
-			snaps.Saw(r)
 		},
 		// Answer estimate and stats requests once the log is folded.
 		CaughtUp: func(ctx context.Context) error {
-			a.fold.Read(func(st *domain.State) { snaps.Take(ctx, st, own) }) // a long fold is worth a snapshot at once
 			if cfg.NC != nil {
 				// Unscoped and team-scoped (api.TeamPrefix): estimates
 				// and stats hold nothing secret, so both answer alike.
@@ -205,11 +200,12 @@ func (a *Advisor) run(ctx context.Context) error {
 		// Publish what changed materially.
 		React: func(ctx context.Context) error {
 			a.publish(ctx)
-			a.fold.Read(func(st *domain.State) { snaps.Take(ctx, st, own) })
 			return nil
 		},
-		Tick: cfg.Tick,
-		Wake: a.wake,
+		Tick:      cfg.Tick,
+		Wake:      a.wake,
+		Snapshots: snaps,
+		Own:       own,
 	})
 }
 
@@ -309,39 +305,27 @@ func (a *Advisor) changed(st *domain.State, now time.Time) []estimate.Advice {
 	return out
 }
 
+// reply answers m with result or err (api.ReplyOf, the services' one
+// reply).
 func reply(m *nats.Msg, result any, err *api.Error) {
-	var r api.Reply
 	if err != nil {
-		r.Error, r.Field, r.NotFound = err.Msg, err.Field, err.NotFound
-	} else {
-		r.Result, _ = json.Marshal(result)
+		_ = api.Respond(m, api.ReplyOf(nil, err))
+		return
 	}
-	b, _ := json.Marshal(r)
-	_ = m.Respond(b)
+	_ = api.Respond(m, api.ReplyOf(result, nil))
 }
 
 func (a *Advisor) onEstimate(m *nats.Msg) {
-	if _, err := jsonguard.Check(m.Data); err != nil {
-		var ge *jsonguard.Error
-		field := "body"
-		if errors.As(err, &ge) && ge.Path != "" {
-			field = ge.Path
-		}
-		reply(m, nil, &api.Error{Msg: strings.TrimPrefix(err.Error(), field+": "), Field: field})
-		return
-	}
 	var req api.EstimateRequest
-	if err := json.Unmarshal(m.Data, &req); err != nil {
-		reply(m, nil, &api.Error{Msg: "malformed request: " + err.Error(), Field: "body"})
+	doc, derr := api.Decode(m.Data, &req)
+	if derr != nil {
+		reply(m, nil, derr)
 		return
 	}
 	// what_if_gpus is omitted when not asked for; given, it must be ≥ 1
 	// (an explicit 0 is not "unchanged").
-	var given struct {
-		WhatIfGPUs *int `json:"what_if_gpus"`
-	}
-	if json.Unmarshal(m.Data, &given) == nil && given.WhatIfGPUs != nil && *given.WhatIfGPUs < 1 {
-		reply(m, nil, &api.Error{Msg: "must be ≥ 1", Field: "what_if_gpus"})
+	if doc != nil && doc.Has("what_if_gpus") && req.WhatIfGPUs < 1 {
+		reply(m, nil, &api.Error{Msg: "must be ≥ 1", Field: "what_if_gpus", Status: http.StatusBadRequest})
 		return
 	}
 	v, err := a.Estimate(req, a.cfg.Now())

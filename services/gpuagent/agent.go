@@ -325,12 +325,10 @@ func (a *Agent) run(ctx context.Context) error {
 	a.fold.Store(f)
 	var lastAnnounce time.Time
 	err = f.Run(ctx, service.Hooks{
-		Applied: func(_ *domain.State, r events.Record, _ string) { snaps.Saw(r) },
 		CaughtUp: func(ctx context.Context) error {
 			var err error
 			f.Read(func(st *domain.State) {
 				a.st = st
-				snaps.Take(ctx, st, nil)
 				a.logID = a.identity(ctx)
 				a.adopt()
 				// Announce the inventory.
@@ -353,7 +351,6 @@ func (a *Agent) run(ctx context.Context) error {
 		React: func(ctx context.Context) error {
 			f.Read(func(st *domain.State) {
 				a.st = st
-				snaps.Take(ctx, st, nil)
 				for drained := false; !drained; {
 					select {
 					case x := <-a.exits:
@@ -383,13 +380,11 @@ func (a *Agent) run(ctx context.Context) error {
 			})
 			return nil
 		},
-		Tick: 200 * time.Millisecond,
-		Wake: a.wake,
+		Tick:      200 * time.Millisecond,
+		Wake:      a.wake,
+		Snapshots: snaps,
 	})
-	f.Read(func(st *domain.State) {
-		a.stop()
-		snaps.Final(st, nil)
-	})
+	f.Read(func(*domain.State) { a.stop() })
 	a.socks.CloseAll()
 	return err
 }

@@ -3,7 +3,6 @@ package gpuagent
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/events"
-	"github.com/gpuq/gpuq/pkg/jsonguard"
 )
 
 // LogsConfig configures ServeLogs.
@@ -57,8 +55,7 @@ func StartLogs(cfg LogsConfig) (stop func(), err error) {
 		return nil, fmt.Errorf("gpuagent: logs: invalid node name %q", cfg.Node)
 	}
 	sub, err := cfg.NC.Subscribe(api.LogsSubject(cfg.Node), func(m *nats.Msg) {
-		b, _ := json.Marshal(answerLogs(cfg, m.Data))
-		if err := m.Respond(b); err != nil {
+		if err := api.Respond(m, answerLogs(cfg, m.Data)); err != nil {
 			cfg.Logger.Debug().Err(err).Msg("gpuagent: logs reply not sent")
 		}
 	})
@@ -74,28 +71,19 @@ func StartLogs(cfg LogsConfig) (stop func(), err error) {
 
 // answerLogs answers one request body.
 func answerLogs(cfg LogsConfig, data []byte) api.Reply {
-	if _, err := jsonguard.Check(data); err != nil {
-		var ge *jsonguard.Error
-		if errors.As(err, &ge) && ge.Path != "" {
-			return api.Reply{Error: ge.Rule, Field: ge.Path}
-		}
-		return api.Reply{Error: err.Error(), Field: "body"}
-	}
 	var req api.LogsRequest
-	if err := json.Unmarshal(data, &req); err != nil {
-		return api.Reply{Error: "must be a JSON object with task_id, offset, tail, max_bytes", Field: "body"}
+	if _, derr := api.Decode(data, &req); derr != nil {
+		return api.ReplyOf(nil, derr)
 	}
 	out, err := ReadLog(cfg.DataDir, cfg.Node, req)
 	if err != nil {
 		var e *api.Error
-		if errors.As(err, &e) {
-			return api.Reply{Error: e.Msg, Field: e.Field, NotFound: e.NotFound}
+		if !errors.As(err, &e) {
+			cfg.Logger.Warn().Err(err).Str("task_id", req.TaskID).Msg("gpuagent: reading a task's output failed")
 		}
-		cfg.Logger.Warn().Err(err).Str("task_id", req.TaskID).Msg("gpuagent: reading a task's output failed")
-		return api.Reply{Error: err.Error()}
+		return api.ReplyOf(nil, err)
 	}
-	b, _ := json.Marshal(out)
-	return api.Reply{Result: b}
+	return api.ReplyOf(out, nil)
 }
 
 // LogPath is where a task's output is on the node whose agent keeps its

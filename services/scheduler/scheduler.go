@@ -160,13 +160,6 @@ func (s *Scheduler) Snapshot() *domain.State {
 	return c
 }
 
-// Leading reports whether this instance holds the lease.
-func (s *Scheduler) Leading() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.lead
-}
-
 // Errors that end a leadership term.
 var (
 	errLeaseExpired = errors.New("scheduler: the lease may have expired (renewal overdue)")
@@ -198,14 +191,12 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 	err := fold.Run(ctx, service.Hooks{
 		Applied: func(st *domain.State, r events.Record, skipped string) {
 			s.clock.observe(r.Time)
-			s.snaps.saw(r)
 			if skipped == "" {
 				s.pred.Learn(st, r)
 			}
 		},
 		CaughtUp: func(ctx context.Context) error {
 			fold.Read(func(st *domain.State) {
-				s.snaps.take(ctx, st, s.pred) // a long fold is worth a snapshot at once
 				// Every known node gets a full timeout to show its heartbeat.
 				seen := map[string]time.Time{}
 				for name := range st.Nodes {
@@ -232,23 +223,30 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 			if !lease.valid() {
 				return errLeaseExpired
 			}
-			var err error
+			// Decide under the fold's lock (pure: commands), act outside
+			// it (appends and their acks), so readers of the state
+			// (metrics, the digest) never wait on NATS. The fold advances
+			// only between reactions, so nothing is applied in between.
+			var p plan
 			fold.Read(func(st *domain.State) {
-				s.snaps.take(ctx, st, s.pred)
 				dg.update(st)
 				if st.Seq < waitFor {
 					return
 				}
-				var last uint64
-				last, err = s.pass(ctx, st, lease)
-				waitFor = max(waitFor, last)
+				p = s.decide(st)
 			})
 			dg.publish(ctx)
+			if len(p.cmds) == 0 {
+				return nil
+			}
+			last, err := s.act(ctx, p, lease)
+			waitFor = max(waitFor, last)
 			return err
 		},
-		Tick: s.cfg.Tick,
+		Tick:      s.cfg.Tick,
+		Snapshots: s.snaps.Snapshots,
+		Own:       own(s.pred),
 	})
-	fold.Read(func(st *domain.State) { s.snaps.final(st, s.pred) })
 	if err == nil {
 		err = ctx.Err()
 	}
@@ -264,7 +262,18 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 // "now" are judged on the log's and the heartbeats' own timestamps.
 // Every decision carries the lease's epoch; if the lease is no longer
 // certainly held when the pass is ready to append, nothing is appended.
-func (s *Scheduler) pass(ctx context.Context, st *domain.State, lease *lease) (uint64, error) {
+// plan is one decision step's outcome: the commands decided on the state
+// at seq, at now.
+type plan struct {
+	cmds  []decide.Command
+	seq   uint64
+	now   time.Time
+	start time.Time // when the step began (the pass metric)
+}
+
+// decide is the scheduler's step under the fold's lock: decide.Plan on
+// the state as folded; it appends nothing and keeps no pointer into st.
+func (s *Scheduler) decide(st *domain.State) plan {
 	start := time.Now()
 	now := s.clock.now()
 	if total := st.Totals().Healthy; total != s.checkedTotal {
@@ -280,17 +289,23 @@ func (s *Scheduler) pass(ctx context.Context, st *domain.State, lease *lease) (u
 	}
 	cmds := decide.Plan(st, s.cfg.Policy, now, live, s.pred.ForPolicy(now))
 	s.mu.Unlock()
-	if len(cmds) == 0 {
-		return 0, nil
-	}
+	return plan{cmds: cmds, seq: st.Seq, now: now, start: start}
+}
+
+// act appends a plan's commands, outside the fold's lock, under the
+// lease: each with the leader's epoch and its expected-sequence guard (a
+// stale one is refused and decided again). It returns the last sequence
+// appended.
+func (s *Scheduler) act(ctx context.Context, p plan, lease *lease) (uint64, error) {
+	cmds, now := p.cmds, p.now
 	if !lease.valid() {
 		return 0, errLeaseExpired
 	}
-	defer func() { s.m.Pass(time.Since(start)) }()
+	defer func() { s.m.Pass(time.Since(p.start)) }()
 	msgs := make([]events.Msg, 0, len(cmds))
 	sent := make([]int, 0, len(cmds)) // msgs[j] is cmds[sent[j]]
 	for i, c := range cmds {
-		c.Event = withEpoch(c.Event, lease.epoch, st.Seq)
+		c.Event = withEpoch(c.Event, lease.epoch, p.seq)
 		cmds[i] = c
 		subj, data, _, err := events.Encode(c.Event, events.Meta{Time: now})
 		if err != nil {

@@ -48,17 +48,11 @@ func (sn snapshots) restore(ctx context.Context, l events.Log) (*domain.State, *
 	return st, pred
 }
 
+// own encodes the scheduler's own part of a snapshot, the predictor
+// (service.Hooks.Own).
 func own(pred *estimate.Predictor) func() [][]byte {
 	return func() [][]byte {
 		p, _ := pred.MarshalBinary()
 		return [][]byte{p}
 	}
 }
-
-func (sn snapshots) saw(r events.Record) { sn.Saw(r) }
-
-func (sn snapshots) take(ctx context.Context, st *domain.State, pred *estimate.Predictor) {
-	sn.Take(ctx, st, own(pred))
-}
-
-func (sn snapshots) final(st *domain.State, pred *estimate.Predictor) { sn.Final(st, own(pred)) }

@@ -372,23 +372,20 @@ func (s *server) follow(ctx context.Context, caughtUp chan<- struct{}) {
 	defer func() { <-hubDone }()
 	_ = s.m.f.Run(ctx, service.Hooks{
 		Applied: func(st *domain.State, r events.Record, skipped string) {
-			s.snaps.Saw(r)
 			s.m.saw(r, skipped)
 			s.hub.applied(st, r)
 		},
 		CaughtUp: func(ctx context.Context) error {
 			s.hub.start(s.m.seq())
-			s.m.f.Read(func(st *domain.State) { s.snaps.Take(ctx, st, nil) }) // a long fold is worth a snapshot at once
 			if caughtUp != nil {
 				close(caughtUp)
 			}
 			return nil
 		},
-		React: func(ctx context.Context) error {
-			s.m.f.Read(func(st *domain.State) { s.snaps.Take(ctx, st, nil) })
-			return nil
-		},
-		Tick: time.Second,
+		// React does nothing of the submitter's own: it makes the runtime
+		// offer a snapshot after each batch and each second.
+		React:     func(context.Context) error { return nil },
+		Tick:      time.Second,
+		Snapshots: s.snaps,
 	})
-	s.m.f.Read(func(st *domain.State) { s.snaps.Final(st, nil) })
 }

@@ -1,14 +1,10 @@
 package submitter
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -24,51 +20,11 @@ import (
 // api.SubjectPrefix + op.
 var ops = []string{api.OpSubmit, api.OpShow, api.OpQueue, api.OpCancel, api.OpAmend, api.OpChecklist, api.OpHistory, api.OpCheckpoint, api.OpNodes, api.OpDrain, api.OpUndrain}
 
-// decodeBody reads one JSON object into v, strictly: first one bounded
-// pass (jsonguard: nesting at most 64 deep, no repeated keys — the last
-// would win silently —, no invalid UTF-8 or lone surrogate, no number
-// beyond a float64, no trailing data), then encoding/json with no unknown
-// fields and a whole number where the field is an integer. An empty body
-// leaves v as it is (the zero request). Errors name the field and the
-// rule, never a Go type; "body" when the body as a whole is at fault. The
-// document (nil for an empty body) tells which top-level keys were given.
+// decodeBody is api.Decode, its error the submitter's.
 func decodeBody(data []byte, v any) (*jsonguard.Doc, error) {
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, nil
-	}
-	doc, err := jsonguard.Check(data)
+	doc, err := api.Decode(data, v)
 	if err != nil {
-		var ge *jsonguard.Error
-		if errors.As(err, &ge) {
-			field := ge.Path
-			if field == "" {
-				field = "body"
-			}
-			return nil, invalid(field, ge.Rule)
-		}
-		return nil, invalid("body", err.Error())
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var te *json.UnmarshalTypeError
-		var se *json.SyntaxError
-		switch {
-		case errors.As(err, &te) && te.Field != "":
-			return nil, invalid(te.Field, jsonRule(te.Type.Kind(), te.Value))
-		case errors.As(err, &te):
-			return nil, invalid("body", fmt.Sprintf("must be a JSON object (got %s)", jsonValueKind(te.Value)))
-		case errors.As(err, &se):
-			return nil, invalid("body", fmt.Sprintf("invalid JSON at byte %d: %s", se.Offset, se.Error()))
-		}
-		msg := strings.TrimPrefix(err.Error(), "json: ")
-		if f, ok := strings.CutPrefix(msg, "unknown field "); ok {
-			return nil, invalid("body", "unknown field "+f+": not a field of this request")
-		}
-		return nil, invalid("body", "invalid JSON: "+msg)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, invalid("body", "invalid JSON: unexpected data after the value")
+		return nil, invalid(err.Field, err.Msg)
 	}
 	return doc, nil
 }
@@ -99,43 +55,6 @@ func decodeSubmit(data []byte) (domain.Request, error) {
 		req.Hours = domain.DefaultHours
 	}
 	return req, nil
-}
-
-// jsonRule states what a field of kind k must be; got is the decoder's
-// description of the value ("number 2.5", "string", "array").
-func jsonRule(k reflect.Kind, got string) string {
-	var rule string
-	switch k {
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		rule = "must be a whole number"
-		if n, ok := strings.CutPrefix(got, "number "); ok {
-			return fmt.Sprintf("%s (got %s)", rule, n)
-		}
-	case reflect.Float32, reflect.Float64:
-		rule = "must be a number"
-	case reflect.Bool:
-		rule = "must be true or false"
-	case reflect.String:
-		rule = "must be a JSON string"
-	case reflect.Struct, reflect.Map:
-		rule = "must be a JSON object"
-	case reflect.Slice, reflect.Array:
-		rule = "must be a JSON array"
-	default:
-		rule = "has the wrong type"
-	}
-	return fmt.Sprintf("%s (got %s)", rule, jsonValueKind(got))
-}
-
-// jsonValueKind is the decoder's description of a value without its text:
-// "number 2.5" is a number.
-func jsonValueKind(got string) string {
-	k, _, _ := strings.Cut(got, " ")
-	if k == "" {
-		return "another kind of value"
-	}
-	return k
 }
 
 // call decodes a request of type Req and runs op on it.

@@ -1,0 +1,3 @@
+module github.com/gpuq/gpuq/tests/training
+
+go 1.26.0
