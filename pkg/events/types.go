@@ -34,6 +34,11 @@ const (
 	TypeLost      Type = "lost"
 )
 
+// The fast decoder of each event type below is generated from this file
+// (fastdecode_gen.go): after changing a type, run `go generate
+// ./pkg/events`. A string field tagged `fastdecode:"text"` is unique to
+// its event (an id, a command, free text) and is copied, not interned.
+
 // Event is one fact. Key is the task id or node name its subject carries.
 type Event interface {
 	EventType() Type
