@@ -17,7 +17,7 @@ HTTP ?= 127.0.0.1:8180
 AUTH ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help build run docs test test-race test-python test-faults test-hostile test-browser test-training fuzz lint bench contract check-metrics compose-up compose-down compose-smoke test-compose images clean
+.PHONY: help build run docs test test-race test-python test-faults test-hostile test-browser test-training fuzz lint generate bench contract check-metrics compose-up compose-down compose-smoke test-compose images clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -113,6 +113,9 @@ lint: ## gofmt and go vet
 	$(GO) vet -tags hostile ./tests/hostile/...
 	$(GO) vet -tags browser ./tests/browser/...
 	$(GO) vet -tags training ./tests/training/...
+
+generate: ## Regenerate the generated code: pkg/events/fastdecode_gen.go from types.go (TestFastDecodeGenCurrent fails while it is stale)
+	$(GO) generate ./pkg/events
 
 bench: ## Go benchmarks (fold, ingest, placement)
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 $(PKGS)

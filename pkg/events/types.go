@@ -34,6 +34,11 @@ const (
 	TypeLost      Type = "lost"
 )
 
+// The fast decoder of each event type below is generated from this file
+// (fastdecode_gen.go): after changing a type, run `go generate
+// ./pkg/events`. A string field tagged `fastdecode:"text"` is unique to
+// its event (an id, a command, free text) and is copied, not interned.
+
 // Event is one fact. Key is the task id or node name its subject carries.
 type Event interface {
 	EventType() Type
@@ -43,20 +48,20 @@ type Event interface {
 // Submitted: a task entered the queue. SubmittedAt is its place in line for
 // its whole life, across amendments and preemptions.
 type Submitted struct {
-	TaskID         string    `json:"task_id"`
-	Name           string    `json:"name"`
+	TaskID         string    `json:"task_id" fastdecode:"text"`
+	Name           string    `json:"name" fastdecode:"text"`
 	Team           string    `json:"team"`
 	Priority       string    `json:"priority"`
 	GPUs           int       `json:"gpus"`
 	Hours          float64   `json:"hours"`
-	Hypothesis     string    `json:"hypothesis"`
-	Command        string    `json:"command"`
+	Hypothesis     string    `json:"hypothesis" fastdecode:"text"`
+	Command        string    `json:"command" fastdecode:"text"`
 	Preemptible    bool      `json:"preemptible"`
 	PreemptSignal  string    `json:"preempt_signal,omitempty"`
 	GraceS         float64   `json:"grace_s,omitempty"`
 	GPUModel       string    `json:"gpu_model,omitempty"`
 	MinGPUMemMiB   int       `json:"min_gpu_mem_mib,omitempty"`
-	IdempotencyKey string    `json:"idempotency_key,omitempty"`
+	IdempotencyKey string    `json:"idempotency_key,omitempty" fastdecode:"text"`
 	SubmittedAt    time.Time `json:"submitted_at"`
 	// Env and Dir are the submitter's environment (filtered, see
 	// domain.Request) and working directory, for the job.
@@ -74,11 +79,11 @@ type Submitted struct {
 // Amended: some of a queued task's fields changed; it keeps its place.
 // Zero values mean "unchanged".
 type Amended struct {
-	TaskID     string  `json:"task_id"`
+	TaskID     string  `json:"task_id" fastdecode:"text"`
 	GPUs       int     `json:"gpus,omitempty"`
 	Priority   string  `json:"priority,omitempty"`
 	Hours      float64 `json:"hours,omitempty"`
-	Hypothesis string  `json:"hypothesis,omitempty"`
+	Hypothesis string  `json:"hypothesis,omitempty" fastdecode:"text"`
 }
 
 // Cancelled: a person or CI withdrew the task. By is who: the credential
@@ -87,7 +92,7 @@ type Amended struct {
 // what the caller said about it when By is its credential (absent in
 // records written before the field, and without auth).
 type Cancelled struct {
-	TaskID string `json:"task_id"`
+	TaskID string `json:"task_id" fastdecode:"text"`
 	By     string `json:"by,omitempty"`
 	Reason string `json:"reason,omitempty"`
 	Note   string `json:"note,omitempty"`
@@ -95,7 +100,7 @@ type Cancelled struct {
 
 // ChecklistUpdated: a waiting-playbook item was marked done (or undone).
 type ChecklistUpdated struct {
-	TaskID string `json:"task_id"`
+	TaskID string `json:"task_id" fastdecode:"text"`
 	Item   string `json:"item"`
 	Done   bool   `json:"done"`
 }
@@ -109,10 +114,10 @@ type Placement struct {
 // Dispatched: the scheduler placed the task. BasedOnSeq is the last log
 // sequence the decision saw; ResumeFrom is the checkpoint to resume from.
 type Dispatched struct {
-	TaskID     string      `json:"task_id"`
+	TaskID     string      `json:"task_id" fastdecode:"text"`
 	Placements []Placement `json:"placements"`
 	BasedOnSeq uint64      `json:"based_on_seq"`
-	ResumeFrom string      `json:"resume_from,omitempty"`
+	ResumeFrom string      `json:"resume_from,omitempty" fastdecode:"text"`
 	Reason     string      `json:"reason,omitempty"`
 	Backfill   bool        `json:"backfill,omitempty"`
 	// Epoch is the deciding leader's lease epoch: the fold refuses a
@@ -123,18 +128,18 @@ type Dispatched struct {
 
 // Started: an agent started the task's process.
 type Started struct {
-	TaskID string `json:"task_id"`
+	TaskID string `json:"task_id" fastdecode:"text"`
 	Node   string `json:"node"`
 	PID    int    `json:"pid"`
-	LogDir string `json:"log_dir,omitempty"`
+	LogDir string `json:"log_dir,omitempty" fastdecode:"text"`
 }
 
 // PreemptRequested: the scheduler asked the task to checkpoint and yield.
 type PreemptRequested struct {
-	TaskID     string  `json:"task_id"`
-	For        string  `json:"for"`
+	TaskID     string  `json:"task_id" fastdecode:"text"`
+	For        string  `json:"for" fastdecode:"text"`
 	Policy     string  `json:"policy"`
-	Reason     string  `json:"reason"`
+	Reason     string  `json:"reason" fastdecode:"text"`
 	GraceS     float64 `json:"grace_s"`
 	BasedOnSeq uint64  `json:"based_on_seq"`
 	Epoch      uint64  `json:"epoch,omitempty"` // as Dispatched.Epoch
@@ -173,8 +178,8 @@ func (e PreemptRequested) Cause() string {
 // Checkpointed: the job saved a checkpoint it can resume from. Step is
 // the training step it holds, when the job said (0: not given).
 type Checkpointed struct {
-	TaskID string `json:"task_id"`
-	Ref    string `json:"ref"`
+	TaskID string `json:"task_id" fastdecode:"text"`
+	Ref    string `json:"ref" fastdecode:"text"`
 	Step   int64  `json:"step,omitempty"`
 }
 
@@ -186,24 +191,24 @@ type Checkpointed struct {
 // nothing was lost, and the task goes back to the queue like a preempted
 // one, not counted as a preemption.
 type Preempted struct {
-	TaskID         string  `json:"task_id"`
+	TaskID         string  `json:"task_id" fastdecode:"text"`
 	Node           string  `json:"node"`
-	Checkpoint     string  `json:"checkpoint,omitempty"`
+	Checkpoint     string  `json:"checkpoint,omitempty" fastdecode:"text"`
 	Forced         bool    `json:"forced,omitempty"`
 	LostGPUSeconds float64 `json:"lost_gpu_seconds,omitempty"`
 	ExitCode       int     `json:"exit_code"`
 	// Reason says why the node stopped a run no preemption request of
 	// this attempt asked to stop (its agent cut off from NATS or shut
 	// down, a GPU failed); empty after a request.
-	Reason     string `json:"reason,omitempty"`
+	Reason     string `json:"reason,omitempty" fastdecode:"text"`
 	NotStarted bool   `json:"not_started,omitempty"`
 }
 
 // Requeued: the task went back to the queue at its original place.
 type Requeued struct {
-	TaskID     string `json:"task_id"`
-	Reason     string `json:"reason"`
-	ResumeFrom string `json:"resume_from,omitempty"`
+	TaskID     string `json:"task_id" fastdecode:"text"`
+	Reason     string `json:"reason" fastdecode:"text"`
+	ResumeFrom string `json:"resume_from,omitempty" fastdecode:"text"`
 	Epoch      uint64 `json:"epoch,omitempty"`        // as Dispatched.Epoch
 	BasedOnSeq uint64 `json:"based_on_seq,omitempty"` // as Dispatched.BasedOnSeq
 	// Code is why, for readers that decide on it (metrics): RequeueNodeLost
@@ -232,17 +237,17 @@ func (e Requeued) Cause() string {
 
 // Completed: the task's process exited 0.
 type Completed struct {
-	TaskID string `json:"task_id"`
+	TaskID string `json:"task_id" fastdecode:"text"`
 	Node   string `json:"node"`
 }
 
 // Failed: the task's process exited non-zero, or could not start.
 type Failed struct {
-	TaskID     string `json:"task_id"`
+	TaskID     string `json:"task_id" fastdecode:"text"`
 	Node       string `json:"node,omitempty"`
 	ExitCode   int    `json:"exit_code"`
-	Error      string `json:"error,omitempty"`
-	StderrTail string `json:"stderr_tail,omitempty"`
+	Error      string `json:"error,omitempty" fastdecode:"text"`
+	StderrTail string `json:"stderr_tail,omitempty" fastdecode:"text"`
 }
 
 // ProgressReported: the job reported its progress through its task socket;
@@ -250,7 +255,7 @@ type Failed struct {
 // interval (--progress-every). Step of Total, or a Fraction in [0, 1]
 // alone; Fraction is always set.
 type ProgressReported struct {
-	TaskID   string  `json:"task_id"`
+	TaskID   string  `json:"task_id" fastdecode:"text"`
 	Node     string  `json:"node"`
 	Step     int64   `json:"step,omitempty"`
 	Total    int64   `json:"total,omitempty"`
