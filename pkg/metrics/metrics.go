@@ -26,7 +26,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/service"
 )
 
@@ -155,7 +154,7 @@ func (c *foldCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descReconnects, prometheus.CounterValue, float64(f.Counters.Reconnects.Load()))
 	ch <- prometheus.MustNewConstMetric(descStalls, prometheus.CounterValue, float64(f.Counters.Stalls.Load()))
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
-	ch <- prometheus.MustNewConstMetric(descFoldSeq, prometheus.GaugeValue, float64(f.Seq()))
+	ch <- prometheus.MustNewConstMetric(descFoldSeq, prometheus.GaugeValue, float64(f.Counters.Folded.Load()))
 	ch <- prometheus.MustNewConstMetric(descLagSeqs, prometheus.GaugeValue, float64(seqs))
 	ch <- prometheus.MustNewConstMetric(descLagSecs, prometheus.GaugeValue, max(behind.Seconds(), 0))
 }
@@ -201,37 +200,24 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-type taskKey struct {
-	state domain.TaskState
-	prio  domain.Priority
-	team  string
-}
-
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	f := c.fold()
 	if f == nil {
 		return
 	}
-	tasks := map[taskKey]int{}
-	nodes := map[string]int{}
-	var gpus, healthy, free int
-	var epoch uint64
-	f.Read(func(st *domain.State) {
-		for _, t := range st.Tasks {
-			tasks[taskKey{t.State, t.Priority, t.Team}]++
-		}
-		for _, n := range st.Nodes {
-			nodes[string(n.State)]++
-			gpus += len(n.GPUs)
-		}
-		healthy, free = st.TotalGPUs()
-		epoch = st.Epoch
-	})
+	// The summary the fold published (service.Fold.SummaryEvery): a
+	// scrape never takes the fold's lock.
+	sum := f.Summary()
+	if sum == nil {
+		return
+	}
+	tasks, nodes := sum.Tasks, sum.Nodes
+	gpus, healthy, free, epoch := sum.GPUs, sum.Healthy, sum.Free, sum.Epoch
 	for k, n := range tasks {
-		ch <- prometheus.MustNewConstMetric(descTasks, prometheus.GaugeValue, float64(n), string(k.state), k.prio.String(), k.team)
+		ch <- prometheus.MustNewConstMetric(descTasks, prometheus.GaugeValue, float64(n), string(k.State), k.Priority.String(), k.Team)
 	}
 	for s, n := range nodes {
-		ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(n), s)
+		ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(n), string(s))
 	}
 	ch <- prometheus.MustNewConstMetric(descGPUs, prometheus.GaugeValue, float64(gpus))
 	ch <- prometheus.MustNewConstMetric(descGPUsHealth, prometheus.GaugeValue, float64(healthy))

@@ -100,9 +100,10 @@ func TestScrape(t *testing.T) {
 	}
 
 	fold := service.New("submitter", log, zerolog.Nop(), nil)
+	fold.SummaryEvery = time.Millisecond // the state's metrics read the published summary
 	go func() { _ = fold.Run(ctx, service.Hooks{}) }()
 	deadline := time.Now().Add(5 * time.Second)
-	for !fold.Ready() || fold.Seq() < 5 {
+	for !fold.Ready() || fold.Seq() < 5 || fold.Summary() == nil || fold.Summary().Seq < 5 {
 		if time.Now().After(deadline) {
 			t.Fatal("the fold did not catch up")
 		}

@@ -74,6 +74,7 @@ type Counters struct {
 	Stalls     atomic.Uint64 // follows closed by the watchdog: the log moved past them, they delivered nothing
 	StreamLast atomic.Uint64 // the log's last sequence when last asked
 	LastTime   atomic.Int64  // the log time of the last record folded (Unix ns)
+	Folded     atomic.Uint64 // the last sequence folded (Seq without the lock)
 }
 
 // Fold is a service's state and its place in the log. Every access to
@@ -97,6 +98,25 @@ type Fold struct {
 	// problem is why the last read or follow of the log could not be
 	// opened (nil once one works again): health checks report it.
 	problem atomic.Pointer[string]
+	// SummaryEvery, when set before Run, publishes the state's summary
+	// (domain.Summarize) at most this often, after a batch or a tick, for
+	// the metrics to read without the lock (Summary).
+	SummaryEvery time.Duration
+	summary      atomic.Pointer[domain.Summary]
+	summarized   time.Time
+}
+
+// Summary is the state's last published summary (nil before the first, or
+// without SummaryEvery): what the metrics read, never taking the lock.
+func (f *Fold) Summary() *domain.Summary { return f.summary.Load() }
+
+// summarize publishes a summary when SummaryEvery has passed.
+func (f *Fold) summarize() {
+	if f.SummaryEvery <= 0 || time.Since(f.summarized) < f.SummaryEvery {
+		return
+	}
+	f.summarized = time.Now()
+	f.Read(func(st *domain.State) { f.summary.Store(st.Summarize()) })
 }
 
 // Problem is why the fold could not read or follow the log the last time
@@ -156,7 +176,9 @@ func New(name string, log events.Log, logger zerolog.Logger, st *domain.State) *
 	if st == nil {
 		st = domain.NewState()
 	}
-	return &Fold{name: name, log: log, logger: logger, st: st, changed: make(chan struct{})}
+	f := &Fold{name: name, log: log, logger: logger, st: st, changed: make(chan struct{})}
+	f.Counters.Folded.Store(st.Seq)
+	return f
 }
 
 // Read runs fn with the state locked. fn must not block and must not keep
@@ -180,7 +202,7 @@ func (f *Fold) Ready() bool { return f.ready.Load() }
 // Lag is how far the fold is behind the log: sequences, and the log time
 // between the last record folded and now.
 func (f *Fold) Lag(now time.Time) (seqs uint64, behind time.Duration) {
-	last, at := f.Counters.StreamLast.Load(), f.Seq()
+	last, at := f.Counters.StreamLast.Load(), f.Counters.Folded.Load()
 	if last > at {
 		seqs = last - at
 		if t := f.Counters.LastTime.Load(); t > 0 {
@@ -216,6 +238,7 @@ func (f *Fold) applyRecord(r events.Record, h *Hooks) {
 		return
 	}
 	why := f.st.Apply(r)
+	f.Counters.Folded.Store(f.st.Seq)
 	if h.Applied != nil {
 		h.Applied(f.st, r, why)
 	}
@@ -324,6 +347,7 @@ func (f *Fold) Run(ctx context.Context, h Hooks) error {
 	}
 	react := func() error {
 		snapshot()
+		f.summarize()
 		if h.React == nil {
 			return nil
 		}

@@ -187,6 +187,9 @@ func Run(ctx context.Context, cfg Config) error {
 		st, _ := s.snaps.Restore(ctx, cfg.Log, 0)
 		s.m = &model{f: service.New("submitter", cfg.Log, lg, st), pred: estimate.NewPredictor(0)}
 	}
+	// The queue and cluster metrics read a summary published once a
+	// second, never the fold's lock.
+	s.m.f.SummaryEvery = time.Second
 
 	// 1. Listen for HTTP first, so /healthz answers 503 while catching up;
 	// the operator's own metrics listener likewise.
