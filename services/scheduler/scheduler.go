@@ -147,6 +147,19 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	return nil
 }
 
+// Snapshot returns a copy of the live state (nil before the first fold).
+func (s *Scheduler) Snapshot() *domain.State {
+	s.mu.Lock()
+	f, lead := s.fold, s.lead
+	s.mu.Unlock()
+	if f == nil || !lead {
+		return nil
+	}
+	var c *domain.State
+	f.Read(func(st *domain.State) { c = st.Clone() })
+	return c
+}
+
 // Errors that end a leadership term.
 var (
 	errLeaseExpired = errors.New("scheduler: the lease may have expired (renewal overdue)")
