@@ -22,9 +22,6 @@ type Rotated struct {
 	Removed []string // old job signing keys, removed from the account
 }
 
-// JobKeyName is the name Rotate takes for node's job signing key.
-func JobKeyName(node string) string { return "jobs-" + node }
-
 // Rotate makes new credentials for each name under dir, an auth directory
 // of Init, keeping its operator, system and gpuq accounts (keys/), so
 // that the server's JetStream data, which lives under the account's

@@ -81,69 +81,17 @@ func (s *State) Apply(r events.Record) (skipped string) {
 	}
 	switch e := r.Event.(type) {
 	case events.Submitted:
-		return s.submitted(r.Seq, r.Time, e)
+		return s.applySubmitted(r.Seq, r.Time, e)
 	case events.Available:
-		for _, g := range e.GPUs {
-			if g.UUID == "" || g.MemoryMiB < 0 {
-				return s.ignore("available: a GPU without a UUID or with negative memory")
-			}
-		}
-		n := s.node(e.Node)
-		n.GPUs = gpusFromEvent(e.GPUs)
-		sort.SliceStable(n.GPUs, func(i, j int) bool { return n.GPUs[i].Index < n.GPUs[j].Index })
-		n.BootID = e.BootID
-		if n.State != NodeDrained {
-			n.State = NodeUp
-		}
-		n.Reason = ""
-		s.nodeEvent(e.Node)
-		return ""
+		return s.applyAvailable(e)
 	case events.Unhealthy:
-		n := s.node(e.Node)
-		bad := map[string]bool{}
-		for _, u := range e.GPUs {
-			bad[u] = true
-		}
-		for i := range n.GPUs {
-			if bad[n.GPUs[i].UUID] {
-				n.GPUs[i].Healthy = false
-			}
-		}
-		n.Reason = e.Reason
-		s.nodeEvent(e.Node)
-		return ""
+		return s.applyUnhealthy(e)
 	case events.Drained:
-		n := s.node(e.Node)
-		n.State, n.Reason, n.DrainPreempt = NodeDrained, e.Reason, e.Preempt
-		s.nodeEvent(e.Node)
-		return ""
+		return s.applyDrained(e)
 	case events.Undrained:
-		n := s.Nodes[e.Node]
-		if n == nil || n.State != NodeDrained {
-			return s.ignore("undrained: node " + e.Node + " is not drained")
-		}
-		n.State, n.Reason, n.DrainPreempt = NodeUp, "", false
-		s.nodeEvent(e.Node)
-		return ""
+		return s.applyUndrained(e)
 	case events.Lost:
-		if why := s.fence(r.Seq, e.Epoch, e.BasedOnSeq); why != "" {
-			return why
-		}
-		n := s.Nodes[e.Node]
-		if n == nil {
-			return s.ignore("lost: node " + e.Node + " is not known")
-		}
-		n.State, n.Reason = NodeLost, e.Reason
-		// A cancelled task still holding GPUs there has no agent left to
-		// report its end: release it now.
-		for _, t := range s.Tasks {
-			if t.State == Cancelled && t.Holding && t.holdsOn(e.Node) {
-				s.release(t)
-				s.track(t)
-			}
-		}
-		s.nodeEvent(e.Node)
-		return ""
+		return s.applyLost(r.Seq, e)
 	}
 	t := s.Tasks[r.Event.Key()]
 	if t == nil {
@@ -153,176 +101,323 @@ func (s *State) Apply(r events.Record) (skipped string) {
 	defer s.track(t)
 	switch e := r.Event.(type) {
 	case events.Amended:
-		if t.State.Terminal() {
-			return s.ignore("amended: task is " + string(t.State))
-		}
-		// A value out of range (or a class this build does not know) leaves
-		// its field unchanged.
-		p, perr := ParsePriority(e.Priority)
-		if e.GPUs > 0 {
-			t.GPUs = e.GPUs
-		}
-		if perr == nil && p != t.Priority {
-			old := t.Priority
-			t.Priority = p
-			if t.State == Queued {
-				s.q.left(t, old)
-				s.q.add(t)
-			}
-		}
-		if e.Hours > 0 && !math.IsInf(e.Hours, 0) {
-			t.Hours = e.Hours
-		}
-		if e.Hypothesis != "" {
-			t.Hypothesis = e.Hypothesis
-		}
+		return s.applyAmended(t, e)
 	case events.Cancelled:
-		switch t.State {
-		case Completed, Failed, Cancelled:
-			return s.ignore("cancelled: task is " + string(t.State) + " already")
-		case Running, Preempting:
-			t.Holding = t.HoldsGPUs()
-		default:
-			s.release(t)
-		}
-		if t.State == Queued {
-			s.q.left(t, t.Priority)
-		}
-		t.State, t.EndedAt, t.Reason = Cancelled, at, e.Reason
+		return s.applyCancelled(t, at, e)
 	case events.ChecklistUpdated:
-		if t.Checklist == nil {
-			t.Checklist = map[string]bool{}
-		}
-		t.Checklist[e.Item] = e.Done
+		return s.applyChecklistUpdated(t, e)
 	case events.Dispatched:
-		if why := s.fence(r.Seq, e.Epoch, e.BasedOnSeq); why != "" {
-			return why
-		}
-		if t.State != Queued {
-			return s.ignore("dispatched: task is " + string(t.State) + ", not queued")
-		}
-		if !s.canPlace(e.Placements) {
-			return s.ignore("dispatched: placements name GPUs that are unknown, held or repeated")
-		}
-		s.q.left(t, t.Priority)
-		t.State, t.DispatchedAt, t.DispatchSeq = Dispatched, at, r.Seq
-		t.Placements = clonePlacements(e.Placements)
-		t.Node = ""
-		if len(e.Placements) > 0 {
-			t.Node = e.Placements[0].Node
-		}
-		t.ResumeFrom = e.ResumeFrom
-		t.ResumeStep = 0
-		if e.ResumeFrom != "" && e.ResumeFrom == t.Checkpoint {
-			t.ResumeStep = t.CheckpointStep
-		}
-		t.Reason = e.Reason
-		t.PreemptFor, t.PreemptPolicy, t.PreemptAt = "", "", time.Time{}
-		for _, p := range e.Placements {
-			for _, g := range p.GPUs {
-				s.Owner[g] = t.ID
-			}
-		}
-		s.placementsChanged(t.Placements)
+		return s.applyDispatched(t, r.Seq, at, e)
 	case events.Started:
-		if t.State != Dispatched {
-			return s.ignore("started: task is " + string(t.State) + ", not dispatched")
-		}
-		if why := s.fromNode(t, "started", e.Node); why != "" {
-			return why
-		}
-		t.State, t.StartedAt, t.PID = Running, at, e.PID
-		if t.FirstStarted.IsZero() {
-			t.FirstStarted = at
-		}
+		return s.applyStarted(t, at, e)
 	case events.PreemptRequested:
-		if why := s.fence(r.Seq, e.Epoch, e.BasedOnSeq); why != "" {
-			return why
-		}
-		if t.State != Running && t.State != Dispatched {
-			return s.ignore("preempt_requested: task is " + string(t.State) + ", not running")
-		}
-		t.State, t.PreemptFor, t.Reason = Preempting, e.For, e.Reason
-		t.PreemptPolicy, t.PreemptAt = e.Policy, at
+		return s.applyPreemptRequested(t, r.Seq, at, e)
 	case events.Checkpointed:
-		switch {
-		case t.State == Dispatched, t.State == Running, t.State == Preempting:
-		case t.State == Cancelled && t.HoldsGPUs():
-		default:
-			return s.ignore("checkpointed: task is " + string(t.State) + "; a checkpoint is accepted only while it runs")
-		}
-		t.Checkpoint, t.CheckpointAt, t.CheckpointStep = e.Ref, at, e.Step
+		return s.applyCheckpointed(t, at, e)
 	case events.ProgressReported:
-		if t.State != Running && t.State != Preempting {
-			return s.ignore("progress_reported: task is " + string(t.State) + ", not running")
-		}
-		if why := s.fromNode(t, "progress_reported", e.Node); why != "" {
-			return why
-		}
-		if !(e.Fraction >= 0 && e.Fraction <= 1) || e.Step < 0 || e.Total < 0 || (e.Total > 0 && e.Step > e.Total) {
-			return s.ignore(fmt.Sprintf("progress_reported: step %d of %d, fraction %v out of range", e.Step, e.Total, e.Fraction))
-		}
-		t.ProgressStep, t.ProgressTotal, t.ProgressFraction, t.ProgressAt = e.Step, e.Total, e.Fraction, at
+		return s.applyProgressReported(t, at, e)
 	case events.Preempted:
-		if !t.HoldsGPUs() {
-			return s.ignore("preempted: task holds no GPUs (a duplicate or a stray report)")
-		}
-		if why := s.fromNode(t, "preempted", e.Node); why != "" {
-			return why
-		}
-		if e.NotStarted {
-			t.StartedAt = time.Time{} // no run: nothing to count
-		}
-		s.endRun(t, at)
-		if e.Checkpoint != "" && e.Checkpoint != t.Checkpoint {
-			t.Checkpoint, t.CheckpointStep = e.Checkpoint, 0
-		}
-		if t.State == Running || t.State == Dispatched {
-			// Stopped by its node with no request of this attempt: the
-			// node's reason is the preemption's.
-			t.PreemptFor, t.PreemptPolicy, t.Reason = "", "", e.Reason
-		}
-		t.LostGPUSecs += e.LostGPUSeconds
-		s.release(t)
-		switch {
-		case t.State == Cancelled:
-		case e.NotStarted:
-			// Back to the queue by the scheduler's requeued, with this
-			// reason (decide), not counted as a preemption.
-			t.State, t.PreemptFor, t.Reason = Preempting, "", NotStartedReason(e.Node)
-		default:
-			t.Preemptions++
-			t.State = Preempting // until the scheduler's requeued
-		}
+		return s.applyPreempted(t, at, e)
 	case events.Requeued:
-		if why := s.fence(r.Seq, e.Epoch, e.BasedOnSeq); why != "" {
-			return why
-		}
-		if t.State.Terminal() || t.State == Queued {
-			return s.ignore("requeued: task is " + string(t.State))
-		}
-		s.endRun(t, at)
-		s.release(t)
-		t.State, t.Reason = Queued, e.Reason
-		t.ResumeFrom = e.ResumeFrom
-		s.q.add(t)
-		t.Node, t.PID = "", 0
+		return s.applyRequeued(t, r.Seq, at, e)
 	case events.Completed:
-		if why := s.fromNode(t, "completed", e.Node); why != "" {
-			return why
-		}
-		return s.finish(t, at, Completed)
+		return s.applyCompleted(t, at, e)
 	case events.Failed:
-		if t.State != Cancelled && (t.State.Terminal() || t.State == Queued) {
-			return s.ignore("failed: task is " + string(t.State))
-		}
-		if why := s.fromNode(t, "failed", e.Node); why != "" {
-			return why
-		}
-		t.ExitCode, t.Error, t.StderrTail = e.ExitCode, e.Error, e.StderrTail
-		return s.finish(t, at, Failed)
+		return s.applyFailed(t, at, e)
 	}
 	return ""
+}
+
+// applyAvailable folds available; it returns why it skipped the record ("" when applied).
+func (s *State) applyAvailable(e events.Available) string {
+	for _, g := range e.GPUs {
+		if g.UUID == "" || g.MemoryMiB < 0 {
+			return s.ignore("available: a GPU without a UUID or with negative memory")
+		}
+	}
+	n := s.node(e.Node)
+	n.GPUs = gpusFromEvent(e.GPUs)
+	sort.SliceStable(n.GPUs, func(i, j int) bool { return n.GPUs[i].Index < n.GPUs[j].Index })
+	n.BootID = e.BootID
+	if n.State != NodeDrained {
+		n.State = NodeUp
+	}
+	n.Reason = ""
+	s.nodeEvent(e.Node)
+	return ""
+}
+
+// applyUnhealthy folds unhealthy; it returns why it skipped the record ("" when applied).
+func (s *State) applyUnhealthy(e events.Unhealthy) string {
+	n := s.node(e.Node)
+	bad := map[string]bool{}
+	for _, u := range e.GPUs {
+		bad[u] = true
+	}
+	for i := range n.GPUs {
+		if bad[n.GPUs[i].UUID] {
+			n.GPUs[i].Healthy = false
+		}
+	}
+	n.Reason = e.Reason
+	s.nodeEvent(e.Node)
+	return ""
+}
+
+// applyDrained folds drained; it returns why it skipped the record ("" when applied).
+func (s *State) applyDrained(e events.Drained) string {
+	n := s.node(e.Node)
+	n.State, n.Reason, n.DrainPreempt = NodeDrained, e.Reason, e.Preempt
+	s.nodeEvent(e.Node)
+	return ""
+}
+
+// applyUndrained folds undrained; it returns why it skipped the record ("" when applied).
+func (s *State) applyUndrained(e events.Undrained) string {
+	n := s.Nodes[e.Node]
+	if n == nil || n.State != NodeDrained {
+		return s.ignore("undrained: node " + e.Node + " is not drained")
+	}
+	n.State, n.Reason, n.DrainPreempt = NodeUp, "", false
+	s.nodeEvent(e.Node)
+	return ""
+}
+
+// applyLost folds lost; it returns why it skipped the record ("" when applied).
+func (s *State) applyLost(seq uint64, e events.Lost) string {
+	if why := s.fence(seq, e.Epoch, e.BasedOnSeq); why != "" {
+		return why
+	}
+	n := s.Nodes[e.Node]
+	if n == nil {
+		return s.ignore("lost: node " + e.Node + " is not known")
+	}
+	n.State, n.Reason = NodeLost, e.Reason
+	// A cancelled task still holding GPUs there has no agent left to
+	// report its end: release it now.
+	for _, t := range s.Tasks {
+		if t.State == Cancelled && t.Holding && t.holdsOn(e.Node) {
+			s.release(t)
+			s.track(t)
+		}
+	}
+	s.nodeEvent(e.Node)
+	return ""
+}
+
+// applyAmended folds amended; it returns why it skipped the record ("" when applied).
+func (s *State) applyAmended(t *Task, e events.Amended) string {
+	if t.State.Terminal() {
+		return s.ignore("amended: task is " + string(t.State))
+	}
+	// A value out of range (or a class this build does not know) leaves
+	// its field unchanged.
+	p, perr := ParsePriority(e.Priority)
+	if e.GPUs > 0 {
+		t.GPUs = e.GPUs
+	}
+	if perr == nil && p != t.Priority {
+		old := t.Priority
+		t.Priority = p
+		if t.State == Queued {
+			s.q.left(t, old)
+			s.q.add(t)
+		}
+	}
+	if e.Hours > 0 && !math.IsInf(e.Hours, 0) {
+		t.Hours = e.Hours
+	}
+	if e.Hypothesis != "" {
+		t.Hypothesis = e.Hypothesis
+	}
+	return ""
+}
+
+// applyCancelled folds cancelled; it returns why it skipped the record ("" when applied).
+func (s *State) applyCancelled(t *Task, at time.Time, e events.Cancelled) string {
+	switch t.State {
+	case Completed, Failed, Cancelled:
+		return s.ignore("cancelled: task is " + string(t.State) + " already")
+	case Running, Preempting:
+		t.Holding = t.HoldsGPUs()
+	default:
+		s.release(t)
+	}
+	if t.State == Queued {
+		s.q.left(t, t.Priority)
+	}
+	t.State, t.EndedAt, t.Reason = Cancelled, at, e.Reason
+	return ""
+}
+
+// applyChecklistUpdated folds checklist_updated; it returns why it skipped the record ("" when applied).
+func (s *State) applyChecklistUpdated(t *Task, e events.ChecklistUpdated) string {
+	if t.Checklist == nil {
+		t.Checklist = map[string]bool{}
+	}
+	t.Checklist[e.Item] = e.Done
+	return ""
+}
+
+// applyDispatched folds dispatched; it returns why it skipped the record ("" when applied).
+func (s *State) applyDispatched(t *Task, seq uint64, at time.Time, e events.Dispatched) string {
+	if why := s.fence(seq, e.Epoch, e.BasedOnSeq); why != "" {
+		return why
+	}
+	if t.State != Queued {
+		return s.ignore("dispatched: task is " + string(t.State) + ", not queued")
+	}
+	if !s.canPlace(e.Placements) {
+		return s.ignore("dispatched: placements name GPUs that are unknown, held or repeated")
+	}
+	s.q.left(t, t.Priority)
+	t.State, t.DispatchedAt, t.DispatchSeq = Dispatched, at, seq
+	t.Placements = clonePlacements(e.Placements)
+	t.Node = ""
+	if len(e.Placements) > 0 {
+		t.Node = e.Placements[0].Node
+	}
+	t.ResumeFrom = e.ResumeFrom
+	t.ResumeStep = 0
+	if e.ResumeFrom != "" && e.ResumeFrom == t.Checkpoint {
+		t.ResumeStep = t.CheckpointStep
+	}
+	t.Reason = e.Reason
+	t.PreemptFor, t.PreemptPolicy, t.PreemptAt = "", "", time.Time{}
+	for _, p := range e.Placements {
+		for _, g := range p.GPUs {
+			s.Owner[g] = t.ID
+		}
+	}
+	s.placementsChanged(t.Placements)
+	return ""
+}
+
+// applyStarted folds started; it returns why it skipped the record ("" when applied).
+func (s *State) applyStarted(t *Task, at time.Time, e events.Started) string {
+	if t.State != Dispatched {
+		return s.ignore("started: task is " + string(t.State) + ", not dispatched")
+	}
+	if why := s.fromNode(t, "started", e.Node); why != "" {
+		return why
+	}
+	t.State, t.StartedAt, t.PID = Running, at, e.PID
+	if t.FirstStarted.IsZero() {
+		t.FirstStarted = at
+	}
+	return ""
+}
+
+// applyPreemptRequested folds preempt_requested; it returns why it skipped the record ("" when applied).
+func (s *State) applyPreemptRequested(t *Task, seq uint64, at time.Time, e events.PreemptRequested) string {
+	if why := s.fence(seq, e.Epoch, e.BasedOnSeq); why != "" {
+		return why
+	}
+	if t.State != Running && t.State != Dispatched {
+		return s.ignore("preempt_requested: task is " + string(t.State) + ", not running")
+	}
+	t.State, t.PreemptFor, t.Reason = Preempting, e.For, e.Reason
+	t.PreemptPolicy, t.PreemptAt = e.Policy, at
+	return ""
+}
+
+// applyCheckpointed folds checkpointed; it returns why it skipped the record ("" when applied).
+func (s *State) applyCheckpointed(t *Task, at time.Time, e events.Checkpointed) string {
+	switch {
+	case t.State == Dispatched, t.State == Running, t.State == Preempting:
+	case t.State == Cancelled && t.HoldsGPUs():
+	default:
+		return s.ignore("checkpointed: task is " + string(t.State) + "; a checkpoint is accepted only while it runs")
+	}
+	t.Checkpoint, t.CheckpointAt, t.CheckpointStep = e.Ref, at, e.Step
+	return ""
+}
+
+// applyProgressReported folds progress_reported; it returns why it skipped the record ("" when applied).
+func (s *State) applyProgressReported(t *Task, at time.Time, e events.ProgressReported) string {
+	if t.State != Running && t.State != Preempting {
+		return s.ignore("progress_reported: task is " + string(t.State) + ", not running")
+	}
+	if why := s.fromNode(t, "progress_reported", e.Node); why != "" {
+		return why
+	}
+	if !(e.Fraction >= 0 && e.Fraction <= 1) || e.Step < 0 || e.Total < 0 || (e.Total > 0 && e.Step > e.Total) {
+		return s.ignore(fmt.Sprintf("progress_reported: step %d of %d, fraction %v out of range", e.Step, e.Total, e.Fraction))
+	}
+	t.ProgressStep, t.ProgressTotal, t.ProgressFraction, t.ProgressAt = e.Step, e.Total, e.Fraction, at
+	return ""
+}
+
+// applyPreempted folds preempted; it returns why it skipped the record ("" when applied).
+func (s *State) applyPreempted(t *Task, at time.Time, e events.Preempted) string {
+	if !t.HoldsGPUs() {
+		return s.ignore("preempted: task holds no GPUs (a duplicate or a stray report)")
+	}
+	if why := s.fromNode(t, "preempted", e.Node); why != "" {
+		return why
+	}
+	if e.NotStarted {
+		t.StartedAt = time.Time{} // no run: nothing to count
+	}
+	s.endRun(t, at)
+	if e.Checkpoint != "" && e.Checkpoint != t.Checkpoint {
+		t.Checkpoint, t.CheckpointStep = e.Checkpoint, 0
+	}
+	if t.State == Running || t.State == Dispatched {
+		// Stopped by its node with no request of this attempt: the
+		// node's reason is the preemption's.
+		t.PreemptFor, t.PreemptPolicy, t.Reason = "", "", e.Reason
+	}
+	t.LostGPUSecs += e.LostGPUSeconds
+	s.release(t)
+	switch {
+	case t.State == Cancelled:
+	case e.NotStarted:
+		// Back to the queue by the scheduler's requeued, with this
+		// reason (decide), not counted as a preemption.
+		t.State, t.PreemptFor, t.Reason = Preempting, "", NotStartedReason(e.Node)
+	default:
+		t.Preemptions++
+		t.State = Preempting // until the scheduler's requeued
+	}
+	return ""
+}
+
+// applyRequeued folds requeued; it returns why it skipped the record ("" when applied).
+func (s *State) applyRequeued(t *Task, seq uint64, at time.Time, e events.Requeued) string {
+	if why := s.fence(seq, e.Epoch, e.BasedOnSeq); why != "" {
+		return why
+	}
+	if t.State.Terminal() || t.State == Queued {
+		return s.ignore("requeued: task is " + string(t.State))
+	}
+	s.endRun(t, at)
+	s.release(t)
+	t.State, t.Reason = Queued, e.Reason
+	t.ResumeFrom = e.ResumeFrom
+	s.q.add(t)
+	t.Node, t.PID = "", 0
+	return ""
+}
+
+// applyCompleted folds completed; it returns why it skipped the record ("" when applied).
+func (s *State) applyCompleted(t *Task, at time.Time, e events.Completed) string {
+	if why := s.fromNode(t, "completed", e.Node); why != "" {
+		return why
+	}
+	return s.finish(t, at, Completed)
+}
+
+// applyFailed folds failed; it returns why it skipped the record ("" when applied).
+func (s *State) applyFailed(t *Task, at time.Time, e events.Failed) string {
+	if t.State != Cancelled && (t.State.Terminal() || t.State == Queued) {
+		return s.ignore("failed: task is " + string(t.State))
+	}
+	if why := s.fromNode(t, "failed", e.Node); why != "" {
+		return why
+	}
+	t.ExitCode, t.Error, t.StderrTail = e.ExitCode, e.Error, e.StderrTail
+	return s.finish(t, at, Failed)
 }
 
 // ignore counts a fact that contradicts the state (first in log order
@@ -368,7 +463,8 @@ func (s *State) fromNode(t *Task, what, node string) string {
 	return s.ignore(fmt.Sprintf("%s: reported by node %q, but the task runs on %s", what, node, t.Node))
 }
 
-func (s *State) submitted(seq uint64, logTime time.Time, e events.Submitted) string {
+// applySubmitted folds submitted; it returns why it skipped the record ("" when applied).
+func (s *State) applySubmitted(seq uint64, logTime time.Time, e events.Submitted) string {
 	if d, dup := s.Tasks[e.TaskID]; dup {
 		if seq > d.LastSeq {
 			d.LastSeq = seq // the stream's expected-sequence check counts it

@@ -507,7 +507,7 @@ func TestApplyLastSeq(t *testing.T) {
 // subjects like every other ignored fact, so it must move LastSeq too.
 func TestApplyDuplicateSubmittedLastSeq(t *testing.T) {
 	st := fold(dt.Task().ID("t1").Submitted(), dt.Task().ID("t1").Submitted())
-	regression(t, "state.go submitted(): a duplicate Submitted returns before setting the task's LastSeq; "+
+	regression(t, "state.go applySubmitted(): a duplicate Submitted returns before setting the task's LastSeq; "+
 		"every guarded append on the task then conflicts (expected seq 1, subject's last is 2)",
 		cmp.Diff(uint64(2), st.Tasks["t1"].LastSeq))
 }

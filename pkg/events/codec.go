@@ -54,9 +54,6 @@ var (
 	NodeTypes = []Type{TypeAvailable, TypeUnhealthy, TypeDrained, TypeLost, TypeUndrained}
 )
 
-// IsTaskType reports whether t is published on a task subject.
-func IsTaskType(t Type) bool { _, ok := taskTypes[t]; return ok }
-
 // Subject is the subject an event is published on.
 func Subject(e Event) string {
 	if _, ok := nodeTypes[e.EventType()]; ok {

@@ -57,3 +57,6 @@ func Upcasts() map[Type]int {
 	}
 	return out
 }
+
+// IsTaskType reports whether t is published on a task subject.
+func IsTaskType(t Type) bool { _, ok := taskTypes[t]; return ok }

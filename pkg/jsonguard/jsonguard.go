@@ -81,9 +81,6 @@ func (d *Doc) Has(key string) bool {
 	return false
 }
 
-// Object reports whether the top-level value is an object.
-func (d *Doc) Object() bool { return d.object }
-
 // keyRef is a key: its bytes in the document, or, for a key with escapes,
 // its decoded bytes in checker.unq.
 type keyRef struct {

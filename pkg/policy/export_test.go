@@ -1,5 +1,7 @@
 package policy
 
+import "github.com/gpuq/gpuq/pkg/domain"
+
 // PlanFromScratch is Plan with the pass built from every node, GPU and
 // holding task rather than the fold's indexes (reference_test.go): tests
 // compare its decisions with the policy's.
@@ -60,4 +62,31 @@ func EndOrderIDs(o *EndOrder) []string {
 		ids = append(ids, e.t.ID)
 	}
 	return ids
+}
+
+// push appends a node after every node in avail, with its free GPUs gs
+// (not empty) and h healthy GPUs.
+func (f *freeMap) push(node string, gs []domain.GPU, h int) {
+	f.avail = append(f.avail, node)
+	f.gpus = append(f.gpus, gs)
+	f.healthy = append(f.healthy, h)
+	f.count += len(gs)
+	f.tally(len(gs), 1)
+	f.used = max(f.used, len(f.avail))
+}
+
+// mayVictimize reports whether t may preempt v under the options:
+// only running, preemptible, non-CRITICAL tasks not already yielding; then
+// by class (byClass), or, with teams, a team under its guarantee reclaims
+// GPUs another team borrows beyond its own guarantee. Only a CRITICAL
+// preemptor may take another team below its guarantee (the set as a whole
+// is checked by lendersKeep).
+func (pc *pass) mayVictimize(t, v *domain.Task) bool {
+	if v.State != domain.Running || !v.Preemptible || v.Priority == domain.Critical || pc.preempting[v.ID] || v.ID == t.ID {
+		return false
+	}
+	if pc.byClass(t, v) {
+		return true
+	}
+	return pc.reclaimer(t) && v.Team != t.Team
 }

@@ -185,17 +185,6 @@ func (f *freeMap) replace(i int, gs []domain.GPU) {
 	f.tally(len(gs), 1)
 }
 
-// push appends a node after every node in avail, with its free GPUs gs
-// (not empty) and h healthy GPUs.
-func (f *freeMap) push(node string, gs []domain.GPU, h int) {
-	f.avail = append(f.avail, node)
-	f.gpus = append(f.gpus, gs)
-	f.healthy = append(f.healthy, h)
-	f.count += len(gs)
-	f.tally(len(gs), 1)
-	f.used = max(f.used, len(f.avail))
-}
-
 // tally counts d lists of n GPUs in lens.
 func (f *freeMap) tally(n, d int) {
 	f.lens[min(n, len(f.lens)-1)] += d

@@ -69,22 +69,6 @@ func byClass(o *Options, t, v *domain.Task) bool {
 	return false
 }
 
-// mayVictimize reports whether t may preempt v under the options:
-// only running, preemptible, non-CRITICAL tasks not already yielding; then
-// by class (byClass), or, with teams, a team under its guarantee reclaims
-// GPUs another team borrows beyond its own guarantee. Only a CRITICAL
-// preemptor may take another team below its guarantee (the set as a whole
-// is checked by lendersKeep).
-func (pc *pass) mayVictimize(t, v *domain.Task) bool {
-	if v.State != domain.Running || !v.Preemptible || v.Priority == domain.Critical || pc.preempting[v.ID] || v.ID == t.ID {
-		return false
-	}
-	if pc.byClass(t, v) {
-		return true
-	}
-	return pc.reclaimer(t) && v.Team != t.Team
-}
-
 // reclaimer: t's team has a guarantee it does not reach, counting what it
 // holds, what the pass placed for it and what is promised to its
 // preemptors.
@@ -169,7 +153,8 @@ type victimOn struct {
 
 // victimPool returns the pass's pool, built at the first call.
 //
-// A search takes the members mayVictimize allows, in the pool's order:
+// A search takes the members mayVictimize (export_test.go, the reference
+// predicate) allows, in the pool's order:
 // the candidates the reference search (reference_test.go) lists and
 // sorts, in the same order, since filtering a sorted list keeps it sorted
 // and victimOrder is a total order (SubmitSeq, the sequence of the task's

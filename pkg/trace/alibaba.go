@@ -1,18 +1,9 @@
 package trace
 
 import (
-	"cmp"
 	"io"
-	"slices"
 	"time"
 )
-
-// ReadAlibabaOpenB reads an Alibaba openb pod trace such as
-// shared/traces/alibaba-openb-2023/pods.csv.
-func ReadAlibabaOpenB(r io.Reader) ([]Job, error) {
-	jobs, _, err := ReadAlibabaOpenBReport(r)
-	return jobs, err
-}
 
 // ReadAlibabaOpenBReport is ReadAlibabaOpenB that also returns what was
 // kept and dropped.
@@ -116,63 +107,4 @@ func ReadAlibabaOpenBReport(r io.Reader) ([]Job, Report, error) {
 	rep.Kept = len(jobs)
 	sortJobs(jobs)
 	return jobs, rep, nil
-}
-
-// Node is one GPU node of the Alibaba openb cluster (gpu_nodes.csv).
-type Node struct {
-	Name      string // sn
-	GPUs      int    // gpu
-	Model     string // model: P100, T4, V100M16, V100M32, A10, G2, G3, …
-	CPUMilli  int    // cpu_milli
-	MemoryMiB int    // memory_mib
-}
-
-// ReadAlibabaNodes reads an openb node table (sn, cpu_milli, memory_mib,
-// gpu, model) such as shared/traces/alibaba-openb-2023/gpu_nodes.csv,
-// sorted by name.
-func ReadAlibabaNodes(r io.Reader) ([]Node, error) {
-	const (
-		format = "alibaba-nodes"
-		colSN  = "sn"
-		colCPU = "cpu_milli"
-		colMem = "memory_mib"
-		colGPU = "gpu"
-		colMod = "model"
-	)
-	t, err := newTable(format, r, colSN, colCPU, colMem, colGPU, colMod)
-	if err != nil {
-		return nil, err
-	}
-	seen := map[string]int{}
-	var nodes []Node
-	for {
-		ok, err := t.next()
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			break
-		}
-		var n Node
-		if n.Name, err = t.required(colSN); err != nil {
-			return nil, err
-		}
-		if l, dup := seen[n.Name]; dup {
-			return nil, t.errf(colSN, "node %q already on line %d", n.Name, l)
-		}
-		seen[n.Name] = t.line()
-		if n.CPUMilli, err = t.count(colCPU); err != nil {
-			return nil, err
-		}
-		if n.MemoryMiB, err = t.count(colMem); err != nil {
-			return nil, err
-		}
-		if n.GPUs, err = t.count(colGPU); err != nil {
-			return nil, err
-		}
-		n.Model = t.str(colMod)
-		nodes = append(nodes, n)
-	}
-	slices.SortFunc(nodes, func(a, b Node) int { return cmp.Compare(a.Name, b.Name) })
-	return nodes, nil
 }

@@ -20,7 +20,8 @@
 //     scheduled_time − creation_time. GPUs is num_gpu, GPUMilli is gpu_milli
 //     (thousandths of each GPU: 460 = 0.46 of one GPU), Status is pod_phase,
 //     GPUModel is gpu_spec (empty in every row of the published file).
-//     gpu_nodes.csv is read by ReadAlibabaNodes.
+//     gpu_nodes.csv is read by ReadAlibabaNodes (export_test.go: only the
+//     tests read it).
 //
 // Dropped rows. A row that parses but cannot be simulated is dropped and
 // counted in Report.Dropped under the first reason that applies, in this
@@ -37,14 +38,15 @@
 // A row that does not parse (wrong field count, a non-number, negative GPU
 // count, a missing column) is an error naming the line and column, never a
 // silent drop. Jobs in VCs that a cluster configuration does not list are
-// not dropped by the readers; HeliosArtifact drops them, and FilterVCs does
-// the same.
+// not dropped by the readers; HeliosArtifact drops them, and the tests'
+// FilterVCs does the same.
 //
 // Every reader returns jobs sorted by Submit, then ID, so a trace always
-// replays in the same order. Stats summarises a job list: count, span,
-// GPU-hours and offered load against a given number of GPUs; Shapes
-// measures what a synthetic workload needs of a trace (GPU counts,
-// run-time quantiles by size, arrivals by hour and weekday, VCs).
+// replays in the same order. The tests' Stats (measure_test.go) summarises
+// a job list: count, span, GPU-hours and offered load against a given
+// number of GPUs; their Shapes measures what a synthetic workload needs
+// of a trace (GPU counts, run-time quantiles by size, arrivals by hour and
+// weekday, VCs).
 //
 // Synthetic generates a workload shaped like a published trace from
 // those statistics alone (synthetic.go, with the figures and where each

@@ -10,13 +10,6 @@ import (
 // as UTC.
 const phillyTimeLayout = "2006-01-02 15:04:05"
 
-// ReadPhilly reads a Philly job trace (submit_time, duration_s, num_gpus,
-// vc) such as shared/traces/philly/jobs-2017-10-11.csv.
-func ReadPhilly(r io.Reader) ([]Job, error) {
-	jobs, _, err := ReadPhillyReport(r)
-	return jobs, err
-}
-
 // ReadPhillyReport is ReadPhilly that also returns what was kept and
 // dropped.
 func ReadPhillyReport(r io.Reader) ([]Job, Report, error) {

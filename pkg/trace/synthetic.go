@@ -376,3 +376,8 @@ func sortedIntKeys[V any](m map[int]V) []int {
 	slices.Sort(ks)
 	return ks
 }
+
+// DurationQuantiles are the quantiles Shape gives of each group's run
+// times: the shortest, every tenth with the 5th, 95th and 99th
+// percentiles, and the longest.
+var DurationQuantiles = []float64{0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1}

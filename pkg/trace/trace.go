@@ -157,30 +157,6 @@ func LoadReport(path, format string) ([]Job, Report, error) {
 	return jobs, rep, nil
 }
 
-// FilterVCs keeps the jobs whose VC is a key of vcs (as HeliosArtifact
-// does with its VC list) and says how many it left out. Order is kept.
-func FilterVCs(jobs []Job, vcs map[string]int) (kept []Job, dropped int) {
-	kept = make([]Job, 0, len(jobs))
-	for _, j := range jobs {
-		if _, ok := vcs[j.VC]; ok {
-			kept = append(kept, j)
-		} else {
-			dropped++
-		}
-	}
-	return kept, dropped
-}
-
-// ByVC splits jobs by VC, keeping their order, for simulations that
-// schedule each VC on its own nodes (HeliosArtifact's setup).
-func ByVC(jobs []Job) map[string][]Job {
-	out := map[string][]Job{}
-	for _, j := range jobs {
-		out[j.VC] = append(out[j.VC], j)
-	}
-	return out
-}
-
 // sortJobs orders jobs by Submit, then ID.
 func sortJobs(jobs []Job) {
 	slices.SortFunc(jobs, func(a, b Job) int {

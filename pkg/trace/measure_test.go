@@ -1,3 +1,5 @@
+// Stats and Shapes measure a trace; the tests check the synthetic
+// workloads' figures (synthetic.go) against the published traces with them.
 package trace
 
 import (
@@ -60,11 +62,6 @@ func nearestRank(xs []time.Duration, p float64) time.Duration {
 	i := int(math.Ceil(p*float64(len(xs)))) - 1
 	return xs[max(0, min(i, len(xs)-1))]
 }
-
-// DurationQuantiles are the quantiles Shape gives of each group's run
-// times: the shortest, every tenth with the 5th, 95th and 99th
-// percentiles, and the longest.
-var DurationQuantiles = []float64{0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1}
 
 // Shape is what a synthetic workload needs of a trace: its summary
 // statistics, never its jobs.
