@@ -52,9 +52,6 @@ const (
 	// Preempted: the task was preempted before it ever ran to the end of
 	// its first start (only a task judged by its first wait has it).
 	Preempted = "preempted"
-	// SchedulerDelay: startable, within the stall grace of the
-	// scheduler's decision.
-	SchedulerDelay = "scheduler_delay"
 )
 
 // Operators is whom a broken cause names: the people who run the
@@ -169,5 +166,4 @@ var reasonText = map[string]string{
 	Reserved:         "the free GPUs were reserved for tasks ahead",
 	Fragmented:       "GPUs were free, but not where the task fits",
 	Preempted:        "it was preempted",
-	SchedulerDelay:   "the scheduler had not decided yet",
 }

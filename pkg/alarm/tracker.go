@@ -199,9 +199,14 @@ func (k *Tracker) charge(t *tracked, dt float64) {
 			add(GPUsUnhealthy)
 		}
 	case CauseNoScheduler:
-		// Startable but not started, within the stall grace (the cluster
-		// is not yet stalled): the scheduler's ordinary delay.
-		legit(SchedulerDelay)
+		// Startable but not started: the scheduler's ordinary delay is
+		// well under a second, so whatever adds up here is the
+		// scheduler's failing (stalled when it decided nothing since).
+		if k.lastDecision.Before(k.startable) {
+			add(SchedulerStalled)
+		} else {
+			add(IdleCapacity)
+		}
 	default:
 		t.other += dt
 	}
