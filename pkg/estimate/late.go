@@ -65,3 +65,6 @@ func (e *Estimator) Late(t *domain.Task, now time.Time) (v alarm.Verdict, ok boo
 	}
 	return alarm.Classify(b), true
 }
+
+// Watching reports whether the alarm's breakdown follows any task.
+func (e *Estimator) Watching() bool { return e.waits != nil && e.waits.Tracked() > 0 }
