@@ -85,9 +85,19 @@ func (k *Tracker) Observe(st *domain.State, res policy.Result, now time.Time) {
 		k.tasks = map[string]*tracked{}
 	}
 	// 1. Charge [last, now) as seen at last.
-	if dt := now.Sub(k.last).Seconds(); !k.last.IsZero() && dt > 0 {
-		for _, t := range k.tasks {
-			k.charge(t, dt)
+	if !k.last.IsZero() && now.After(k.last) {
+		// The backlog is charged up to its end only.
+		dt, inBacklog := now.Sub(k.last).Seconds(), 0.0
+		if k.backlog != "" {
+			inBacklog = min(dt, max(k.backlogUntil.Sub(k.last).Seconds(), 0))
+		}
+		for id, t := range k.tasks {
+			if inBacklog > 0 && k.cond == "" && k.backlogTasks != nil {
+				k.add(t, k.backlog, inBacklog)
+				k.charge(t, dt-inBacklog, id)
+				continue
+			}
+			k.charge(t, dt, id)
 		}
 	}
 	if now.After(k.last) {
@@ -154,21 +164,14 @@ func (k *Tracker) Observe(st *domain.State, res policy.Result, now time.Time) {
 }
 
 // charge adds dt seconds to t as the last observation saw it: to the
-// cluster's broken cause (or its backlog's) when one held, else to the
-// task's own cause.
-func (k *Tracker) charge(t *tracked, dt float64) {
-	add := func(c Cause) {
-		if t.broken == nil {
-			t.broken = map[Cause]float64{}
-		}
-		t.broken[c] += dt
-	}
-	switch {
-	case k.cond != "":
-		add(k.cond)
+// cluster's broken cause when one held, else to the task's own cause.
+func (k *Tracker) charge(t *tracked, dt float64, _ string) {
+	if dt <= 0 {
 		return
-	case k.backlog != "":
-		add(k.backlog)
+	}
+	add := func(c Cause) { k.add(t, c, dt) }
+	if k.cond != "" {
+		add(k.cond)
 		return
 	}
 	legit := func(r string) {
@@ -210,6 +213,14 @@ func (k *Tracker) charge(t *tracked, dt float64) {
 	default:
 		t.other += dt
 	}
+}
+
+// add charges seconds to a broken cause of t.
+func (k *Tracker) add(t *tracked, c Cause, s float64) {
+	if t.broken == nil {
+		t.broken = map[Cause]float64{}
+	}
+	t.broken[c] += s
 }
 
 // missing is the cluster's broken cause from its nodes: GPUs out of
