@@ -45,13 +45,13 @@ func TestClassify(t *testing.T) {
 			late(map[alarm.Cause]float64{alarm.IdleCapacity: 2 * 3600}, map[string]float64{alarm.Reserved: 3600}, 0),
 			want{alarm: true, cause: alarm.IdleCapacity}},
 		"nodes lost": {
-			late(map[alarm.Cause]float64{alarm.NodesLost: 5000}, map[string]float64{alarm.HoldersOverran: 3 * 3600 - 5000}, 0),
+			late(map[alarm.Cause]float64{alarm.NodesLost: 5000}, map[string]float64{alarm.HoldersOverran: 3*3600 - 5000}, 0),
 			want{alarm: true, cause: alarm.NodesLost}},
 		"unhealthy GPUs": {
 			late(map[alarm.Cause]float64{alarm.GPUsUnhealthy: 3 * 3600}, nil, 0),
 			want{alarm: true, cause: alarm.GPUsUnhealthy}},
 		"two broken causes: the one of most seconds": {
-			late(map[alarm.Cause]float64{alarm.GPUsUnhealthy: 1800, alarm.NodesLost: 2400}, map[string]float64{alarm.HoldersOverran: 3 * 3600 - 4200}, 0),
+			late(map[alarm.Cause]float64{alarm.GPUsUnhealthy: 1800, alarm.NodesLost: 2400}, map[string]float64{alarm.HoldersOverran: 3*3600 - 4200}, 0),
 			want{alarm: true, cause: alarm.NodesLost}},
 		"nothing explains it": {
 			late(nil, map[string]float64{alarm.HoldersOverran: 1800}, 3*3600-1800),
