@@ -66,25 +66,26 @@ func NextAction(t *domain.Task) Action {
 
 // Advice is what gpuq tells a waiting person, on gpuq.advice.<task_id>.
 type Advice struct {
-	TaskID     string    `json:"task_id"`
-	State      string    `json:"state"`
-	Position   int       `json:"position"`
-	P50WaitS   float64   `json:"p50_wait_s"`
-	P90WaitS   float64   `json:"p90_wait_s"`
-	P50Start   time.Time `json:"p50_start"`
-	P90Start   time.Time `json:"p90_start"`
-	Method     string    `json:"method"`
-	Basis      string    `json:"basis"`
-	Reason     string    `json:"reason"`
-	Blockers   []string  `json:"blockers"`
-	Action     string    `json:"action"`
-	ActionText string    `json:"action_text"`
-	Alert      string    `json:"alert"`
+	TaskID      string       `json:"task_id"`
+	State       string       `json:"state"`
+	Position    int          `json:"position"`
+	P50WaitS    float64      `json:"p50_wait_s"`
+	P90WaitS    float64      `json:"p90_wait_s"`
+	P50Start    time.Time    `json:"p50_start"`
+	P90Start    time.Time    `json:"p90_start"`
+	Method      string       `json:"method"`
+	Basis       string       `json:"basis"`
+	Reason      string       `json:"reason"`
+	Blockers    []string     `json:"blockers"`
+	Action      string       `json:"action"`
+	ActionText  string       `json:"action_text"`
+	Alert       string       `json:"alert"`
+	Suggestions []Suggestion `json:"suggestions"`
+	BasedOnSeq  uint64       `json:"based_on_seq"`
+	At          time.Time    `json:"at"`
+
 	// Late: the wait passed 2× the estimate at submission, classified
 	// (pkg/alarm): an alarm (Alert is its text) naming the broken cause
 	// and whom to tell, or the legitimate reason of a revised estimate.
-	Late        *alarm.Verdict `json:"late,omitempty"`
-	Suggestions []Suggestion   `json:"suggestions"`
-	BasedOnSeq  uint64         `json:"based_on_seq"`
-	At          time.Time      `json:"at"`
+	Late *alarm.Verdict `json:"late,omitempty"`
 }
