@@ -54,7 +54,11 @@ func printAlarms(w io.Writer, r sim.Result) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "fault\tn\tlate\tlate by fault\talarmed\trecall\tfalse rate\tmedian delay (s)\tavg queue (s)\twithout (s)\t")
 	for _, f := range a.Faults {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.3f\t%.4f\t%.0f\t%.0f\t%.0f\t\n", f.Fault.Spec, f.N, f.Late, f.ByFault, f.Alarmed, f.Recall, f.FalseRate, f.MedianDelayS, f.AvgQueueS, f.BaseAvgQueueS)
+		recall := "-" // the fault made no task late
+		if f.Recall != nil {
+			recall = fmt.Sprintf("%.3f", *f.Recall)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%.4f\t%.0f\t%.0f\t%.0f\t\n", f.Fault.Spec, f.N, f.Late, f.ByFault, f.Alarmed, recall, f.FalseRate, f.MedianDelayS, f.AvgQueueS, f.BaseAvgQueueS)
 	}
 	tw.Flush()
 }

@@ -105,9 +105,10 @@ type FaultAlarms struct {
 	Late    int `json:"late"`
 	ByFault int `json:"late_by_fault"`
 	Alarmed int `json:"alarmed"`
-	// Recall: the share of ByFault that were alarmed; FalseRate: the share
-	// of N alarmed that were late without the fault's help (or not late).
-	Recall    float64 `json:"recall"`
+	// Recall: the share of ByFault that were alarmed (null when the fault
+	// made no task late); FalseRate: the share of N alarmed that were
+	// late without the fault's help (or not late).
+	Recall    *float64 `json:"recall"`
 	FalseRate float64 `json:"false_rate"`
 	// MedianDelayS: median seconds from passing the threshold to the
 	// alarm, over the alarmed ByFault tasks.
@@ -198,7 +199,8 @@ func judgeFault(fault Fault, base, f alarmRun) FaultAlarms {
 		}
 	}
 	if m.ByFault > 0 {
-		m.Recall = round(float64(tp)/float64(m.ByFault), 4)
+		r := round(float64(tp)/float64(m.ByFault), 4)
+		m.Recall = &r
 	}
 	if m.N > 0 {
 		m.FalseRate = round(float64(m.Alarmed-tp)/float64(m.N), 4)

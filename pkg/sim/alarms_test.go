@@ -76,9 +76,9 @@ func TestAlarmsUnderFaults(t *testing.T) {
 	}
 	s := a.Faults[0]
 	t.Logf("stall: %+v", s)
-	if s.ByFault == 0 || s.Recall < 0.8 || s.ByCause[string(alarm.SchedulerStalled)] == 0 || s.FalseRate > 0.05 {
+	if s.ByFault == 0 || s.Recall == nil || *s.Recall < 0.8 || s.ByCause[string(alarm.SchedulerStalled)] == 0 || s.FalseRate > 0.05 {
 		t.Errorf("stall: %d late by the fault, recall %.3f, false rate %.4f, by cause %v; want recall ≥ 0.8, scheduler_stalled, false rate ≤ 0.05",
-			s.ByFault, s.Recall, s.FalseRate, s.ByCause)
+			s.ByFault, deref(s.Recall), s.FalseRate, s.ByCause)
 	}
 	d := a.Faults[1]
 	t.Logf("nodes down: %+v", d)
@@ -98,4 +98,11 @@ func TestAlarmsUnderFaults(t *testing.T) {
 	if d.Alarmed == 0 || d.FalseRate > 0.05 {
 		t.Errorf("nodes down: %d alarms, false rate %.4f; want some, false rate ≤ 0.05", d.Alarmed, d.FalseRate)
 	}
+}
+
+func deref(p *float64) float64 {
+	if p == nil {
+		return -1
+	}
+	return *p
 }
