@@ -109,7 +109,7 @@ type FaultAlarms struct {
 	// made no task late); FalseRate: the share of N alarmed that were
 	// late without the fault's help (or not late).
 	Recall    *float64 `json:"recall"`
-	FalseRate float64 `json:"false_rate"`
+	FalseRate float64  `json:"false_rate"`
 	// MedianDelayS: median seconds from passing the threshold to the
 	// alarm, over the alarmed ByFault tasks.
 	MedianDelayS float64        `json:"median_delay_s"`
