@@ -27,6 +27,8 @@ import (
 type simFlags struct {
 	trace, format, vcs     string
 	workload               string
+	alarms                 bool     // --alarms (simalarm.go)
+	faults                 []string // --fault
 	nodes                  []int
 	perNode, limit         int
 	teams, compare         string
@@ -123,6 +125,8 @@ smallest first, and --plot draws queueing delay and JCT against size.`,
 	fl.IntVar(&f.limit, "limit", 0, "simulate only the first N jobs of the trace, in submit order (quick runs)")
 	fl.BoolVar(&f.times, "timings", false, "print wall times to stderr")
 	fl.BoolVar(&f.progress, "progress", false, "report each policy's progress on stderr")
+	fl.BoolVar(&f.alarms, "alarms", false, "measure the advisor's alarm on the gpuq run (estimates.gpuq.alarms: rate, the share of judged tasks alarmed; on a healthy run every alarm is false)")
+	fl.StringArrayVar(&f.faults, "fault", nil, "inject a fault in one more gpuq run, judged against the run without it (implies --alarms; repeatable): stall@OFFSET+DURATION (the scheduler decides nothing, e.g. stall@240h+3h) or nodes-down@OFFSET+DURATION:N (N nodes lost, their tasks requeued, e.g. nodes-down@240h+6h:8); OFFSET from the first submission")
 	return c
 }
 
@@ -225,6 +229,9 @@ func runSim(c *cobra.Command, f simFlags) error {
 		return invalid(policyflag.Field(err), err.Error())
 	}
 	cfg := sim.Config{Nodes: sizes[0], GPUsPerNode: f.perNode, Options: opts, Policies: names, Estimates: f.estimates, CheckpointEvery: f.ckptEvery}
+	if cfg.Alarms, cfg.Faults, err = simAlarms(f, names, sizes); err != nil {
+		return err
+	}
 	cfg.PriorRuns = f.priorRuns
 	if f.priorRuns == 0 {
 		cfg.PriorRuns = -1 // none
@@ -425,6 +432,7 @@ func printSim(w io.Writer, r sim.Result, names []string) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(slurm-backfill and seed-formula give one number: their coverage is the share started by it)")
+	printAlarms(w, r)
 }
 
 func printTimings(w io.Writer, rep *sim.Report, names []string, loaded, ran time.Duration) {

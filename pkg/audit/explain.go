@@ -5,41 +5,24 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuq/gpuq/pkg/alarm"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/policy"
 )
 
-// Causes of a wait, in Explanation.Parts.
+// Causes of a wait, in Explanation.Parts: pkg/alarm's, which the advisor's
+// alarm adds up the same way (alarm.CauseOf).
 const (
-	// CauseCapacity: no fitting GPUs free; Blocking are holders (those
-	// the policy names: the first to end, or the victims checkpointing
-	// for the task).
-	CauseCapacity = "capacity"
-	// CauseAhead: tasks ahead in the order (a higher class, a team under
-	// its guarantee) are blocked on the GPUs first.
-	CauseAhead = "ahead"
-	// CauseReservation: the free GPUs that would fit are held for the
-	// backfill reservation of the tasks in Blocking.
-	CauseReservation = "reservation"
-	// CauseFragmentation: enough GPUs are free in all, but not where the
-	// task fits (none on one node, or a gang that does not fit).
-	CauseFragmentation = "fragmentation"
-	// CauseConstraint: no GPU of the cluster meets the task's GPU model or
-	// memory, or it asks for more GPUs than the cluster has.
-	CauseConstraint = "constraint"
-	// CauseNode: the task could run on the cluster, but not on its
-	// healthy, schedulable nodes (unhealthy GPUs, drained or lost nodes).
-	CauseNode = "node"
-	// CausePreempted: from the task's preemption (its process stopped)
-	// to its next start; Blocking is the task it yielded to.
-	CausePreempted = "preempted"
-	// CauseNoScheduler: the policy would have started the task (or
-	// preempted for it), but no scheduler acted: no leader, or the
-	// ordinary moment between a change and the leader's decision.
-	CauseNoScheduler = "no-scheduler"
-	// CauseStarting: dispatched, waiting for its agent to start it.
-	CauseStarting = "starting"
+	CauseCapacity      = alarm.CauseCapacity
+	CauseAhead         = alarm.CauseAhead
+	CauseReservation   = alarm.CauseReservation
+	CauseFragmentation = alarm.CauseFragmentation
+	CauseConstraint    = alarm.CauseConstraint
+	CauseNode          = alarm.CauseNode
+	CausePreempted     = alarm.CausePreempted
+	CauseNoScheduler   = alarm.CauseNoScheduler
+	CauseStarting      = alarm.CauseStarting
 )
 
 // Explanation is the breakdown of a task's whole wait: `gpuq explain --json`.
@@ -252,34 +235,9 @@ func relevant(e events.Event) bool {
 }
 
 // causeOf is the policy's reason for a queued task at the fold's state,
-// as a cause.
+// as a cause (alarm.CauseOf, the alarm's own mapping).
 func causeOf(f *folder, pol *policy.Policy, t *domain.Task) (cause, reason string, blocking []string) {
-	res := f.plan(pol)
-	for _, d := range res.Decisions {
-		if d.TaskID == t.ID && d.Kind == policy.Dispatch || d.Kind == policy.Preempt && d.For == t.ID {
-			return CauseNoScheduler, ReasonStartable, []string{}
-		}
-	}
-	w, ok := res.Waiting[t.ID]
-	if !ok {
-		return CauseCapacity, "", []string{}
-	}
-	bl := append([]string{}, w.Blockers...)
-	switch w.Reason {
-	case policy.ReasonHigherAhead, policy.ReasonTeamOver:
-		return CauseAhead, w.Reason, bl
-	case policy.ReasonReserved:
-		return CauseReservation, w.Reason, bl
-	case policy.ReasonUnsatisfiable:
-		return CauseConstraint, w.Reason, bl
-	case policy.ReasonNodesUnhealthy, policy.ReasonNodeDrained:
-		return CauseNode, w.Reason, bl
-	case policy.ReasonNoCapacity:
-		if f.st.FreeCount() >= t.GPUs {
-			return CauseFragmentation, w.Reason, bl
-		}
-	}
-	return CauseCapacity, w.Reason, bl
+	return alarm.CauseOf(f.st, f.plan(pol), t)
 }
 
 func nonEmpty(id string) []string {

@@ -4,6 +4,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gpuq/gpuq/pkg/alarm"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/policy"
@@ -53,7 +54,7 @@ type NodeView struct {
 // ReasonStartable is a queued task's reason in a View when the policy
 // would start it (or preempt for it) at that point: it waits only for the
 // scheduler to act.
-const ReasonStartable = "startable"
+const ReasonStartable = alarm.ReasonStartable
 
 // Replay folds the records up to and including sequence upto (0: all)
 // and describes the state there. all includes finished tasks.

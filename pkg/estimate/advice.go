@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuq/gpuq/pkg/alarm"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/policy"
 )
@@ -38,7 +39,9 @@ const (
 // submission, and suggestions.
 func (e *Estimator) Advise(st *domain.State, now time.Time) []Advice {
 	ests := e.EstimateAll(st, now)
-	why := e.Pol.With(true).Plan(policy.Input{State: st, Now: now, Predict: e.Pred.ForPolicy(now)}).Waiting
+	res := e.Pol.With(true).Plan(policy.Input{State: st, Now: now, Predict: e.Pred.ForPolicy(now)})
+	e.Watch(st, res, now)
+	why := res.Waiting
 	var out []Advice
 	for i, t := range st.Queued() {
 		out = append(out, e.advise(st, t, i+1, ests[t.ID], why[t.ID], now))
@@ -118,10 +121,14 @@ func (e *Estimator) advise(st *domain.State, t *domain.Task, pos int, est Estima
 		}
 	}
 	waited := now.Sub(t.SubmittedAt)
-	// The one moment to worry: the wait passed 2× the estimate at submission.
-	if sub, ok := e.AtSubmit(t.ID); ok && !sub.Never && waited > AlertMinWait && waited.Seconds() > AlertFactor*sub.P50Wait.Seconds() {
-		a.Alert = fmt.Sprintf("waited %s, more than %g× the %s estimated at submission: scheduling is off (%s)",
-			waited.Round(time.Second), AlertFactor, sub.P50Wait.Round(time.Second), a.Reason)
+	// The one moment to worry: the wait passed 2× the estimate at
+	// submission and its breakdown says scheduling is broken (late.go);
+	// a legitimate reason revises the estimate instead.
+	if v, ok := e.Late(t, now); ok {
+		a.Late = &v
+		if v.Alarm {
+			a.Alert = v.Text()
+		}
 	}
 	// Fewer GPUs, through amend (keeps the place), not cancel-and-resubmit;
 	// only when the policy's what-if starts it sooner than now estimated.
@@ -261,6 +268,7 @@ func (e *Estimator) WhatIf(st *domain.State, id string, gpus int, prio domain.Pr
 func Material(old, cur Advice) bool {
 	if old.Position != cur.Position || old.Reason != cur.Reason || old.Action != cur.Action || old.State != cur.State ||
 		old.Method != cur.Method || (old.Alert == "") != (cur.Alert == "") || old.DeadlineAtRisk != cur.DeadlineAtRisk ||
+		lateKey(old.Late) != lateKey(cur.Late) ||
 		!slices.Equal(old.Blockers, cur.Blockers) || !slices.Equal(kinds(old.Suggestions), kinds(cur.Suggestions)) {
 		return true
 	}
@@ -284,4 +292,13 @@ func maxf(a, b float64) float64 {
 		return a
 	}
 	return b
+}
+
+// lateKey is what of a late verdict makes advice material: whether it is
+// late, an alarm, and its cause or reason.
+func lateKey(v *alarm.Verdict) string {
+	if v == nil {
+		return ""
+	}
+	return fmt.Sprintf("%t/%s/%s", v.Alarm, v.Cause, v.Reason)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gpuq/gpuq/pkg/alarm"
 	"github.com/gpuq/gpuq/pkg/domain"
 	dt "github.com/gpuq/gpuq/pkg/domain/domaintest"
 	"github.com/gpuq/gpuq/pkg/estimate"
@@ -337,33 +338,51 @@ func TestAdviceMindset(t *testing.T) {
 		waited time.Duration
 		alert  bool
 		kinds  []string
+		late   string // the alarm's cause or the legitimate reason; "": not late
 	}{
-		{"alert: just under 2× the P50 at submission", alertSetup, 2*time.Hour - time.Second, false, nil},
-		{"alert: exactly 2× is not more", alertSetup, 2 * time.Hour, false, nil},
-		{"alert: just over 2× the P50 at submission", alertSetup, 2*time.Hour + time.Second, true, nil},
-		{"alert: long over", alertSetup, 2*time.Hour + 30*time.Minute, true, nil},
-		{"alert: estimated to start at once, AlertMinWait passed", stuckSetup, estimate.AlertMinWait, false, nil},
-		{"alert: estimated to start at once, just over AlertMinWait", stuckSetup, estimate.AlertMinWait + time.Second, true, nil},
-		{"fewer GPUs: just under 3× its run time", fewerSetup(4, 6), 3*time.Hour - time.Second, false, nil},
-		{"fewer GPUs: exactly 3× is not more", fewerSetup(4, 6), 3 * time.Hour, false, nil},
-		{"fewer GPUs: just over 3× its run time", fewerSetup(4, 6), 3*time.Hour + time.Second, false, []string{"fewer_gpus"}},
-		{"fewer GPUs: none below one GPU", fewerSetup(1, 8), 3*time.Hour + time.Second, false, nil},
-		{"still needed: LOW just under 2 h", lowSetup(domain.Low), 2*time.Hour - time.Second, false, nil},
-		{"still needed: LOW exactly 2 h", lowSetup(domain.Low), 2 * time.Hour, false, nil},
-		{"still needed: LOW just over 2 h", lowSetup(domain.Low), 2*time.Hour + time.Second, false, []string{"still_needed"}},
-		{"still needed: MEDIUM over 2 h is not asked", lowSetup(domain.Medium), 2*time.Hour + time.Second, false, nil},
+		{"late: just under 2× the P50 at submission", alertSetup, 2*time.Hour - time.Second, false, nil, ""},
+		{"late: exactly 2× is not more", alertSetup, 2 * time.Hour, false, nil, ""},
+		// The holder ran past its prediction: late for a legitimate reason,
+		// a revised estimate, no alarm.
+		{"late: just over 2×, the holder overran", alertSetup, 2*time.Hour + time.Second, false, nil, alarm.HoldersOverran},
+		{"late: long over, the holder overran", alertSetup, 2*time.Hour + 30*time.Minute, false, nil, alarm.HoldersOverran},
+		{"alert: estimated to start at once, AlertMinWait passed", stuckSetup, estimate.AlertMinWait, false, nil, ""},
+		// Free GPUs and no scheduler deciding: broken.
+		{"alert: estimated to start at once, just over AlertMinWait", stuckSetup, estimate.AlertMinWait + time.Second, true, nil, string(alarm.SchedulerStalled)},
+		{"fewer GPUs: just under 3× its run time", fewerSetup(4, 6), 3*time.Hour - time.Second, false, nil, ""},
+		{"fewer GPUs: exactly 3× is not more", fewerSetup(4, 6), 3 * time.Hour, false, nil, ""},
+		{"fewer GPUs: just over 3× its run time", fewerSetup(4, 6), 3*time.Hour + time.Second, false, []string{"fewer_gpus"}, ""},
+		{"fewer GPUs: none below one GPU", fewerSetup(1, 8), 3*time.Hour + time.Second, false, nil, ""},
+		{"still needed: LOW just under 2 h", lowSetup(domain.Low), 2*time.Hour - time.Second, false, nil, ""},
+		{"still needed: LOW exactly 2 h", lowSetup(domain.Low), 2 * time.Hour, false, nil, ""},
+		{"still needed: LOW just over 2 h", lowSetup(domain.Low), 2*time.Hour + time.Second, false, []string{"still_needed"}, ""},
+		{"still needed: MEDIUM over 2 h is not asked", lowSetup(domain.Medium), 2*time.Hour + time.Second, false, nil, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(policy.Options{})
 			tc.setup(f)
+			f.est.WatchNow(f.st, T0) // the advisor observed the queue at submission
 			now := T0.Add(tc.waited)
 			a := f.advice(t, "q", now)
 			if got := a.Alert != ""; got != tc.alert {
 				t.Errorf("alert %q, want alert %v", a.Alert, tc.alert)
 			}
-			if tc.alert && (!strings.Contains(a.Alert, "scheduling is off") || !strings.Contains(a.Alert, "("+a.Reason+")") || a.Reason == "") {
-				t.Errorf("alert %q does not say scheduling is off with the reason (%s)", a.Alert, a.Reason)
+			late := ""
+			if a.Late != nil {
+				late = a.Late.Reason
+				if a.Late.Alarm {
+					late = string(a.Late.Cause)
+				}
+				if a.Late.Alarm != (a.Alert != "") {
+					t.Errorf("late %+v with alert %q", a.Late, a.Alert)
+				}
+			}
+			if late != tc.late {
+				t.Errorf("late %q (%+v), want %q", late, a.Late, tc.late)
+			}
+			if tc.alert && (!strings.Contains(a.Alert, "scheduling is broken") || !strings.Contains(a.Alert, "tell the operators")) {
+				t.Errorf("alert %q does not say scheduling is broken and whom to tell", a.Alert)
 			}
 			var kinds []string
 			for _, s := range a.Suggestions {
@@ -659,6 +678,16 @@ func TestMaterial(t *testing.T) {
 		{"action", base, with(func(a *estimate.Advice) { a.Action = domain.ItemExperimentPlan }), true},
 		{"state", base, with(func(a *estimate.Advice) { a.State = "running" }), true},
 		{"alert raised", base, alerted, true},
+		{"late for a legitimate reason", base, with(func(a *estimate.Advice) { a.Late = &alarm.Verdict{Reason: alarm.HoldersOverran, WaitS: 7201} }), true},
+		{"late: the same verdict, a longer wait",
+			with(func(a *estimate.Advice) { a.Late = &alarm.Verdict{Reason: alarm.HoldersOverran, WaitS: 7201} }),
+			with(func(a *estimate.Advice) { a.Late = &alarm.Verdict{Reason: alarm.HoldersOverran, WaitS: 7300} }), false},
+		{"late: another reason",
+			with(func(a *estimate.Advice) { a.Late = &alarm.Verdict{Reason: alarm.HoldersOverran} }),
+			with(func(a *estimate.Advice) { a.Late = &alarm.Verdict{Reason: alarm.HigherClass} }), true},
+		{"late: now an alarm",
+			with(func(a *estimate.Advice) { a.Late = &alarm.Verdict{Reason: alarm.HoldersOverran} }),
+			with(func(a *estimate.Advice) { a.Late = &alarm.Verdict{Alarm: true, Cause: alarm.NodesLost} }), true},
 		{"alert cleared", alerted, base, true},
 		{"alert text only (the wait grew)", alerted, with(func(a *estimate.Advice) {
 			a.Alert = "waited 2h5m0s, more than 2× the 1h0m0s estimated at submission: scheduling is off (no-capacity)"

@@ -3,6 +3,7 @@ package estimate
 import (
 	"time"
 
+	"github.com/gpuq/gpuq/pkg/alarm"
 	"github.com/gpuq/gpuq/pkg/domain"
 )
 
@@ -92,4 +93,9 @@ type Advice struct {
 	Deadline       *time.Time `json:"deadline,omitempty"`
 	DeadlineAtRisk bool       `json:"deadline_at_risk,omitempty"`
 	DeadlineReason string     `json:"deadline_reason,omitempty"`
+
+	// Late: the wait passed 2× the estimate at submission, classified
+	// (pkg/alarm): an alarm (Alert is its text) naming the broken cause
+	// and whom to tell, or the legitimate reason of a revised estimate.
+	Late *alarm.Verdict `json:"late,omitempty"`
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuq/gpuq/pkg/alarm"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/policy"
@@ -95,7 +96,8 @@ type Estimator struct {
 	jobs     chan *pending
 	recent   []arrival // recent submissions, for arrival rates
 	stats    Stats
-	live     *Live // advising through Live.Advise (its kept what-ifs)
+	live     *Live          // advising through Live.Advise (its kept what-ifs)
+	waits    *alarm.Tracker // the alarm's breakdown of each wait (late.go)
 }
 
 type arrival struct {
@@ -175,6 +177,7 @@ func (e *Estimator) Observe(st *domain.State, r events.Record) {
 		}
 		e.res.max = e.Window
 	}
+	e.tracker().Saw(r)
 	switch ev := r.Event.(type) {
 	case events.Submitted:
 		t := st.Tasks[ev.TaskID]

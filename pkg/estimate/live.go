@@ -146,7 +146,9 @@ func (l *Live) Advise(st *domain.State, now time.Time) []Advice {
 		l.stale, l.lastFull, l.at = false, wall, now
 		l.full++
 		l.ests = e.EstimateAll(st, now)
-		l.why = e.Pol.With(true).Plan(policy.Input{State: st, Now: now, Predict: e.Pred.ForPolicy(now)}).Waiting
+		res := e.Pol.With(true).Plan(policy.Input{State: st, Now: now, Predict: e.Pred.ForPolicy(now)})
+		e.Watch(st, res, now) // the alarm's breakdown of every wait
+		l.why = res.Waiting
 		q := st.Queued()
 		clear(l.dirty)
 		l.adv = l.adv[:0]

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/rs/zerolog"
 
+	"github.com/gpuq/gpuq/pkg/alarm"
 	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/events/memlog"
@@ -123,8 +124,8 @@ func TestScrape(t *testing.T) {
 	m.Decided(events.PreemptRequested{TaskID: "t2", Policy: "critical-only"})
 	m.Decided(events.Requeued{TaskID: "t2", Reason: "node node-1 lost"})
 	m.Refused()
-	metrics.Advisor(reg, func() (estimate.Stats, int) {
-		return estimate.Stats{N: 10, P90Coverage: 0.9, MedianAbsS: 120, Alerts: 1}, 2
+	metrics.Advisor(reg, func() (estimate.Stats, map[alarm.Cause]int) {
+		return estimate.Stats{N: 10, P90Coverage: 0.9, MedianAbsS: 120, Alerts: 1}, map[alarm.Cause]int{alarm.SchedulerStalled: 2}
 	})
 	// A service restarted in the same process registers again: no panic.
 	metrics.Fold(reg, "submitter", src, log.LastSeq)
@@ -170,7 +171,8 @@ func TestScrape(t *testing.T) {
 		{"gpuq_estimate_p90_coverage_ratio", map[string]string{"service": "advisor"}, 0.9},
 		{"gpuq_estimate_p50_abs_error_seconds", nil, 120},
 		{"gpuq_estimate_judged_tasks", nil, 10},
-		{"gpuq_advisor_alerts_total", nil, 2},
+		{"gpuq_advisor_alerts_total", map[string]string{"cause": "scheduler_stalled"}, 2},
+		{"gpuq_advisor_alerts_total", map[string]string{"cause": "nodes_lost"}, 0},
 	}
 	for _, c := range checks {
 		if got := value(t, fams, c.name, c.labels); got != c.want {

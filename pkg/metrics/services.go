@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpuq/gpuq/pkg/alarm"
 	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
 )
@@ -118,33 +119,37 @@ func DecisionReason(e events.Event) (typ, reason string) {
 // Advisor registers the advisor's self-measurement, read at scrape time:
 // how many estimates were judged, the share of tasks started by their
 // P90 (coverage), the median absolute error of the P50, and the alerts
-// raised. stats must be safe to call from the scrape's goroutine.
-func Advisor(reg prometheus.Registerer, stats func() (s estimate.Stats, alertsRaised int)) {
+// raised by cause (alarm.Causes, each reported, zero included). stats must
+// be safe to call from the scrape's goroutine.
+func Advisor(reg prometheus.Registerer, stats func() (s estimate.Stats, alertsRaised map[alarm.Cause]int)) {
 	r := with(reg, "advisor")
-	get := func(pick func(estimate.Stats, int) float64) func() float64 {
+	get := func(pick func(estimate.Stats, map[alarm.Cause]int) float64) func() float64 {
 		return func() float64 { s, a := stats(); return pick(s, a) }
 	}
 	for _, c := range []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpuq_estimate_judged_tasks",
 			Help: "Tasks whose start estimate made at submission has been judged (waits of at least 60 s)."},
-			get(func(s estimate.Stats, _ int) float64 { return float64(s.N) })),
+			get(func(s estimate.Stats, _ map[alarm.Cause]int) float64 { return float64(s.N) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpuq_estimate_p90_coverage_ratio",
 			Help: "Share of judged tasks that started by the P90 estimated at their submission (goal 0.9)."},
-			get(func(s estimate.Stats, _ int) float64 { return s.P90Coverage })),
+			get(func(s estimate.Stats, _ map[alarm.Cause]int) float64 { return s.P90Coverage })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpuq_estimate_p50_abs_error_seconds",
 			Help: "Median absolute error of the P50 start estimated at submission, over the judged tasks."},
-			get(func(s estimate.Stats, _ int) float64 { return s.MedianAbsS })),
+			get(func(s estimate.Stats, _ map[alarm.Cause]int) float64 { return s.MedianAbsS })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gpuq_estimate_late_total",
 			Help: "Judged tasks that waited beyond twice the P50 estimated at their submission."},
-			get(func(s estimate.Stats, _ int) float64 { return float64(s.Alerts) })),
+			get(func(s estimate.Stats, _ map[alarm.Cause]int) float64 { return float64(s.Alerts) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gpuq_estimate_capped_total",
 			Help: "Estimates whose forward simulation spent its budget before the task started: capped there, a lower bound (the advisor logs each task once)."},
-			get(func(s estimate.Stats, _ int) float64 { return float64(s.Capped) })),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gpuq_advisor_alerts_total",
-			Help: "Alerts raised in advice: a queued task's wait went beyond twice its estimate."},
-			get(func(_ estimate.Stats, a int) float64 { return float64(a) })),
+			get(func(s estimate.Stats, _ map[alarm.Cause]int) float64 { return float64(s.Capped) })),
 	} {
 		register(r, c)
+	}
+	for _, cause := range alarm.Causes {
+		register(r, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gpuq_advisor_alerts_total",
+			Help:        "Alerts raised in advice, by cause: a queued task's wait went beyond twice its estimate because scheduling is broken (scheduler_stalled, idle_capacity, nodes_lost, gpus_unhealthy, unexplained); tell the operators.",
+			ConstLabels: prometheus.Labels{"cause": string(cause)}},
+			get(func(_ estimate.Stats, a map[alarm.Cause]int) float64 { return float64(a[cause]) })))
 	}
 }
 

@@ -30,6 +30,7 @@ type estimating struct {
 	slurm  []time.Duration            // -1: never starts
 	seed   []time.Duration
 	timing EstimateTimings
+	alarms *alarming // the run's alarms, when measured (alarms.go)
 }
 
 // EstimateTimings is the wall time spent estimating (not part of the
@@ -108,6 +109,9 @@ type EstimateMetrics struct {
 	// ByClass judges the estimator on each class's tasks (the classes they
 	// were submitted in); omitted when every judged task is of one class.
 	ByClass map[string]ClassEstimate `json:"by_class,omitempty"`
+	// Alarms judge the advisor's alarm (gpuq only, with --alarms or
+	// --fault; alarms.go).
+	Alarms *AlarmMetrics `json:"alarms,omitempty"`
 }
 
 // ClassEstimate judges one estimator on one class's tasks, as

@@ -80,6 +80,8 @@ type driver struct {
 	out      *outcome
 	est      *estimating // nil: no estimates
 	progress func(submitted int)
+	fault    *faulting // nil: none (fault.go)
+	alarms   *alarming // nil: alarms not measured (alarms.go)
 }
 
 // run is a task's progress as its agent knows it.
@@ -204,10 +206,17 @@ func (d *driver) simulate(nodes, perNode int) (*outcome, error) {
 		if d.ckpts.Len() > 0 && (!has || d.ckpts[0].at < vt) {
 			vt, has, onlyCkpt = d.ckpts[0].at, true, true
 		}
+		if b, ok := d.faultInstant(); ok && has && b <= vt {
+			vt, onlyCkpt = b, false
+		}
 		if !has {
 			break
 		}
 		d.at(vt)
+		d.passFault(vt)
+		if err := d.faultEnds(); err != nil {
+			return nil, err
+		}
 		// 1. Ends (completions, and exits after a grace), checkpoints, then
 		//    submissions.
 		for d.ends.Len() > 0 && d.ends[0].at == vt {
@@ -253,10 +262,14 @@ func (d *driver) simulate(nodes, perNode int) (*outcome, error) {
 		if err := d.fold(); err != nil {
 			return nil, err
 		}
-		// 2–4. Decide and react until nothing more happens at this instant.
-		if err := d.settle(); err != nil {
-			return nil, err
+		// 2–4. Decide and react until nothing more happens at this instant
+		//      (nothing at all while the scheduler is stalled by a fault).
+		if !d.stalled() {
+			if err := d.settle(); err != nil {
+				return nil, err
+			}
 		}
+		d.alarmStep()
 		d.out.queueLen.add(vt, d.queued)
 	}
 	for i, t := range d.tasks {
@@ -282,7 +295,7 @@ func (d *driver) settle() error {
 		if round == maxRounds {
 			return fmt.Errorf("sim: at %s, decisions still change after %d rounds", d.vt, maxRounds)
 		}
-		cmds := decide.Plan(d.st, d.pol, d.now, decide.Liveness{}, d.predict)
+		cmds := decide.Plan(d.st, d.pol, d.now, d.liveness(), d.predict)
 		if len(cmds) == 0 {
 			return nil
 		}
@@ -405,6 +418,16 @@ func (d *driver) folded(r events.Record) {
 		case events.Requeued:
 			if t != nil && t.State == domain.Queued && t.LastSeq == r.Seq {
 				d.queued++
+				if known && d.runs[i].started >= 0 {
+					// Its node was lost (a fault): the run stops, keeping
+					// the work of its last checkpoint.
+					r := &d.runs[i]
+					if d.ckptEvery > 0 {
+						r.done = r.ckptDone
+					}
+					r.started = -1
+					r.gen++
+				}
 			}
 		case events.Completed:
 			if t != nil {

@@ -65,6 +65,13 @@ type Config struct {
 	// tasks are the same whatever the estimator's prior, so that a sweep
 	// of PriorRuns measures the estimates alone.
 	PolicyPriorRuns float64
+	// Alarms: under estimates, measure the advisor's alarm on the gpuq run
+	// (estimates.gpuq.alarms; alarms.go).
+	Alarms bool
+	// Faults: each is injected in one more gpuq run with estimates and
+	// alarms, judged against the gpuq run without it (fault.go); implies
+	// Alarms.
+	Faults []Fault
 	// Progress, when set, is called from the policies' goroutines at every
 	// hundredth of the submissions (and at the end), for long runs.
 	Progress func(policy string, submitted, total int)
@@ -83,6 +90,14 @@ func (c Config) Validate() error {
 	}
 	if c.CheckpointEvery < 0 {
 		return fmt.Errorf("checkpoint-every must be ≥ 0 (got %s)", c.CheckpointEvery)
+	}
+	if (c.Alarms || len(c.Faults) > 0) && (!c.Estimates || !slices.Contains(c.Policies, GPUQ)) {
+		return fmt.Errorf("alarms and faults are measured on the gpuq run with estimates (want gpuq in the policies, with estimates)")
+	}
+	for _, f := range c.Faults {
+		if err := f.validate(c.Nodes); err != nil {
+			return err
+		}
 	}
 	seen := map[string]bool{}
 	for _, p := range c.Policies {
@@ -221,6 +236,25 @@ func Run(ctx context.Context, cfg Config, sc Scenario, tasks []Task) (*Report, e
 	// Start the most expensive runs first.
 	order := slices.Clone(cfg.Policies)
 	slices.SortStableFunc(order, func(a, b string) int { return cost(cfg, a) - cost(cfg, b) })
+	faulted := make([]done, len(cfg.Faults))
+	faultAl := make([]*alarming, len(cfg.Faults))
+	for k, f := range cfg.Faults {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			t0 := time.Now()
+			d := newDriver(ctx, cfg, policy.New(cfg.Options), tasks, true)
+			defer d.est.est.Close()
+			d.alarms = newAlarming(len(tasks))
+			d.setFault(f, cfg.Nodes, cfg.GPUsPerNode)
+			if cfg.Progress != nil {
+				d.progress = func(n int) { cfg.Progress(GPUQ+" --fault "+f.Spec, n, len(tasks)) }
+			}
+			out, err := d.simulate(cfg.Nodes, cfg.GPUsPerNode)
+			faulted[k], faultAl[k] = done{out, d.est, time.Since(t0), err}, d.alarms
+		}()
+	}
 	for _, name := range order {
 		k := slices.Index(cfg.Policies, name)
 		wg.Add(1)
@@ -254,6 +288,21 @@ func Run(ctx context.Context, cfg Config, sc Scenario, tasks []Task) (*Report, e
 		if r.est != nil {
 			rep.Result.Estimates, rep.WaitEstimates = r.est.judge(tasks, r.out)
 			rep.Timings.Estimates = r.est.timing
+			if r.est.alarms != nil {
+				base := alarmRun{tasks: tasks, out: r.out, est: r.est, al: r.est.alarms}
+				am := base.metrics()
+				for k, f := range cfg.Faults {
+					fr := faulted[k]
+					if fr.err != nil {
+						return nil, fmt.Errorf("gpuq --fault %s: %w", f.Spec, fr.err)
+					}
+					am.Faults = append(am.Faults, judgeFault(f, base, alarmRun{tasks: tasks, out: fr.out, est: fr.est, al: faultAl[k]}))
+					rep.Timings.Policies[GPUQ+" --fault "+f.Spec] = fr.took
+				}
+				m := rep.Result.Estimates[EstGPUQ]
+				m.Alarms = am
+				rep.Result.Estimates[EstGPUQ] = m
+			}
 		}
 	}
 	return rep, nil
@@ -292,6 +341,10 @@ func runPolicy(ctx context.Context, cfg Config, name string, tasks []Task) (*out
 	d := newDriver(ctx, cfg, policy.New(opts), tasks, name == GPUQ && cfg.Estimates)
 	if d.est != nil {
 		defer d.est.est.Close()
+		if cfg.Alarms || len(cfg.Faults) > 0 {
+			d.alarms = newAlarming(len(tasks))
+			d.est.alarms = d.alarms
+		}
 	}
 	if cfg.Progress != nil {
 		d.progress = func(n int) { cfg.Progress(name, n, len(tasks)) }

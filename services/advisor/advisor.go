@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"sort"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/gpuq/gpuq/pkg/alarm"
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/estimate"
@@ -91,7 +93,7 @@ type Advisor struct {
 	wake   chan struct{}  // React again: a coalesced re-estimate is due
 	timer  *time.Timer
 	last   map[string]estimate.Advice
-	alerts int // alerts raised (transitions into alert), for operators
+	alerts map[alarm.Cause]int // alerts raised (transitions into alert) by cause, for operators
 }
 
 // Run blocks until ctx ends.
@@ -113,7 +115,8 @@ func newAdvisor(cfg Config) *Advisor {
 	if cfg.SnapshotBudget == 0 {
 		cfg.SnapshotBudget = DefaultSnapshotBudget
 	}
-	a := &Advisor{cfg: cfg, est: estimate.NewEstimator(cfg.Policy), last: map[string]estimate.Advice{}, wake: make(chan struct{}, 1)}
+	a := &Advisor{cfg: cfg, est: estimate.NewEstimator(cfg.Policy), last: map[string]estimate.Advice{}, wake: make(chan struct{}, 1),
+		alerts: map[alarm.Cause]int{}}
 	// An estimate over its budget is capped (a lower bound) and listed:
 	// once per task in the log, every time in Stats and the metric
 	// gpuq_estimate_capped_total.
@@ -153,8 +156,8 @@ func (a *Advisor) run(ctx context.Context) error {
 	}
 	if cfg.Metrics != nil {
 		metrics.Fold(cfg.Metrics, "advisor", func() *service.Fold { return a.fold }, cfg.Log.LastSeq)
-		metrics.Advisor(cfg.Metrics, func() (s estimate.Stats, alerts int) {
-			a.fold.Read(func(*domain.State) { s, alerts = a.est.Stats(), a.alerts })
+		metrics.Advisor(cfg.Metrics, func() (s estimate.Stats, alerts map[alarm.Cause]int) {
+			a.fold.Read(func(*domain.State) { s, alerts = a.est.Stats(), maps.Clone(a.alerts) })
 			return s, alerts
 		})
 	}
@@ -268,9 +271,12 @@ func (a *Advisor) changed(st *domain.State, now time.Time) []estimate.Advice {
 		if ok && !estimate.Material(old, v) {
 			continue
 		}
-		if v.Alert != "" && old.Alert == "" {
-			a.alerts++
-			a.cfg.Logger.Warn().Str("task_id", v.TaskID).Str("alert", v.Alert).Msg("advisor: wait beyond 2× the estimate")
+		if v.Alert != "" && old.Alert == "" && v.Late != nil {
+			// Scheduling is broken: counted by cause and logged for the
+			// operators (the metric gpuq_advisor_alerts_total{cause}).
+			a.alerts[v.Late.Cause]++
+			a.cfg.Logger.Warn().Str("task_id", v.TaskID).Str("cause", string(v.Late.Cause)).Str("tell", v.Late.Tell).Str("alert", v.Alert).
+				Msg("advisor: wait beyond 2× the estimate and scheduling is broken")
 		}
 		a.last[v.TaskID] = v
 		out = append(out, v)
@@ -377,13 +383,19 @@ func (a *Advisor) estimate(st *domain.State, req api.EstimateRequest, prio domai
 type StatsReply struct {
 	estimate.Stats
 	AlertsRaised int `json:"alerts_raised"`
-	Queued       int `json:"queued"`
+	// AlertsByCause: AlertsRaised by the alarm's cause (pkg/alarm).
+	AlertsByCause map[alarm.Cause]int `json:"alerts_by_cause"`
+	Queued        int                 `json:"queued"`
 }
 
 func (a *Advisor) onStats(m *nats.Msg) {
 	var s StatsReply
 	a.fold.Read(func(st *domain.State) {
-		s = StatsReply{Stats: a.est.Stats(), AlertsRaised: a.alerts, Queued: len(st.Queued())}
+		n := 0
+		for _, c := range a.alerts {
+			n += c
+		}
+		s = StatsReply{Stats: a.est.Stats(), AlertsRaised: n, AlertsByCause: maps.Clone(a.alerts), Queued: len(st.Queued())}
 	})
 	reply(m, s, nil)
 }

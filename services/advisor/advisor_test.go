@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/gpuq/gpuq/pkg/alarm"
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/domain"
 	dt "github.com/gpuq/gpuq/pkg/domain/domaintest"
@@ -300,6 +301,10 @@ func TestAdvicePublishedOnChange(t *testing.T) {
 		t.Fatalf("first advice %+v", a)
 	}
 
+	// Two GPUs of n1 fail (the two q does not wait for): nothing changes
+	// for q's advice, but from now on the cluster is not whole.
+	e.folded(e.append(events.Unhealthy{Node: "n1", GPUs: []string{dt.GPU("n1", 6), dt.GPU("n1", 7)}, Reason: "xid 79"}))
+
 	// The playbook moves on: published.
 	e.append(events.ChecklistUpdated{TaskID: "q", Item: domain.ItemCodeReview, Done: true})
 	if a := e.next(); a.Action != domain.ItemExperimentPlan {
@@ -317,16 +322,17 @@ func TestAdvicePublishedOnChange(t *testing.T) {
 		t.Errorf("stats before the alert %+v", s)
 	}
 
-	// Past 2× the P50 at submission (1 h): the alert, with the reason,
-	// counted once.
+	// Past 2× the P50 at submission (1 h), with unhealthy GPUs all along:
+	// the alert, naming the cause and whom to tell, counted once.
 	e.clk.Set(t0.Add(2*time.Hour + time.Second))
 	e.folded(e.append(events.ChecklistUpdated{TaskID: "r", Item: domain.ItemExperimentPlan, Done: true}))
 	a := e.next()
-	if !strings.Contains(a.Alert, "scheduling is off") || !strings.Contains(a.Alert, a.Reason) || a.Reason == "" {
-		t.Errorf("advice past 2× the estimate %+v, want an alert with the reason", a)
+	if a.Late == nil || !a.Late.Alarm || a.Late.Cause != alarm.GPUsUnhealthy || a.Late.Tell != alarm.Operators ||
+		!strings.Contains(a.Alert, "gpus_unhealthy") || !strings.Contains(a.Alert, "tell the operators") {
+		t.Errorf("advice past 2× the estimate %+v (late %+v), want an alert for gpus_unhealthy to the operators", a, a.Late)
 	}
-	if s := e.stats(); s.AlertsRaised != 1 {
-		t.Errorf("alerts raised %d, want 1", s.AlertsRaised)
+	if s := e.stats(); s.AlertsRaised != 1 || s.AlertsByCause[alarm.GPUsUnhealthy] != 1 {
+		t.Errorf("alerts raised %d (%v), want 1 gpus_unhealthy", s.AlertsRaised, s.AlertsByCause)
 	}
 
 	// A minute later the alert still stands (its text has the longer wait):
