@@ -221,7 +221,7 @@ func (p *Predictor) ratioOf(t *domain.Task, f *ratioFn) {
 type ratioFn struct {
 	prior  bool
 	prog   bool // progress errors (progressFn): progressPrior is the prior
-	n      int // groups with history
+	n      int  // groups with history
 	global []float64
 	groups [2][]float64
 	w, w1  [2]float64 // w1[i] = 1-w[i]
