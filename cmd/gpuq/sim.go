@@ -42,6 +42,7 @@ type simFlags struct {
 	estimates, json, times bool
 	progress               bool
 	plot                   string
+	progressModel          string
 }
 
 func newSim() *cobra.Command {
@@ -94,6 +95,15 @@ of your own log (gpuq audit export): every task that ran and ended, at
 its submit time, for the work it did, with its own class, team, estimate
 and preemptibility.
 
+--progress-model share=S,early=E[,every=D],seed=N models the jobs'
+progress reports (a task socket's POST /v1/progress): share of the tasks
+report the fraction of their planned total done, every D of their run
+(default 10m); early of those end before their planned total, as failed
+and killed runs do (they plan their real run over a share drawn in
+[0.1, 0.9], report against that plan, and end at their real run). The
+scheduler and the advisor read the reports from the log, through the one
+run-time predictor. share=0 is the same run, byte for byte, as no model.
+
 --nodes 8,16,32 sweeps cluster sizes in one run, the same workload on
 each: the JSON is {"sweep": [{"nodes", and the result of that size}…]},
 smallest first, and --plot draws queueing delay and JCT against size.`,
@@ -130,6 +140,7 @@ smallest first, and --plot draws queueing delay and JCT against size.`,
 	fl.IntVar(&f.limit, "limit", 0, "simulate only the first N jobs of the trace, in submit order (quick runs)")
 	fl.BoolVar(&f.times, "timings", false, "print wall times to stderr")
 	fl.BoolVar(&f.progress, "progress", false, "report each policy's progress on stderr")
+	fl.StringVar(&f.progressModel, "progress-model", "", `jobs' progress reports: share=S,early=E[,every=D][,seed=N] — S of the tasks report the fraction done every D of run (default 10m), E of those end before their planned total (default: none report)`)
 	return c
 }
 
@@ -237,6 +248,10 @@ func runSim(c *cobra.Command, f simFlags) error {
 	if err != nil {
 		return invalid("class-mix", err.Error())
 	}
+	pm, err := sim.ParseProgressModel(f.progressModel)
+	if err != nil {
+		return invalid("progress-model", err.Error())
+	}
 	opts := policy.Options{Preemption: f.pol, WithinClass: f.within, Backfill: f.backfill, MaxWait: f.maxWait, AgingTau: f.agingTau,
 		ClassAging: f.classAging, StarvationWait: f.starvationWait, PreemptPatience: f.preemptPatience, Victims: f.victims}
 	if err := opts.Validate(); err != nil {
@@ -252,6 +267,7 @@ func runSim(c *cobra.Command, f simFlags) error {
 		return invalid(field, err.Error())
 	}
 	cfg := sim.Config{Nodes: sizes[0], GPUsPerNode: f.perNode, Options: opts, Policies: names, Estimates: f.estimates, CheckpointEvery: f.ckptEvery}
+	cfg.ProgressModel = pm
 	cfg.PriorRuns = f.priorRuns
 	if f.priorRuns == 0 {
 		cfg.PriorRuns = -1 // none

@@ -65,6 +65,9 @@ type Config struct {
 	// tasks are the same whatever the estimator's prior, so that a sweep
 	// of PriorRuns measures the estimates alone.
 	PolicyPriorRuns float64
+	// ProgressModel is the jobs' progress reports (progress.go; the zero
+	// value: none).
+	ProgressModel ProgressModel
 	// Progress, when set, is called from the policies' goroutines at every
 	// hundredth of the submissions (and at the end), for long runs.
 	Progress func(policy string, submitted, total int)
@@ -83,6 +86,9 @@ func (c Config) Validate() error {
 	}
 	if c.CheckpointEvery < 0 {
 		return fmt.Errorf("checkpoint-every must be ≥ 0 (got %s)", c.CheckpointEvery)
+	}
+	if m := c.ProgressModel; !(m.Share >= 0 && m.Share <= 1) || !(m.Early >= 0 && m.Early <= 1) || m.Every < 0 {
+		return fmt.Errorf("progress-model: share and early must be between 0 and 1, every ≥ 0 (got %+v)", m)
 	}
 	seen := map[string]bool{}
 	for _, p := range c.Policies {
@@ -143,6 +149,10 @@ type Scenario struct {
 	Unplaceable int     `json:"unplaceable"`
 	SpanS       float64 `json:"span_s"`
 	OfferedLoad float64 `json:"offered_load"`
+
+	// ProgressModel states the jobs' progress reports (omitted when none
+	// report, as before it existed); Run fills it.
+	ProgressModel string `json:"progress_model,omitempty"`
 }
 
 // Report is a Result with what plots and people need beside it.
@@ -196,6 +206,7 @@ func Run(ctx context.Context, cfg Config, sc Scenario, tasks []Task) (*Report, e
 	if o.Victims != policy.LeastLost {
 		sc.Victims = o.Victims
 	}
+	sc.ProgressModel = cfg.ProgressModel.String()
 	sc.SpanS = (tasks[len(tasks)-1].Submit - tasks[0].Submit).Seconds()
 	if sc.SpanS > 0 {
 		gs := 0.0
