@@ -43,6 +43,7 @@ type simFlags struct {
 	progress               bool
 	plot                   string
 	progressModel          string
+	policyProgress         bool
 }
 
 func newSim() *cobra.Command {
@@ -140,6 +141,7 @@ smallest first, and --plot draws queueing delay and JCT against size.`,
 	fl.IntVar(&f.limit, "limit", 0, "simulate only the first N jobs of the trace, in submit order (quick runs)")
 	fl.BoolVar(&f.times, "timings", false, "print wall times to stderr")
 	fl.BoolVar(&f.progress, "progress", false, "report each policy's progress on stderr")
+	fl.BoolVar(&f.policyProgress, "policy-progress", true, "with --progress-model, the gpuq policy's predictor reads the reports as the advisor's does (false: the policy ignores them, so that the estimates are measured on the schedule without reports)")
 	fl.StringVar(&f.progressModel, "progress-model", "", `jobs' progress reports: share=S,early=E[,every=D][,seed=N] — S of the tasks report the fraction done every D of run (default 10m), E of those end before their planned total (default: none report)`)
 	return c
 }
@@ -267,7 +269,7 @@ func runSim(c *cobra.Command, f simFlags) error {
 		return invalid(field, err.Error())
 	}
 	cfg := sim.Config{Nodes: sizes[0], GPUsPerNode: f.perNode, Options: opts, Policies: names, Estimates: f.estimates, CheckpointEvery: f.ckptEvery}
-	cfg.ProgressModel = pm
+	cfg.ProgressModel, cfg.PolicyNoProgress = pm, !f.policyProgress
 	cfg.PriorRuns = f.priorRuns
 	if f.priorRuns == 0 {
 		cfg.PriorRuns = -1 // none

@@ -20,6 +20,10 @@ type Predictor struct {
 	// Exact makes the predictor take the user's estimate at face value
 	// (what Slurm's backfill does with walltimes): no learning, no spread.
 	Exact bool
+	// NoProgress makes the predictor ignore reported progress (to
+	// measure what progress does to the estimates alone: gpuq sim
+	// --policy-progress=false).
+	NoProgress bool
 	// PriorRuns is the prior's pseudo-count (NewPredictor sets
 	// DefaultPriorRuns): the learned log-ratio weighs n/(n+PriorRuns)
 	// against the user's own estimate (log-ratio 0, priorLogRatio's
@@ -347,7 +351,7 @@ func (p *Predictor) Remaining(t *domain.Task, elapsed time.Duration, q float64) 
 		qq = 0.995
 	}
 	rem := est*math.Exp(f.at(qq)) - done
-	if tot, ok := progressTotal(t); ok {
+	if tot, ok := progressTotal(t); ok && !p.NoProgress {
 		rem = p.withProgress(t, &f, tot, done, q, rem)
 	}
 	if min := math.Max(5, 0.1*elapsed.Seconds()); rem < min {

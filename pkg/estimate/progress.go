@@ -155,7 +155,7 @@ func (p *Predictor) withProgress(t *domain.Task, lf *ratioFn, tot, done, q, rem 
 // prediction (0 when it has none usable: not running, or no report of
 // this run).
 func (p *Predictor) ProgressWeight(t *domain.Task) float64 {
-	if p.Exact {
+	if p.Exact || p.NoProgress {
 		return 0
 	}
 	if _, ok := progressTotal(t); !ok {

@@ -111,6 +111,7 @@ func newDriver(ctx context.Context, cfg Config, pol *policy.Policy, tasks []Task
 	if cfg.PolicyPriorRuns != 0 {
 		d.pred.PriorRuns = Config{PriorRuns: cfg.PolicyPriorRuns}.priorRuns()
 	}
+	d.pred.NoProgress = cfg.PolicyNoProgress
 	d.ckptEvery = cfg.CheckpointEvery
 	if d.ckptEvery > 0 {
 		d.grace = simGrace

@@ -68,6 +68,11 @@ type Config struct {
 	// ProgressModel is the jobs' progress reports (progress.go; the zero
 	// value: none).
 	ProgressModel ProgressModel
+	// PolicyNoProgress: the gpuq policy's predictor ignores the progress
+	// reports (estimate.Predictor.NoProgress), the advisor's reads them:
+	// the schedule is the one without reports, so that the estimates'
+	// change is measured on the same judged tasks.
+	PolicyNoProgress bool
 	// Progress, when set, is called from the policies' goroutines at every
 	// hundredth of the submissions (and at the end), for long runs.
 	Progress func(policy string, submitted, total int)
@@ -207,6 +212,9 @@ func Run(ctx context.Context, cfg Config, sc Scenario, tasks []Task) (*Report, e
 		sc.Victims = o.Victims
 	}
 	sc.ProgressModel = cfg.ProgressModel.String()
+	if sc.ProgressModel != "" && cfg.PolicyNoProgress {
+		sc.ProgressModel += "; the gpuq policy ignores the reports"
+	}
 	sc.SpanS = (tasks[len(tasks)-1].Submit - tasks[0].Submit).Seconds()
 	if sc.SpanS > 0 {
 		gs := 0.0

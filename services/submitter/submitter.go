@@ -20,6 +20,7 @@ import (
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/auth"
 	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/metrics"
 	"github.com/gpuq/gpuq/pkg/service"
@@ -167,8 +168,14 @@ func Run(ctx context.Context, cfg Config) error {
 	// one (the whole log is folded otherwise).
 	if j, ok := cfg.Log.(interface{ JetStream() jetstream.JetStream }); ok {
 		s.snaps = service.OpenSnapshotsIn(ctx, j.JetStream(), events.SnapshotBucketOf("submitter"), cfg.Replicas, "submitter", cfg.SnapshotEvery, lg)
-		st, _ := s.snaps.Restore(ctx, cfg.Log, 0)
-		s.m = &model{f: service.New("submitter", cfg.Log, lg, st)}
+		st, parts := s.snaps.Restore(ctx, cfg.Log, 1)
+		pred := estimate.NewPredictor(0)
+		if parts != nil && pred.UnmarshalBinary(parts[0]) != nil {
+			// The state is good, the predictor is not: fold from the
+			// start so that the predictor learns again.
+			st, pred = domain.NewState(), estimate.NewPredictor(0)
+		}
+		s.m = &model{f: service.New("submitter", cfg.Log, lg, st), pred: pred}
 	}
 
 	// 1. Listen for HTTP first, so /healthz answers 503 while catching up;
@@ -373,22 +380,22 @@ func (s *server) follow(ctx context.Context, caughtUp chan<- struct{}) {
 	_ = s.m.f.Run(ctx, service.Hooks{
 		Applied: func(st *domain.State, r events.Record, skipped string) {
 			s.snaps.Saw(r)
-			s.m.saw(r, skipped)
+			s.m.saw(st, r, skipped)
 			s.hub.applied(st, r)
 		},
 		CaughtUp: func(ctx context.Context) error {
 			s.hub.start(s.m.seq())
-			s.m.f.Read(func(st *domain.State) { s.snaps.Take(ctx, st, nil) }) // a long fold is worth a snapshot at once
+			s.m.f.Read(func(st *domain.State) { s.snaps.Take(ctx, st, s.m.own) }) // a long fold is worth a snapshot at once
 			if caughtUp != nil {
 				close(caughtUp)
 			}
 			return nil
 		},
 		React: func(ctx context.Context) error {
-			s.m.f.Read(func(st *domain.State) { s.snaps.Take(ctx, st, nil) })
+			s.m.f.Read(func(st *domain.State) { s.snaps.Take(ctx, st, s.m.own) })
 			return nil
 		},
 		Tick: time.Second,
 	})
-	s.m.f.Read(func(st *domain.State) { s.snaps.Final(st, nil) })
+	s.m.f.Read(func(st *domain.State) { s.snaps.Final(st, s.m.own) })
 }
