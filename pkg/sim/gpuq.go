@@ -221,7 +221,9 @@ func (d *driver) simulate(nodes, perNode int) (*outcome, error) {
 			vt, has, onlyCkpt = d.ckpts[0].at, true, true
 		}
 		// Progress reports, like checkpoints, free no GPU and queue no
-		// task: an instant of reports alone has no pass.
+		// task: an instant of reports alone has no pass (a
+		// simplification: the live scheduler plans again on them; here
+		// the next submission's or end's pass reads them).
 		if d.reportsDue.Len() > 0 && (!has || d.reportsDue[0].at < vt) {
 			vt, has, onlyCkpt = d.reportsDue[0].at, true, true
 		}
