@@ -96,6 +96,7 @@ func printTask(out io.Writer, v api.TaskView, tf timeFmt, now time.Time) {
 		}
 		row("elapsed", e)
 	}
+	printProgress(row, v, tf)
 	if v.Node != "" {
 		row("node", v.Node)
 	}
@@ -146,4 +147,23 @@ func untilText(t, now time.Time) string {
 		return "passed " + (-d).String() + " ago"
 	}
 	return "in " + d.String()
+}
+
+// printProgress adds a running task's latest progress report and its
+// predicted end (the scheduler's run-time predictor, what it rests on).
+func printProgress(row func(string, any), v api.TaskView, tf timeFmt) {
+	if p := v.Progress; p != nil {
+		s := fmt.Sprintf("%.0f %%", 100*p.Fraction)
+		if p.Total > 0 {
+			s = fmt.Sprintf("step %d of %d (%s)", p.Step, p.Total, s)
+		}
+		row("progress", s+", reported "+tf.at(p.At))
+	}
+	if v.PredictedEnd != nil {
+		end := tf.at(*v.PredictedEnd)
+		if v.PredictedBasis != "" {
+			end += "  (" + v.PredictedBasis + ")"
+		}
+		row("predicted_end", end)
+	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/domain"
+	"github.com/gpuq/gpuq/pkg/events"
 )
 
 // TestPrintTask: show prints when the task ran, for how long, where its
@@ -69,6 +70,25 @@ func TestPrintTask(t *testing.T) {
 			v:    task(domain.Running, func(t *domain.Task) { t.Checkpoint = "s3://ck/t1/7" }),
 			want: []string{"checkpoint:  s3://ck/t1/7"},
 			not:  []string{"resume_from", "lost_gpu_hours"},
+		},
+		"running, with progress and a predicted end": {
+			v: func() api.TaskView {
+				v := task(domain.Running, func(t *domain.Task) {
+					t.StartedAt, t.Placements = t.FirstStarted, []events.Placement{{Node: "node-1", GPUs: []string{"GPU-0", "GPU-1"}}}
+					t.ProgressStep, t.ProgressTotal, t.ProgressFraction, t.ProgressAt = 400, 1000, 0.4, t0.Add(8*time.Minute)
+				})
+				end := t0.Add(43 * time.Minute)
+				v.PredictedEnd, v.PredictedBasis = &end, "progress 40 %"
+				return v
+			}(),
+			want: []string{"step 400 of 1000 (40 %), reported 2026-11-29 22:25:28 UTC", "2026-11-29 23:00:28 UTC  (progress 40 %)"},
+		},
+		"running, a report of an earlier run": {
+			v: task(domain.Running, func(t *domain.Task) {
+				t.StartedAt, t.Placements = t.FirstStarted, []events.Placement{{Node: "node-1", GPUs: []string{"GPU-0"}}}
+				t.ProgressFraction, t.ProgressAt = 0.4, t0
+			}),
+			not: []string{"progress", "predicted_end"},
 		},
 		"queued": {
 			v:    task(domain.Queued, func(t *domain.Task) { t.FirstStarted, t.Reason = time.Time{}, "" }),

@@ -40,6 +40,8 @@ type simFlags struct {
 	estimates, json, times bool
 	progress               bool
 	plot                   string
+	progressModel          string
+	policyProgress         bool
 }
 
 func newSim() *cobra.Command {
@@ -97,6 +99,15 @@ of your own log (gpuq audit export): every task that ran and ended, at
 its submit time, for the work it did, with its own class, team, estimate
 and preemptibility.
 
+--progress-model share=S,early=E[,every=D],seed=N models the jobs'
+progress reports (a task socket's POST /v1/progress): share of the tasks
+report the fraction of their planned total done, every D of their run
+(default 10m); early of those end before their planned total, as failed
+and killed runs do (they plan their real run over a share drawn in
+[0.1, 0.9], report against that plan, and end at their real run). The
+scheduler and the advisor read the reports from the log, through the one
+run-time predictor. share=0 is the same run, byte for byte, as no model.
+
 --nodes 8,16,32 sweeps cluster sizes in one run, the same workload on
 each: the JSON is {"sweep": [{"nodes", and the result of that size}…]},
 smallest first, and --plot draws queueing delay and JCT against size.`,
@@ -127,6 +138,8 @@ smallest first, and --plot draws queueing delay and JCT against size.`,
 	fl.BoolVar(&f.progress, "progress", false, "report each policy's progress on stderr")
 	fl.BoolVar(&f.alarms, "alarms", false, "measure the advisor's alarm on the gpuq run (estimates.gpuq.alarms: rate, the share of judged tasks alarmed; on a healthy run every alarm is false)")
 	fl.StringArrayVar(&f.faults, "fault", nil, "inject a fault in one more gpuq run, judged against the run without it (implies --alarms; repeatable): stall@OFFSET+DURATION (the scheduler decides nothing, e.g. stall@240h+3h) or nodes-down@OFFSET+DURATION:N (N nodes lost, their tasks requeued, e.g. nodes-down@240h+6h:8); OFFSET from the first submission")
+	fl.BoolVar(&f.policyProgress, "policy-progress", true, "with --progress-model, the gpuq policy's predictor reads the reports as the advisor's does (false: the policy ignores them, so that the estimates are measured on the schedule without reports)")
+	fl.StringVar(&f.progressModel, "progress-model", "", `jobs' progress reports: share=S,early=E[,every=D][,seed=N] — S of the tasks report the fraction done every D of run (default 10m), E of those end before their planned total (default: none report)`)
 	return c
 }
 
@@ -224,6 +237,10 @@ func runSim(c *cobra.Command, f simFlags) error {
 	if err != nil {
 		return invalid("class-mix", err.Error())
 	}
+	pm, err := sim.ParseProgressModel(f.progressModel)
+	if err != nil {
+		return invalid("progress-model", err.Error())
+	}
 	opts, err := f.pol.v.Options()
 	if err != nil {
 		return invalid(policyflag.Field(err), err.Error())
@@ -232,6 +249,7 @@ func runSim(c *cobra.Command, f simFlags) error {
 	if cfg.Alarms, cfg.Faults, err = simAlarms(f, names, sizes); err != nil {
 		return err
 	}
+	cfg.ProgressModel, cfg.PolicyNoProgress = pm, !f.policyProgress
 	cfg.PriorRuns = f.priorRuns
 	if f.priorRuns == 0 {
 		cfg.PriorRuns = -1 // none

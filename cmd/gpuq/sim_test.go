@@ -98,6 +98,8 @@ func TestSimCLI(t *testing.T) {
 		"no nodes":           {args: []string{"--trace", tr, "--format", "philly"}, field: "nodes"},
 		"unknown policy":     {args: append(base[:6:6], "--compare", "fifo,gpuq"), field: "compare"},
 		"bad estimate model": {args: append(base[:6:6], "--estimate-model", "lognormal:sigma=-1"), field: "estimate-model"},
+		"bad progress model": {args: append(base[:6:6], "--progress-model", "share=2"), field: "progress-model"},
+		"progress model key": {args: append(base[:6:6], "--progress-model", "share=0.5,late=1"), field: "progress-model"},
 		"bad class mix":      {args: append(base[:6:6], "--class-mix", "high=0.3"), field: "class-mix"},
 		"bad within-class":   {args: append(base[:6:6], "--within-class", "random"), field: "within-class"},
 		"teams without VCs":  {args: []string{"--trace", tr, "--format", "alibaba-openb", "--nodes", "2", "--teams", "vc"}, field: "teams"},

@@ -106,10 +106,9 @@ func (l *Live) Saw(st *domain.State, r events.Record) {
 		l.dirty[ev.TaskID] = true
 	case *events.ChecklistUpdated:
 		l.dirty[ev.TaskID] = true
-	case events.ProgressReported, *events.ProgressReported:
-		// Neither the policy, nor the predictor, nor the advice reads a
-		// task's progress: no advice changes.
 	default:
+		// A progress report too: it moves its task's predicted end
+		// (Predictor.Remaining), and so every queued task's advice.
 		l.stale = true
 	}
 }

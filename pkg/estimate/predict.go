@@ -20,6 +20,10 @@ type Predictor struct {
 	// Exact makes the predictor take the user's estimate at face value
 	// (what Slurm's backfill does with walltimes): no learning, no spread.
 	Exact bool
+	// NoProgress makes the predictor ignore reported progress (to
+	// measure what progress does to the estimates alone: gpuq sim
+	// --policy-progress=false).
+	NoProgress bool
 	// PriorRuns is the prior's pseudo-count (NewPredictor sets
 	// DefaultPriorRuns): the learned log-ratio weighs n/(n+PriorRuns)
 	// against the user's own estimate (log-ratio 0, priorLogRatio's
@@ -30,7 +34,13 @@ type Predictor struct {
 	global    ring
 	team      map[string]*ring
 	prefix    map[string]*ring
-	snap      *Predictor // Snapshot's copy, until the predictor learns again
+	// The progress extrapolations' errors (progress.go): the log-ratio of
+	// actual to extrapolated run time of completed tasks that reported
+	// progress in their last run, by the same groups.
+	pglobal ring
+	pteam   map[string]*ring
+	pprefix map[string]*ring
+	snap    *Predictor // Snapshot's copy, until the predictor learns again
 }
 
 // Shrink is the pseudo-count of the shrinkage toward the global ratios: a
@@ -49,7 +59,8 @@ func NewPredictor(window int) *Predictor {
 	if window <= 0 {
 		window = 2000
 	}
-	return &Predictor{PriorRuns: DefaultPriorRuns, window: window, global: ring{max: window}, team: map[string]*ring{}, prefix: map[string]*ring{}}
+	return &Predictor{PriorRuns: DefaultPriorRuns, window: window, global: ring{max: window}, team: map[string]*ring{}, prefix: map[string]*ring{},
+		pglobal: ring{max: window}, pteam: map[string]*ring{}, pprefix: map[string]*ring{}}
 }
 
 // MinEstimateS is the least user estimate, in seconds, the predictor
@@ -75,7 +86,11 @@ func (p *Predictor) Observe(t *domain.Task) {
 	if p.Exact {
 		return
 	}
-	if est <= 0 || t.RunSeconds <= 0 {
+	if t.RunSeconds <= 0 {
+		return
+	}
+	p.observeProgress(t)
+	if est <= 0 {
 		return
 	}
 	r := math.Log(t.RunSeconds / est)
@@ -93,17 +108,19 @@ func (p *Predictor) Snapshot() *Predictor {
 		return p.snap
 	}
 	c := &Predictor{Exact: p.Exact, PriorRuns: p.PriorRuns, window: p.window, global: p.global.clone(),
-		team: make(map[string]*ring, len(p.team)), prefix: make(map[string]*ring, len(p.prefix))}
-	for k, r := range p.team {
-		rc := r.clone()
-		c.team[k] = &rc
-	}
-	for k, r := range p.prefix {
-		rc := r.clone()
-		c.prefix[k] = &rc
-	}
+		team: cloneGroups(p.team), prefix: cloneGroups(p.prefix),
+		pglobal: p.pglobal.clone(), pteam: cloneGroups(p.pteam), pprefix: cloneGroups(p.pprefix)}
 	c.snap = c
 	p.snap = c
+	return c
+}
+
+func cloneGroups(m map[string]*ring) map[string]*ring {
+	c := make(map[string]*ring, len(m))
+	for k, r := range m {
+		rc := r.clone()
+		c[k] = &rc
+	}
 	return c
 }
 
@@ -135,8 +152,13 @@ const BasisEstimate = "your estimate"
 // the runs learned weigh less than it (PriorRuns) — with how many there
 // are once there are some — else the runs learned from: of t's team or
 // its name's family when that group weighs at least as much as every run
-// of the cluster (Shrink runs), the larger, else the cluster's.
+// of the cluster (Shrink runs), the larger, else the cluster's. A running
+// task whose reported progress carries its prediction (ProgressWeight at
+// least a half) says "progress 40 %".
 func (p *Predictor) Basis(t *domain.Task) string {
+	if s, ok := p.progressBasis(t); ok {
+		return s
+	}
 	n := p.global.n()
 	switch {
 	case p.Exact || n == 0:
@@ -202,7 +224,8 @@ func (p *Predictor) ratioOf(t *domain.Task, f *ratioFn) {
 // windows, which it does not outlive: the next Observe changes them.
 type ratioFn struct {
 	prior  bool
-	n      int // groups with history
+	prog   bool // progress errors (progressFn): progressPrior is the prior
+	n      int  // groups with history
 	global []float64
 	groups [2][]float64
 	w, w1  [2]float64 // w1[i] = 1-w[i]
@@ -211,6 +234,12 @@ type ratioFn struct {
 
 // at is the q-quantile of the log ratio.
 func (f *ratioFn) at(q float64) float64 {
+	if f.prog {
+		if f.prior {
+			return progressPrior(q)
+		}
+		return f.wl*f.learned(q) + f.wp*progressPrior(q)
+	}
 	if f.prior {
 		return priorLogRatio(q)
 	}
@@ -297,7 +326,9 @@ func runningFor(t *domain.Task, now time.Time) (time.Duration, bool) {
 // Remaining is the q-quantile of t's remaining run time given that it has
 // run for elapsed (conditioned: the quantile is taken in the part of the
 // distribution beyond elapsed), never below 5 s or a tenth of elapsed: a
-// task past its prediction is expected to end soon, not now.
+// task past its prediction is expected to end soon, not now. A running
+// task that reported progress in this run has the learned prediction
+// blended with the extrapolation of its progress (withProgress).
 func (p *Predictor) Remaining(t *domain.Task, elapsed time.Duration, q float64) time.Duration {
 	done := t.RunSeconds + elapsed.Seconds()
 	est := userEstimate(t)
@@ -320,6 +351,9 @@ func (p *Predictor) Remaining(t *domain.Task, elapsed time.Duration, q float64) 
 		qq = 0.995
 	}
 	rem := est*math.Exp(f.at(qq)) - done
+	if tot, ok := progressTotal(t); ok && !p.NoProgress {
+		rem = p.withProgress(t, &f, tot, done, q, rem)
+	}
 	if min := math.Max(5, 0.1*elapsed.Seconds()); rem < min {
 		rem = min
 	}

@@ -13,16 +13,29 @@ import (
 // window, then the global ring and the team and prefix groups (a count,
 // then each key and ring); a ring is its next position, its count and its
 // values in insertion order (float64 bits, little-endian). The sorted copy
-// is rebuilt on load.
-const predictorFormat = 1
+// is rebuilt on load. Format 2 adds the progress errors after the groups,
+// laid out the same way (global ring, team and prefix groups); format 1,
+// without them, is still read (no progress errors learned).
+const predictorFormat = 2
 
 // MarshalBinary writes what the predictor has learned, for a snapshot
 // (see pkg/snapshot). Exact is a setting, not learned, and is not written.
 func (p *Predictor) MarshalBinary() ([]byte, error) {
 	b := binary.AppendUvarint(nil, predictorFormat)
 	b = binary.AppendUvarint(b, uint64(p.window))
-	b = p.global.append(b)
-	for _, m := range []map[string]*ring{p.team, p.prefix} {
+	b = appendGroups(b, &p.global, p.team, p.prefix)
+	pg := p.pglobal
+	if pg.max == 0 {
+		pg.max = p.window
+	}
+	b = appendGroups(b, &pg, p.pteam, p.pprefix)
+	return b, nil
+}
+
+// appendGroups writes a global ring, then the team and prefix groups.
+func appendGroups(b []byte, global *ring, team, prefix map[string]*ring) []byte {
+	b = global.append(b)
+	for _, m := range []map[string]*ring{team, prefix} {
 		keys := make([]string, 0, len(m))
 		for k := range m {
 			keys = append(keys, k)
@@ -35,7 +48,7 @@ func (p *Predictor) MarshalBinary() ([]byte, error) {
 			b = m[k].append(b)
 		}
 	}
-	return b, nil
+	return b
 }
 
 // UnmarshalBinary replaces what p has learned with what MarshalBinary
@@ -43,13 +56,33 @@ func (p *Predictor) MarshalBinary() ([]byte, error) {
 // it was.
 func (p *Predictor) UnmarshalBinary(b []byte) error {
 	r := predReader{b: b}
-	if f := r.uvarint(); f != predictorFormat {
-		return fmt.Errorf("estimate: predictor snapshot format %d, this build reads %d", f, predictorFormat)
+	f := r.uvarint()
+	if f != predictorFormat && f != 1 {
+		return fmt.Errorf("estimate: predictor snapshot format %d, this build reads %d and 1", f, predictorFormat)
 	}
 	if w := r.uvarint(); w != uint64(p.window) {
 		return fmt.Errorf("estimate: predictor snapshot of window %d, this predictor keeps %d", w, p.window)
 	}
-	global := r.ring(p.window)
+	global, team, prefix := r.groups(p.window)
+	pglobal, pteam, pprefix := ring{max: p.window}, map[string]*ring{}, map[string]*ring{}
+	if f >= 2 {
+		pglobal, pteam, pprefix = r.groups(p.window)
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.fail()
+	}
+	if r.err != nil {
+		return r.err
+	}
+	p.global, p.team, p.prefix = global, team, prefix
+	p.pglobal, p.pteam, p.pprefix = pglobal, pteam, pprefix
+	p.snap = nil
+	return nil
+}
+
+// groups reads what appendGroups wrote.
+func (r *predReader) groups(window int) (ring, map[string]*ring, map[string]*ring) {
+	global := r.ring(window)
 	groups := [2]map[string]*ring{}
 	for i := range groups {
 		n := r.uvarint()
@@ -62,18 +95,11 @@ func (p *Predictor) UnmarshalBinary(b []byte) error {
 				break
 			}
 			k := string(r.bytes(r.uvarint()))
-			g := r.ring(p.window / 4)
+			g := r.ring(window / 4)
 			groups[i][k] = &g
 		}
 	}
-	if r.err == nil && len(r.b) != 0 {
-		r.fail()
-	}
-	if r.err != nil {
-		return r.err
-	}
-	p.global, p.team, p.prefix = global, groups[0], groups[1]
-	return nil
+	return global, groups[0], groups[1]
 }
 
 func (r *ring) append(b []byte) []byte {

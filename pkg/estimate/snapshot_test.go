@@ -61,7 +61,7 @@ func TestPredictorSnapshotRefused(t *testing.T) {
 		"empty":          nil,
 		"truncated":      good[:len(good)-3],
 		"trailing":       append(append([]byte(nil), good...), 0),
-		"another format": append([]byte{2}, good[1:]...),
+		"another format": append([]byte{3}, good[1:]...),
 		"another window": append([]byte{1, 16}, good[2:]...),
 	}
 	for name, b := range cases {

@@ -76,6 +76,13 @@ type driver struct {
 	grace     time.Duration
 	ckpts     taskEnds
 
+	// The progress model (Config.ProgressModel, progress.go): each
+	// reporting task's planned total (nil: none reports) and its reports
+	// due.
+	plan          []time.Duration
+	progressEvery time.Duration
+	reportsDue    taskEnds
+
 	queued   int
 	out      *outcome
 	est      *estimating // nil: no estimates
@@ -106,9 +113,16 @@ func newDriver(ctx context.Context, cfg Config, pol *policy.Policy, tasks []Task
 	if cfg.PolicyPriorRuns != 0 {
 		d.pred.PriorRuns = Config{PriorRuns: cfg.PolicyPriorRuns}.priorRuns()
 	}
+	d.pred.NoProgress = cfg.PolicyNoProgress
 	d.ckptEvery = cfg.CheckpointEvery
 	if d.ckptEvery > 0 {
 		d.grace = simGrace
+	}
+	if d.plan = cfg.ProgressModel.plans(tasks); d.plan != nil {
+		d.progressEvery = cfg.ProgressModel.Every
+		if d.progressEvery <= 0 {
+			d.progressEvery = DefaultProgressEvery
+		}
 	}
 	d.log.Now = func() time.Time { return d.now }
 	for i, t := range tasks {
@@ -136,8 +150,8 @@ func (d *driver) predict(t *domain.Task) time.Duration {
 			clear(d.running)
 			d.runningAt = d.now
 		}
-		key := runPrediction{state: t.State, started: t.StartedAt, ran: t.RunSeconds}
-		if m, ok := d.running[t]; ok && m.state == key.state && m.started.Equal(key.started) && m.ran == key.ran {
+		key := runPrediction{state: t.State, started: t.StartedAt, ran: t.RunSeconds, progress: t.ProgressAt}
+		if m, ok := d.running[t]; ok && m.state == key.state && m.started.Equal(key.started) && m.ran == key.ran && m.progress.Equal(key.progress) {
 			return m.v
 		}
 		key.v = d.pred.PolicyRun(t, d.now)
@@ -158,6 +172,8 @@ type runPrediction struct {
 	state   domain.TaskState
 	started time.Time
 	ran     float64
+	// progress: the time of the task's latest progress report.
+	progress time.Time
 }
 
 func (d *driver) at(vt time.Duration) {
@@ -206,6 +222,13 @@ func (d *driver) simulate(nodes, perNode int) (*outcome, error) {
 		if d.ckpts.Len() > 0 && (!has || d.ckpts[0].at < vt) {
 			vt, has, onlyCkpt = d.ckpts[0].at, true, true
 		}
+		// Progress reports, like checkpoints, free no GPU and queue no
+		// task: an instant of reports alone has no pass (a
+		// simplification: the live scheduler plans again on them; here
+		// the next submission's or end's pass reads them).
+		if d.reportsDue.Len() > 0 && (!has || d.reportsDue[0].at < vt) {
+			vt, has, onlyCkpt = d.reportsDue[0].at, true, true
+		}
 		if b, ok := d.faultInstant(); ok && has && b <= vt {
 			vt, onlyCkpt = b, false
 		}
@@ -238,6 +261,9 @@ func (d *driver) simulate(nodes, perNode int) (*outcome, error) {
 			}
 		}
 		if err := d.checkpoints(); err != nil {
+			return nil, err
+		}
+		if err := d.reports(); err != nil {
 			return nil, err
 		}
 		if onlyCkpt {
@@ -345,6 +371,7 @@ func (d *driver) react() error {
 			r.ckptAt, r.ckptDone = d.vt, r.done
 			heap.Push(&d.ckpts, taskEnd{at: d.vt + d.ckptEvery, task: i, gen: r.gen})
 		}
+		d.scheduleReport(i)
 	}
 	for _, i := range d.toYield {
 		t := d.st.Tasks[d.tasks[i].ID]
@@ -448,6 +475,9 @@ func (d *driver) dropStaleEnds() {
 	}
 	for d.ckpts.Len() > 0 && !d.ckptLive(d.ckpts[0]) {
 		heap.Pop(&d.ckpts)
+	}
+	for d.reportsDue.Len() > 0 && !d.reportLive(d.reportsDue[0]) {
+		heap.Pop(&d.reportsDue)
 	}
 }
 

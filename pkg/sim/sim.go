@@ -72,6 +72,14 @@ type Config struct {
 	// alarms, judged against the gpuq run without it (fault.go); implies
 	// Alarms.
 	Faults []Fault
+	// ProgressModel is the jobs' progress reports (progress.go; the zero
+	// value: none).
+	ProgressModel ProgressModel
+	// PolicyNoProgress: the gpuq policy's predictor ignores the progress
+	// reports (estimate.Predictor.NoProgress), the advisor's reads them:
+	// the schedule is the one without reports, so that the estimates'
+	// change is measured on the same judged tasks.
+	PolicyNoProgress bool
 	// Progress, when set, is called from the policies' goroutines at every
 	// hundredth of the submissions (and at the end), for long runs.
 	Progress func(policy string, submitted, total int)
@@ -98,6 +106,9 @@ func (c Config) Validate() error {
 		if err := f.validate(c.Nodes); err != nil {
 			return err
 		}
+	}
+	if m := c.ProgressModel; !(m.Share >= 0 && m.Share <= 1) || !(m.Early >= 0 && m.Early <= 1) || m.Every < 0 {
+		return fmt.Errorf("progress-model: share and early must be between 0 and 1, every ≥ 0 (got %+v)", m)
 	}
 	seen := map[string]bool{}
 	for _, p := range c.Policies {
@@ -158,6 +169,10 @@ type Scenario struct {
 	Unplaceable int     `json:"unplaceable"`
 	SpanS       float64 `json:"span_s"`
 	OfferedLoad float64 `json:"offered_load"`
+
+	// ProgressModel states the jobs' progress reports (omitted when none
+	// report, as before it existed); Run fills it.
+	ProgressModel string `json:"progress_model,omitempty"`
 }
 
 // Report is a Result with what plots and people need beside it.
@@ -210,6 +225,10 @@ func Run(ctx context.Context, cfg Config, sc Scenario, tasks []Task) (*Report, e
 	}
 	if o.Victims != policy.LeastLost {
 		sc.Victims = o.Victims
+	}
+	sc.ProgressModel = cfg.ProgressModel.String()
+	if sc.ProgressModel != "" && cfg.PolicyNoProgress {
+		sc.ProgressModel += "; the gpuq policy ignores the reports"
 	}
 	sc.SpanS = (tasks[len(tasks)-1].Submit - tasks[0].Submit).Seconds()
 	if sc.SpanS > 0 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
@@ -27,32 +28,23 @@ type model struct {
 	// state does not keep it; a task that started before a restored
 	// snapshot is looked up in the log (lastStart).
 	starts map[string]startAt
-	// pred learns run times from the tasks completed in the fold, as the
-	// scheduler's does (estimate.Predictor.Observe); the dashboard's plan
-	// and teams predict with it. Written by the Applied hook (the fold's
-	// lock held), read under read; its reads change nothing. After a
-	// restored snapshot it knows only the tasks completed since.
+	// pred is the run-time predictor the scheduler keeps (learning from
+	// every completion), for a running task's predicted end in show;
+	// guarded by the fold's lock like starts, and kept in the
+	// submitter's snapshot.
 	pred *estimate.Predictor
-}
-
-// predictor is the run-time predictor (read it with the state locked).
-func (m *model) predictor() *estimate.Predictor { return m.pred }
-
-// observe teaches the predictor a completed task (called with the fold's
-// lock held).
-func (m *model) observe(st *domain.State, r events.Record, skipped string) {
-	if c, ok := r.Event.(events.Completed); ok && skipped == "" {
-		if t := st.Tasks[c.TaskID]; t != nil {
-			m.pred.Observe(t)
-		}
-	}
 }
 
 // startAt is a task's latest start.
 type startAt struct{ node, dir string }
 
-// saw keeps a folded record's start (called with the fold's lock held).
-func (m *model) saw(r events.Record, skipped string) {
+// saw keeps a folded record's start, and learns a completed task's run
+// time (called with the fold's lock held; state has applied r).
+func (m *model) saw(state *domain.State, r events.Record, skipped string) {
+	if _, ok := r.Event.(events.Completed); ok && skipped == "" {
+		m.predictor().Learn(state, r) // as the scheduler's fold learns
+		return
+	}
 	st, ok := r.Event.(events.Started)
 	if !ok || skipped != "" || st.Node == "" {
 		return
@@ -61,6 +53,29 @@ func (m *model) saw(r events.Record, skipped string) {
 		m.starts = map[string]startAt{}
 	}
 	m.starts[st.TaskID] = startAt{node: st.Node, dir: st.LogDir}
+}
+
+// predictor is m.pred (made when first needed, for a model made
+// without newModel: only under the fold's write lock then).
+func (m *model) predictor() *estimate.Predictor {
+	if m.pred == nil {
+		m.pred = estimate.NewPredictor(0)
+	}
+	return m.pred
+}
+
+// predictedEnd sets v's predicted end from t, running at now (called with
+// the fold's lock held; a task not running is left as it is).
+func (m *model) predictedEnd(v *api.TaskView, t *domain.Task, now time.Time) {
+	if t.State != domain.Running || t.StartedAt.IsZero() {
+		return
+	}
+	p := m.predictor()
+	end := t.StartedAt.Add(p.PolicyRun(t, now))
+	if end.Before(now) { // a start later than this clock's now
+		end = now
+	}
+	v.PredictedEnd, v.PredictedBasis = &end, p.Basis(t)
 }
 
 func newModel(log events.Log, logger zerolog.Logger) *model {
@@ -108,4 +123,11 @@ func starting(problem error) map[string]string {
 		out["error"] = "submitter is still catching up with the log"
 	}
 	return out
+}
+
+// own is the submitter's part of its snapshot beside the state: the
+// predictor (called with the fold's lock held).
+func (m *model) own() [][]byte {
+	p, _ := m.predictor().MarshalBinary()
+	return [][]byte{p}
 }

@@ -338,6 +338,7 @@ func (s *server) show(ctx context.Context, id string) (api.TaskView, error) {
 	s.m.read(func(st *domain.State) {
 		if t := st.Tasks[id]; t != nil {
 			v, ok = view(t), true
+			s.m.predictedEnd(&v, t, time.Now())
 			started = !t.FirstStarted.IsZero()
 			at, known = s.m.starts[id]
 		}

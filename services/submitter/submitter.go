@@ -184,8 +184,14 @@ func Run(ctx context.Context, cfg Config) error {
 	// one (the whole log is folded otherwise).
 	if j, ok := cfg.Log.(interface{ JetStream() jetstream.JetStream }); ok {
 		s.snaps = service.OpenSnapshotsIn(ctx, j.JetStream(), events.SnapshotBucketOf("submitter"), cfg.Replicas, "submitter", cfg.SnapshotEvery, lg)
-		st, _ := s.snaps.Restore(ctx, cfg.Log, 0)
-		s.m = &model{f: service.New("submitter", cfg.Log, lg, st), pred: estimate.NewPredictor(0)}
+		st, parts := s.snaps.Restore(ctx, cfg.Log, 1)
+		pred := estimate.NewPredictor(0)
+		if parts != nil && pred.UnmarshalBinary(parts[0]) != nil {
+			// The state is good, the predictor is not: fold from the
+			// start so that the predictor learns again.
+			st, pred = domain.NewState(), estimate.NewPredictor(0)
+		}
+		s.m = &model{f: service.New("submitter", cfg.Log, lg, st), pred: pred}
 	}
 	// The queue and cluster metrics read a summary published once a
 	// second, never the fold's lock.
@@ -394,8 +400,7 @@ func (s *server) follow(ctx context.Context, caughtUp chan<- struct{}) {
 	defer func() { <-hubDone }()
 	_ = s.m.f.Run(ctx, service.Hooks{
 		Applied: func(st *domain.State, r events.Record, skipped string) {
-			s.m.saw(r, skipped)
-			s.m.observe(st, r, skipped)
+			s.m.saw(st, r, skipped)
 			s.hub.applied(st, r)
 		},
 		CaughtUp: func(ctx context.Context) error {
@@ -410,5 +415,6 @@ func (s *server) follow(ctx context.Context, caughtUp chan<- struct{}) {
 		React:     func(context.Context) error { return nil },
 		Tick:      time.Second,
 		Snapshots: s.snaps,
+		Own:       s.m.own,
 	})
 }
