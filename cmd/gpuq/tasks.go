@@ -93,23 +93,20 @@ not carry a user or password.`,
 					return &exitError{exitInvalid, err}
 				}
 			}
-			cl, done, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer done()
-			var out api.SubmitReply
-			if err := cl.Call(api.OpSubmit, r, &out); err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(os.Stdout, map[string]any{"task_id": out.TaskID, "duplicate": out.Duplicate})
-			}
-			if out.Duplicate {
-				fmt.Fprintf(os.Stderr, "idempotency key seen before: this is the original task\n")
-			}
-			fmt.Println(out.TaskID)
-			return nil
+			return f.withClient(func(cl *api.Client) error {
+				var out api.SubmitReply
+				if err := cl.Call(api.OpSubmit, r, &out); err != nil {
+					return err
+				}
+				if f.json {
+					return printJSON(os.Stdout, map[string]any{"task_id": out.TaskID, "duplicate": out.Duplicate})
+				}
+				if out.Duplicate {
+					fmt.Fprintf(os.Stderr, "idempotency key seen before: this is the original task\n")
+				}
+				fmt.Println(out.TaskID)
+				return nil
+			})
 		},
 	}
 	f.add(c)
@@ -193,30 +190,27 @@ func newShow() *cobra.Command {
 		Short: "Show one task",
 		Args:  oneID,
 		RunE: func(c *cobra.Command, args []string) error {
-			cl, done, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer done()
-			var v api.TaskView
-			if err := cl.Call(api.OpShow, api.IDRequest{TaskID: args[0]}, &v); err != nil {
-				return err
-			}
-			// While queued, the reason is the advisor's latest word on it.
-			if v.State == string(domain.Queued) {
-				if j, err := js.New(cl.NC); err == nil {
-					ctx, cancel := context.WithTimeout(c.Context(), 3*time.Second)
-					if a, err := lastAdvice(ctx, j, v.TaskID); err == nil && a.State == v.State && a.Reason != "" {
-						v.Reason = a.Reason
-					}
-					cancel()
+			return f.withClient(func(cl *api.Client) error {
+				var v api.TaskView
+				if err := cl.Call(api.OpShow, api.IDRequest{TaskID: args[0]}, &v); err != nil {
+					return err
 				}
-			}
-			if f.json {
-				return printJSON(os.Stdout, v)
-			}
-			printTask(os.Stdout, v, tf, time.Now())
-			return nil
+				// While queued, the reason is the advisor's latest word on it.
+				if v.State == string(domain.Queued) {
+					if j, err := js.New(cl.NC); err == nil {
+						ctx, cancel := context.WithTimeout(c.Context(), 3*time.Second)
+						if a, err := lastAdvice(ctx, j, v.TaskID); err == nil && a.State == v.State && a.Reason != "" {
+							v.Reason = a.Reason
+						}
+						cancel()
+					}
+				}
+				if f.json {
+					return printJSON(os.Stdout, v)
+				}
+				printTask(os.Stdout, v, tf, time.Now())
+				return nil
+			})
 		},
 	}
 	f.add(c)
@@ -343,18 +337,15 @@ func newCancel() *cobra.Command {
 		Short: "Cancel tasks; a running task's process is stopped",
 		Args:  someIDs,
 		RunE: func(c *cobra.Command, args []string) error {
-			cl, done, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer done()
-			by := os.Getenv("USER")
-			call := func(id string) (api.TaskView, error) {
-				var v api.TaskView
-				err := cl.Call(api.OpCancel, api.IDRequest{TaskID: id, By: by}, &v)
-				return v, err
-			}
-			return cancelAll(args, call, f.json, c.OutOrStdout(), c.ErrOrStderr())
+			return f.withClient(func(cl *api.Client) error {
+				by := os.Getenv("USER")
+				call := func(id string) (api.TaskView, error) {
+					var v api.TaskView
+					err := cl.Call(api.OpCancel, api.IDRequest{TaskID: id, By: by}, &v)
+					return v, err
+				}
+				return cancelAll(args, call, f.json, c.OutOrStdout(), c.ErrOrStderr())
+			})
 		},
 	}
 	f.add(c)
@@ -468,20 +459,17 @@ func newAmend() *cobra.Command {
 					return invalid("priority", "must be one of critical, high, medium, low")
 				}
 			}
-			cl, done, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer done()
-			var v api.TaskView
-			if err := cl.Call(api.OpAmend, r, &v); err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(os.Stdout, v)
-			}
-			printTask(os.Stdout, v, tf, time.Now())
-			return nil
+			return f.withClient(func(cl *api.Client) error {
+				var v api.TaskView
+				if err := cl.Call(api.OpAmend, r, &v); err != nil {
+					return err
+				}
+				if f.json {
+					return printJSON(os.Stdout, v)
+				}
+				printTask(os.Stdout, v, tf, time.Now())
+				return nil
+			})
 		},
 	}
 	f.add(c)
@@ -508,26 +496,23 @@ func newChecklist() *cobra.Command {
 			if req.Item == "" {
 				return invalid("done", "give --done ITEM (one of "+strings.Join(domain.ChecklistItems, ", ")+")")
 			}
-			cl, done, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer done()
-			var v api.TaskView
-			if err := cl.Call(api.OpChecklist, req, &v); err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(os.Stdout, v)
-			}
-			for _, it := range domain.ChecklistItems {
-				mark := " "
-				if v.Checklist[it] {
-					mark = "x"
+			return f.withClient(func(cl *api.Client) error {
+				var v api.TaskView
+				if err := cl.Call(api.OpChecklist, req, &v); err != nil {
+					return err
 				}
-				fmt.Printf("[%s] %s\n", mark, it)
-			}
-			return nil
+				if f.json {
+					return printJSON(os.Stdout, v)
+				}
+				for _, it := range domain.ChecklistItems {
+					mark := " "
+					if v.Checklist[it] {
+						mark = "x"
+					}
+					fmt.Printf("[%s] %s\n", mark, it)
+				}
+				return nil
+			})
 		},
 	}
 	f.add(c)
