@@ -749,3 +749,14 @@ func spoolCheckpoint(task, ref string, cause error, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "gpuq: NATS unreachable (%v); the checkpoint is kept in %s and the agent reports it when NATS is back\n", cause, path)
 	return nil
 }
+
+// withLog attaches to the log (see attach), runs fn with it and closes
+// the connection after.
+func (f *clientFlags) withLog(fn func(*jetstream.Log) error) error {
+	l, done, err := attach(f)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return fn(l)
+}
