@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuq/gpuq/pkg/audit"
 	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/events/jetstream"
 	"github.com/gpuq/gpuq/pkg/policy"
 	"github.com/gpuq/gpuq/pkg/policy/policyflag"
 )
@@ -49,15 +50,13 @@ func (p *policyFlags) withRecords(ctx context.Context, f *clientFlags) (*policy.
 
 // readRecords reads the whole log as a fold does.
 func readRecords(ctx context.Context, f *clientFlags) ([]events.Record, error) {
-	l, done, err := attach(f)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
 	var recs []events.Record
-	_, err = events.ReadAll(ctx, l, 1, "", func(r events.Record) error {
-		recs = append(recs, r)
-		return nil
+	err := f.withLog(func(l *jetstream.Log) error {
+		_, err := events.ReadAll(ctx, l, 1, "", func(r events.Record) error {
+			recs = append(recs, r)
+			return nil
+		})
+		return err
 	})
 	return recs, err
 }

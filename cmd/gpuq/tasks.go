@@ -205,17 +205,22 @@ func newShow() *cobra.Command {
 						cancel()
 					}
 				}
-				if f.json {
-					return printJSON(os.Stdout, v)
-				}
-				printTask(os.Stdout, v, tf, time.Now())
-				return nil
+				return showTask(f.json, v, tf)
 			})
 		},
 	}
 	f.add(c)
 	tf.add(c)
 	return c
+}
+
+// showTask prints one task as JSON or for people (show, amend).
+func showTask(asJSON bool, v api.TaskView, tf timeFmt) error {
+	if asJSON {
+		return printJSON(os.Stdout, v)
+	}
+	printTask(os.Stdout, v, tf, time.Now())
+	return nil
 }
 
 func attach(f *clientFlags) (*jetstream.Log, func(), error) {
@@ -308,24 +313,20 @@ func newHistory() *cobra.Command {
 func readHistory(ctx context.Context, f *clientFlags, id string) ([]api.HistoryEntry, error) {
 	out := []api.HistoryEntry{}
 	if f.scoped() {
-		cl, done, err := f.client()
+		err := f.withClient(func(cl *api.Client) error {
+			return cl.Call(api.OpHistory, api.IDRequest{TaskID: id}, &out)
+		})
 		if err != nil {
-			return nil, err
-		}
-		defer done()
-		if err := cl.Call(api.OpHistory, api.IDRequest{TaskID: id}, &out); err != nil {
 			return nil, err
 		}
 		return out, nil
 	}
-	l, done, err := attach(f)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	_, err = events.ReadAll(ctx, l, 1, events.TaskSubjects(id), func(r events.Record) error {
-		out = append(out, historyEntry(r))
-		return nil
+	err := f.withLog(func(l *jetstream.Log) error {
+		_, err := events.ReadAll(ctx, l, 1, events.TaskSubjects(id), func(r events.Record) error {
+			out = append(out, historyEntry(r))
+			return nil
+		})
+		return err
 	})
 	return out, err
 }
@@ -464,11 +465,7 @@ func newAmend() *cobra.Command {
 				if err := cl.Call(api.OpAmend, r, &v); err != nil {
 					return err
 				}
-				if f.json {
-					return printJSON(os.Stdout, v)
-				}
-				printTask(os.Stdout, v, tf, time.Now())
-				return nil
+				return showTask(f.json, v, tf)
 			})
 		},
 	}
