@@ -325,3 +325,36 @@ func (t *table) intSeconds(name, s string) (time.Duration, error) {
 	}
 	return time.Duration(n) * time.Second, nil
 }
+
+// readJobs reads a job table of format with the required columns: row
+// makes data row n (from 1) a Job, or says why it is dropped; its error
+// stops the read. The jobs are in file order; the report counts them.
+func readJobs(format string, r io.Reader, required []string, row func(t *table, n int) (Job, DropReason, error)) ([]Job, Report, error) {
+	var rep Report
+	t, err := newTable(format, r, required...)
+	if err != nil {
+		return nil, rep, err
+	}
+	var jobs []Job
+	for {
+		ok, err := t.next()
+		if err != nil {
+			return nil, rep, err
+		}
+		if !ok {
+			break
+		}
+		rep.Rows++
+		j, why, err := row(t, rep.Rows)
+		switch {
+		case err != nil:
+			return nil, rep, err
+		case why != "":
+			rep.drop(why)
+		default:
+			jobs = append(jobs, j)
+		}
+	}
+	rep.Kept = len(jobs)
+	return jobs, rep, nil
+}
