@@ -344,12 +344,15 @@ func (s *scan) key() ([]byte, bool) {
 }
 
 // objNext consumes ',' (more members) or '}' (the end).
-func (s *scan) objNext() (more, ok bool) {
+func (s *scan) objNext() (more, ok bool) { return s.listNext('}') }
+
+// listNext consumes ',' (more) or end (the end of the object or array).
+func (s *scan) listNext(end byte) (more, ok bool) {
 	switch s.peek() {
 	case ',':
 		s.i++
 		return true, true
-	case '}':
+	case end:
 		s.i++
 		return false, true
 	}
@@ -370,17 +373,7 @@ func (s *scan) arrStart() (empty, ok bool) {
 }
 
 // arrNext consumes ',' (more elements) or ']' (the end).
-func (s *scan) arrNext() (more, ok bool) {
-	switch s.peek() {
-	case ',':
-		s.i++
-		return true, true
-	case ']':
-		s.i++
-		return false, true
-	}
-	return false, false
-}
+func (s *scan) arrNext() (more, ok bool) { return s.listNext(']') }
 
 // span reads a string and returns its contents between the quotes, and
 // whether they hold an escape or a byte that is not ASCII. It checks what
