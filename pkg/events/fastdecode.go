@@ -530,6 +530,9 @@ func (t *texts) into(dst ...*string) {
 	}
 }
 
+// unescaped is the byte each one-letter escape after '\\' stands for.
+var unescaped = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
 // unquote decodes the contents of a JSON string that span accepted, as
 // encoding/json's unquoteBytes does: escapes, surrogate pairs, and U+FFFD
 // for invalid UTF-8 and for lone surrogates.
@@ -541,23 +544,8 @@ func unquote(s []byte) []byte {
 		case c == '\\':
 			r++
 			switch s[r] {
-			case '"', '\\', '/':
-				b = append(b, s[r])
-				r++
-			case 'b':
-				b = append(b, '\b')
-				r++
-			case 'f':
-				b = append(b, '\f')
-				r++
-			case 'n':
-				b = append(b, '\n')
-				r++
-			case 'r':
-				b = append(b, '\r')
-				r++
-			case 't':
-				b = append(b, '\t')
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				b = append(b, unescaped[s[r]])
 				r++
 			case 'u':
 				rr := getu4(s[r-1:])
