@@ -128,33 +128,30 @@ func ReadAlibabaNodes(r io.Reader) ([]Node, error) {
 	}
 	seen := map[string]int{}
 	var nodes []Node
-	for {
-		ok, err := t.next()
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			break
-		}
+	err = t.each(func() error {
 		var n Node
 		if n.Name, err = t.required(colSN); err != nil {
-			return nil, err
+			return err
 		}
 		if l, dup := seen[n.Name]; dup {
-			return nil, t.errf(colSN, "node %q already on line %d", n.Name, l)
+			return t.errf(colSN, "node %q already on line %d", n.Name, l)
 		}
 		seen[n.Name] = t.line()
 		if n.CPUMilli, err = t.count(colCPU); err != nil {
-			return nil, err
+			return err
 		}
 		if n.MemoryMiB, err = t.count(colMem); err != nil {
-			return nil, err
+			return err
 		}
 		if n.GPUs, err = t.count(colGPU); err != nil {
-			return nil, err
+			return err
 		}
 		n.Model = t.str(colMod)
 		nodes = append(nodes, n)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(nodes, func(a, b Node) int { return cmp.Compare(a.Name, b.Name) })
 	return nodes, nil

@@ -102,35 +102,32 @@ func ReadPhillyVCs(r io.Reader) (map[string]int, error) {
 	}
 	_, hasPerNode := t.cols[colPerNodes]
 	vcs := map[string]int{}
-	for {
-		ok, err := t.next()
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			break
-		}
+	err = t.each(func() error {
 		vc, err := t.required(colVC)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if _, dup := vcs[vc]; dup {
-			return nil, t.errf(colVC, "VC %q listed twice", vc)
+			return t.errf(colVC, "VC %q listed twice", vc)
 		}
 		nodes, err := t.count(colNodes)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if hasPerNode {
 			per, err := t.count(colPerNodes)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if per == 0 {
-				return nil, t.errf(colPerNodes, "must be positive")
+				return t.errf(colPerNodes, "must be positive")
 			}
 		}
 		vcs[vc] = nodes
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return vcs, nil
 }

@@ -336,25 +336,35 @@ func readJobs(format string, r io.Reader, required []string, row func(t *table, 
 		return nil, rep, err
 	}
 	var jobs []Job
-	for {
-		ok, err := t.next()
-		if err != nil {
-			return nil, rep, err
-		}
-		if !ok {
-			break
-		}
+	err = t.each(func() error {
 		rep.Rows++
 		j, why, err := row(t, rep.Rows)
 		switch {
 		case err != nil:
-			return nil, rep, err
+			return err
 		case why != "":
 			rep.drop(why)
 		default:
 			jobs = append(jobs, j)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, rep, err
 	}
 	rep.Kept = len(jobs)
 	return jobs, rep, nil
+}
+
+// each calls row for every data row, in order; an error stops the read.
+func (t *table) each(row func() error) error {
+	for {
+		ok, err := t.next()
+		if err != nil || !ok {
+			return err
+		}
+		if err := row(); err != nil {
+			return err
+		}
+	}
 }
