@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuq/gpuq/pkg/audit"
 	"github.com/gpuq/gpuq/pkg/events"
+	eventlog "github.com/gpuq/gpuq/pkg/events/jetstream"
 	"github.com/gpuq/gpuq/pkg/service"
 )
 
@@ -40,27 +41,24 @@ state). The log cannot be edited, so these records stay; no service
 stops on them.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, args []string) error {
-			l, done, err := attach(&f)
-			if err != nil {
-				return err
-			}
-			defer done()
-			skips, err := service.Skipped(c.Context(), l)
-			if err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(os.Stdout, skips)
-			}
-			if len(skips) == 0 {
-				fmt.Println("no record skipped")
+			return f.withLog(func(l *eventlog.Log) error {
+				skips, err := service.Skipped(c.Context(), l)
+				if err != nil {
+					return err
+				}
+				if f.json {
+					return printJSON(os.Stdout, skips)
+				}
+				if len(skips) == 0 {
+					fmt.Println("no record skipped")
+					return nil
+				}
+				fmt.Printf("%8s  %-48s  %s\n", "SEQ", "SUBJECT", "REASON")
+				for _, s := range skips {
+					fmt.Printf("%8d  %-48s  %s\n", s.Seq, s.Subject, s.Reason)
+				}
 				return nil
-			}
-			fmt.Printf("%8s  %-48s  %s\n", "SEQ", "SUBJECT", "REASON")
-			for _, s := range skips {
-				fmt.Printf("%8d  %-48s  %s\n", s.Seq, s.Subject, s.Reason)
-			}
-			return nil
+			})
 		},
 	}
 	f.add(c)
@@ -107,34 +105,35 @@ reported, not a failure. Exit 1 when not ok.`,
 				rep = audit.Verify(audit.Records(ls), audit.Options{Teams: o.Teams, Policy: o})
 				rep.Live = audit.LiveArchive
 			} else {
-				l, done, err := attach(&f)
-				if err != nil {
-					return err
-				}
-				defer done()
-				// The live digest first: the log read after it reaches
-				// its sequence.
-				live, liveNote := liveDigest(c.Context(), l.JetStream())
-				_, err = events.ReadAll(c.Context(), l, 1, "", func(r events.Record) error {
-					recs = append(recs, r)
+				err := f.withLog(func(l *eventlog.Log) error {
+					// The live digest first: the log read after it reaches
+					// its sequence.
+					live, liveNote := liveDigest(c.Context(), l.JetStream())
+					_, err := events.ReadAll(c.Context(), l, 1, "", func(r events.Record) error {
+						recs = append(recs, r)
+						return nil
+					})
+					if err != nil {
+						return err
+					}
+					rep = audit.Verify(recs, audit.Options{Teams: o.Teams, Policy: o, Live: live})
+					if live == nil {
+						rep.Live = liveNote
+					}
+					ctx, cancel := context.WithTimeout(c.Context(), 10*time.Second)
+					defer cancel()
+					s, err := l.JetStream().Stream(ctx, events.StreamName)
+					if err != nil {
+						return fmt.Errorf("stream %s: %w", events.StreamName, err)
+					}
+					cfg := s.CachedInfo().Config
+					rep.DenyDelete, rep.DenyPurge = &cfg.DenyDelete, &cfg.DenyPurge
+					rep.Finish()
 					return nil
 				})
 				if err != nil {
 					return err
 				}
-				rep = audit.Verify(recs, audit.Options{Teams: o.Teams, Policy: o, Live: live})
-				if live == nil {
-					rep.Live = liveNote
-				}
-				ctx, cancel := context.WithTimeout(c.Context(), 10*time.Second)
-				defer cancel()
-				s, err := l.JetStream().Stream(ctx, events.StreamName)
-				if err != nil {
-					return fmt.Errorf("stream %s: %w", events.StreamName, err)
-				}
-				cfg := s.CachedInfo().Config
-				rep.DenyDelete, rep.DenyPurge = &cfg.DenyDelete, &cfg.DenyPurge
-				rep.Finish()
 			}
 			if f.json {
 				if err := printJSON(os.Stdout, rep); err != nil {
@@ -243,28 +242,25 @@ gpuq audit verify --file checks it offline.`,
 			if err != nil {
 				return err
 			}
-			l, done, err := attach(&f)
-			if err != nil {
-				return err
-			}
-			defer done()
-			w := bufio.NewWriterSize(os.Stdout, 1<<16)
-			_, err = l.Read(c.Context(), 1, "", func(m events.Stored) error {
-				line := audit.LineOf(m)
-				if (!from.IsZero() && line.Time.Before(from)) || (!to.IsZero() && line.Time.After(to)) {
-					return nil
-				}
-				b, err := json.Marshal(line)
+			return f.withLog(func(l *eventlog.Log) error {
+				w := bufio.NewWriterSize(os.Stdout, 1<<16)
+				_, err := l.Read(c.Context(), 1, "", func(m events.Stored) error {
+					line := audit.LineOf(m)
+					if (!from.IsZero() && line.Time.Before(from)) || (!to.IsZero() && line.Time.After(to)) {
+						return nil
+					}
+					b, err := json.Marshal(line)
+					if err != nil {
+						return err
+					}
+					w.Write(b)
+					return w.WriteByte('\n')
+				})
 				if err != nil {
 					return err
 				}
-				w.Write(b)
-				return w.WriteByte('\n')
+				return w.Flush()
 			})
-			if err != nil {
-				return err
-			}
-			return w.Flush()
 		},
 	}
 	c.Flags().StringVar(&since, "since", "", "only records at or after this log time (RFC 3339)")
@@ -309,55 +305,52 @@ docs/events.md), so the imported log folds to the same state and digest.`,
 			if err != nil {
 				return err
 			}
-			l, done, err := attach(&f)
-			if err != nil {
-				return err
-			}
-			defer done()
-			last, err := l.LastSeq(c.Context())
-			if err != nil {
-				return err
-			}
-			if last != 0 {
-				return refused("the stream holds %d records already: import only into an empty stream (gpuq dev --nodes 0 on a fresh --data)", last)
-			}
-			out := importResult{Imported: 0, SameSeqs: true}
-			const chunk = 512
-			for from := 0; from < len(ls); from += chunk {
-				part := ls[from:min(from+chunk, len(ls))]
-				ms := make([]events.Msg, len(part))
-				// Each append expects the stream's last sequence to be the
-				// previous one's: a record another writer appends meanwhile
-				// stops the import at once instead of interleaving.
-				prev := out.LastSeq
-				for i, line := range part {
-					ms[i] = events.Msg{Subject: line.Subject, Data: audit.ImportData(line), Expect: &events.Expect{Filter: ">", LastSeq: prev + uint64(i)}}
+			return f.withLog(func(l *eventlog.Log) error {
+				last, err := l.LastSeq(c.Context())
+				if err != nil {
+					return err
 				}
-				for i, r := range events.AppendAll(c.Context(), l, ms) {
-					if errors.Is(r.Err, events.ErrConflict) {
-						return fmt.Errorf("line with seq %d: another writer appended to the stream during the import (%d records imported): import into a cluster where nothing writes (gpuq dev --nodes 0)", part[i].Seq, out.Imported)
+				if last != 0 {
+					return refused("the stream holds %d records already: import only into an empty stream (gpuq dev --nodes 0 on a fresh --data)", last)
+				}
+				out := importResult{Imported: 0, SameSeqs: true}
+				const chunk = 512
+				for from := 0; from < len(ls); from += chunk {
+					part := ls[from:min(from+chunk, len(ls))]
+					ms := make([]events.Msg, len(part))
+					// Each append expects the stream's last sequence to be the
+					// previous one's: a record another writer appends meanwhile
+					// stops the import at once instead of interleaving.
+					prev := out.LastSeq
+					for i, line := range part {
+						ms[i] = events.Msg{Subject: line.Subject, Data: audit.ImportData(line), Expect: &events.Expect{Filter: ">", LastSeq: prev + uint64(i)}}
 					}
-					if r.Err != nil {
-						return fmt.Errorf("line with seq %d: %w (%d records imported)", part[i].Seq, r.Err, out.Imported)
-					}
-					if out.Imported == 0 {
-						out.FirstSeq = r.Ack.Seq
-					}
-					out.LastSeq = r.Ack.Seq
-					out.Imported++
-					if r.Ack.Seq != part[i].Seq {
-						out.SameSeqs = false
+					for i, r := range events.AppendAll(c.Context(), l, ms) {
+						if errors.Is(r.Err, events.ErrConflict) {
+							return fmt.Errorf("line with seq %d: another writer appended to the stream during the import (%d records imported): import into a cluster where nothing writes (gpuq dev --nodes 0)", part[i].Seq, out.Imported)
+						}
+						if r.Err != nil {
+							return fmt.Errorf("line with seq %d: %w (%d records imported)", part[i].Seq, r.Err, out.Imported)
+						}
+						if out.Imported == 0 {
+							out.FirstSeq = r.Ack.Seq
+						}
+						out.LastSeq = r.Ack.Seq
+						out.Imported++
+						if r.Ack.Seq != part[i].Seq {
+							out.SameSeqs = false
+						}
 					}
 				}
-			}
-			if f.json {
-				return printJSON(os.Stdout, out)
-			}
-			fmt.Printf("imported %d records (sequences %d–%d)\n", out.Imported, out.FirstSeq, out.LastSeq)
-			if !out.SameSeqs {
-				fmt.Fprintln(os.Stderr, "gpuq: warning: the sequences differ from the archive's (a partial export?): decisions' based_on_seq refer to the old ones")
-			}
-			return nil
+				if f.json {
+					return printJSON(os.Stdout, out)
+				}
+				fmt.Printf("imported %d records (sequences %d–%d)\n", out.Imported, out.FirstSeq, out.LastSeq)
+				if !out.SameSeqs {
+					fmt.Fprintln(os.Stderr, "gpuq: warning: the sequences differ from the archive's (a partial export?): decisions' based_on_seq refer to the old ones")
+				}
+				return nil
+			})
 		},
 	}
 	f.add(c)

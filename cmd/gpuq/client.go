@@ -91,6 +91,17 @@ func (f *clientFlags) client() (*api.Client, func(), error) {
 	return &api.Client{NC: nc, Timeout: 15 * time.Second, Team: f.team, Job: f.job, Refused: f.refused}, nc.Close, nil
 }
 
+// withClient connects, runs fn with the API client and closes the
+// connection after: the shell of every command that makes API calls.
+func (f *clientFlags) withClient(fn func(*api.Client) error) error {
+	cl, done, err := f.client()
+	if err != nil {
+		return err
+	}
+	defer done()
+	return fn(cl)
+}
+
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

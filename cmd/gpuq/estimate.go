@@ -38,20 +38,17 @@ func newEstimate() *cobra.Command {
 					return invalid("what-if-priority", "must be one of critical, high, medium, low")
 				}
 			}
-			cl, done, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer done()
-			var a estimate.Advice
-			if err := cl.Call(api.OpEstimate, req, &a); err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(os.Stdout, a)
-			}
-			printAdvice(os.Stdout, a, time.Now())
-			return nil
+			return f.withClient(func(cl *api.Client) error {
+				var a estimate.Advice
+				if err := cl.Call(api.OpEstimate, req, &a); err != nil {
+					return err
+				}
+				if f.json {
+					return printJSON(os.Stdout, a)
+				}
+				printAdvice(os.Stdout, a, time.Now())
+				return nil
+			})
 		},
 	}
 	f.add(c)
@@ -124,33 +121,30 @@ func newStats() *cobra.Command {
 			return nil
 		},
 		RunE: func(c *cobra.Command, args []string) error {
-			cl, done, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer done()
-			var s map[string]any
-			if err := cl.Call(api.OpStats, struct{}{}, &s); err != nil {
-				return err
-			}
-			if len(args) == 1 {
-				if f.json {
-					return printJSON(os.Stdout, s)
+			return f.withClient(func(cl *api.Client) error {
+				var s map[string]any
+				if err := cl.Call(api.OpStats, struct{}{}, &s); err != nil {
+					return err
 				}
+				if len(args) == 1 {
+					if f.json {
+						return printJSON(os.Stdout, s)
+					}
+					printEstimateStats(os.Stdout, s)
+					return nil
+				}
+				vs, err := cl.Queue(true)
+				if err != nil {
+					return err
+				}
+				sum := summarise(vs)
+				if f.json {
+					return printJSON(os.Stdout, map[string]any{"tasks": sum.states, "gpus_held": sum.gpus, "teams": sum.teams, "estimates": s})
+				}
+				printSummary(os.Stdout, sum)
 				printEstimateStats(os.Stdout, s)
 				return nil
-			}
-			var vs []api.TaskView
-			if vs, err = cl.Queue(true); err != nil {
-				return err
-			}
-			sum := summarise(vs)
-			if f.json {
-				return printJSON(os.Stdout, map[string]any{"tasks": sum.states, "gpus_held": sum.gpus, "teams": sum.teams, "estimates": s})
-			}
-			printSummary(os.Stdout, sum)
-			printEstimateStats(os.Stdout, s)
-			return nil
+			})
 		},
 	}
 	f.add(c)
@@ -219,79 +213,76 @@ func newWait() *cobra.Command {
 		Args:  oneID,
 		RunE: func(c *cobra.Command, args []string) error {
 			id := args[0]
-			cl, done, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer done()
-			ctx := c.Context()
-			if timeout > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, timeout)
-				defer cancel()
-			}
-			tty := isTTY(os.Stdout) && !f.json
-			enc := json.NewEncoder(os.Stdout)
-			var last string
-			lines := 0
-			for {
-				var v api.TaskView
-				if err := cl.Call(api.OpShow, api.IDRequest{TaskID: id}, &v); err != nil {
-					return err
+			return f.withClient(func(cl *api.Client) error {
+				ctx := c.Context()
+				if timeout > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, timeout)
+					defer cancel()
 				}
-				started := v.StartedAt != nil || v.State == string(domain.Running)
-				var a estimate.Advice
-				switch {
-				case started:
-					a = startedAdvice(v, time.Now())
-				case !domain.TaskState(v.State).Terminal():
-					if err := cl.Call(api.OpEstimate, api.EstimateRequest{TaskID: id}, &a); err != nil && !api.IsNotFound(err) {
+				tty := isTTY(os.Stdout) && !f.json
+				enc := json.NewEncoder(os.Stdout)
+				var last string
+				lines := 0
+				for {
+					var v api.TaskView
+					if err := cl.Call(api.OpShow, api.IDRequest{TaskID: id}, &v); err != nil {
 						return err
 					}
+					started := v.StartedAt != nil || v.State == string(domain.Running)
+					var a estimate.Advice
+					switch {
+					case started:
+						a = startedAdvice(v, time.Now())
+					case !domain.TaskState(v.State).Terminal():
+						if err := cl.Call(api.OpEstimate, api.EstimateRequest{TaskID: id}, &a); err != nil && !api.IsNotFound(err) {
+							return err
+						}
+					}
+					a.TaskID, a.State = id, v.State
+					key := fmt.Sprintf("%s|%d|%s|%s|%s|%.0f", a.State, a.Position, a.Reason, a.Action, a.Alert, a.P50WaitS/60)
+					switch {
+					case f.json && key != last:
+						_ = enc.Encode(a)
+					case tty:
+						if lines > 0 {
+							fmt.Printf("\033[%dA\033[J", lines)
+						}
+						var b strings.Builder
+						printAdvice(&b, a, time.Now())
+						fmt.Print(b.String())
+						lines = strings.Count(b.String(), "\n")
+					case key != last:
+						printAdvice(os.Stdout, a, time.Now())
+					}
+					last = key
+					switch {
+					case started:
+						if !f.json {
+							fmt.Println(startedLine(v, timeFmt{}))
+						}
+						if bell {
+							terminalNotify(os.Stderr, fmt.Sprintf("gpuq: %s started on %s", v.Name, v.Node))
+						}
+						return nil
+					case domain.TaskState(v.State).Terminal():
+						if bell {
+							terminalNotify(os.Stderr, fmt.Sprintf("gpuq: %s ended without starting (%s)", v.Name, v.State))
+						}
+						return &exitError{exitNotRun, fmt.Errorf("task %s ended without starting: %s", id, v.State)}
+					case a.Action == estimate.ChangeRequest:
+						return &exitError{exitNotRun, fmt.Errorf("task %s cannot start on this cluster as it is (%s); change the request or cancel it", id, a.Reason)}
+					}
+					select {
+					case <-ctx.Done():
+						if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+							return &exitError{exitTimeout, fmt.Errorf("task %s has not started after %s", id, timeout)}
+						}
+						return ctx.Err()
+					case <-time.After(time.Second):
+					}
 				}
-				a.TaskID, a.State = id, v.State
-				key := fmt.Sprintf("%s|%d|%s|%s|%s|%.0f", a.State, a.Position, a.Reason, a.Action, a.Alert, a.P50WaitS/60)
-				switch {
-				case f.json && key != last:
-					_ = enc.Encode(a)
-				case tty:
-					if lines > 0 {
-						fmt.Printf("\033[%dA\033[J", lines)
-					}
-					var b strings.Builder
-					printAdvice(&b, a, time.Now())
-					fmt.Print(b.String())
-					lines = strings.Count(b.String(), "\n")
-				case key != last:
-					printAdvice(os.Stdout, a, time.Now())
-				}
-				last = key
-				switch {
-				case started:
-					if !f.json {
-						fmt.Println(startedLine(v, timeFmt{}))
-					}
-					if bell {
-						terminalNotify(os.Stderr, fmt.Sprintf("gpuq: %s started on %s", v.Name, v.Node))
-					}
-					return nil
-				case domain.TaskState(v.State).Terminal():
-					if bell {
-						terminalNotify(os.Stderr, fmt.Sprintf("gpuq: %s ended without starting (%s)", v.Name, v.State))
-					}
-					return &exitError{exitNotRun, fmt.Errorf("task %s ended without starting: %s", id, v.State)}
-				case a.Action == estimate.ChangeRequest:
-					return &exitError{exitNotRun, fmt.Errorf("task %s cannot start on this cluster as it is (%s); change the request or cancel it", id, a.Reason)}
-				}
-				select {
-				case <-ctx.Done():
-					if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-						return &exitError{exitTimeout, fmt.Errorf("task %s has not started after %s", id, timeout)}
-					}
-					return ctx.Err()
-				case <-time.After(time.Second):
-				}
-			}
+			})
 		},
 	}
 	f.add(c)

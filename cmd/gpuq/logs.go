@@ -25,21 +25,18 @@ func newLogs() *cobra.Command {
 			if tail < 0 {
 				return invalid("tail", fmt.Sprintf("must be ≥ 0 (got %d)", tail))
 			}
-			cl, done, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer done()
-			src := logSource{
-				show: func(id string) (api.TaskView, error) {
-					var v api.TaskView
-					err := cl.Call(api.OpShow, api.IDRequest{TaskID: id}, &v)
-					return v, err
-				},
-				logs: cl.Logs,
-				poll: 500 * time.Millisecond,
-			}
-			return streamLogs(c.Context(), src, args[0], follow, tail, f.json, c.OutOrStdout(), c.ErrOrStderr())
+			return f.withClient(func(cl *api.Client) error {
+				src := logSource{
+					show: func(id string) (api.TaskView, error) {
+						var v api.TaskView
+						err := cl.Call(api.OpShow, api.IDRequest{TaskID: id}, &v)
+						return v, err
+					},
+					logs: cl.Logs,
+					poll: 500 * time.Millisecond,
+				}
+				return streamLogs(c.Context(), src, args[0], follow, tail, f.json, c.OutOrStdout(), c.ErrOrStderr())
+			})
 		},
 	}
 	f.add(c)

@@ -32,23 +32,20 @@ func newNodeList() *cobra.Command {
 		Short: "Every node with its state, last heartbeat and GPUs (who holds each)",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, args []string) error {
-			cl, done, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer done()
-			var v []api.NodeView
-			if err := cl.Call(api.OpNodes, struct{}{}, &v); err != nil {
-				return err
-			}
-			if v == nil {
-				v = []api.NodeView{}
-			}
-			if f.json {
-				return printJSON(c.OutOrStdout(), v)
-			}
-			printNodes(c.OutOrStdout(), v, time.Now())
-			return nil
+			return f.withClient(func(cl *api.Client) error {
+				var v []api.NodeView
+				if err := cl.Call(api.OpNodes, struct{}{}, &v); err != nil {
+					return err
+				}
+				if v == nil {
+					v = []api.NodeView{}
+				}
+				if f.json {
+					return printJSON(c.OutOrStdout(), v)
+				}
+				printNodes(c.OutOrStdout(), v, time.Now())
+				return nil
+			})
 		},
 	}
 	f.add(c)
@@ -115,34 +112,31 @@ func newNodeDrain(undrain bool) *cobra.Command {
 			return nil
 		},
 		RunE: func(c *cobra.Command, args []string) error {
-			cl, done, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer done()
-			var v api.NodeView
-			req := api.DrainRequest{Node: args[0], Reason: reason, By: os.Getenv("USER"), Preempt: preempt}
-			if err := cl.Call(op, req, &v); err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(c.OutOrStdout(), v)
-			}
-			busy := []string{}
-			for _, g := range v.GPUs {
-				if g.TaskID != nil && !strings.Contains(strings.Join(busy, " "), *g.TaskID) {
-					busy = append(busy, *g.TaskID)
+			return f.withClient(func(cl *api.Client) error {
+				var v api.NodeView
+				req := api.DrainRequest{Node: args[0], Reason: reason, By: os.Getenv("USER"), Preempt: preempt}
+				if err := cl.Call(op, req, &v); err != nil {
+					return err
 				}
-			}
-			switch {
-			case undrain:
-				fmt.Fprintf(c.OutOrStdout(), "%s is %s again\n", v.Node, v.State)
-			case preempt:
-				fmt.Fprintf(c.OutOrStdout(), "%s drained; its preemptible tasks are being preempted (%d running: %s)\n", v.Node, len(busy), strings.Join(busy, " "))
-			default:
-				fmt.Fprintf(c.OutOrStdout(), "%s drained; %d running tasks finish there: %s\n", v.Node, len(busy), strings.Join(busy, " "))
-			}
-			return nil
+				if f.json {
+					return printJSON(c.OutOrStdout(), v)
+				}
+				busy := []string{}
+				for _, g := range v.GPUs {
+					if g.TaskID != nil && !strings.Contains(strings.Join(busy, " "), *g.TaskID) {
+						busy = append(busy, *g.TaskID)
+					}
+				}
+				switch {
+				case undrain:
+					fmt.Fprintf(c.OutOrStdout(), "%s is %s again\n", v.Node, v.State)
+				case preempt:
+					fmt.Fprintf(c.OutOrStdout(), "%s drained; its preemptible tasks are being preempted (%d running: %s)\n", v.Node, len(busy), strings.Join(busy, " "))
+				default:
+					fmt.Fprintf(c.OutOrStdout(), "%s drained; %d running tasks finish there: %s\n", v.Node, len(busy), strings.Join(busy, " "))
+				}
+				return nil
+			})
 		},
 	}
 	f.add(c)

@@ -57,6 +57,19 @@ func (f *clientFlags) destinations(ctx context.Context) (*notifier.Destinations,
 	return d, nc.Close, nil
 }
 
+// withDestinations opens the bucket as the admin for at most timeout and
+// runs fn with it, closing the connection after.
+func (f *clientFlags) withDestinations(timeout time.Duration, fn func(context.Context, *notifier.Destinations) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	s, done, err := f.destinations(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return fn(ctx, s)
+}
+
 // notifyErr turns a refused value into exit 2 naming its flag.
 func notifyErr(err error) error {
 	var fe *notifier.FieldError
@@ -91,24 +104,19 @@ func newNotifyAdd() *cobra.Command {
 			if err != nil {
 				return notifyErr(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			defer cancel()
-			s, done, err := f.destinations(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
-			if err := s.Add(ctx, d); err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(c.OutOrStdout(), d)
-			}
-			fmt.Fprintf(c.OutOrStdout(), "destination %s: team %s → %s\n", d.ID, d.Team, d.URL)
-			if secretFile == "" {
-				fmt.Fprintf(c.OutOrStdout(), "secret (shown once; verify X-Gpuq-Signature with it): %s\n", d.Secret)
-			}
-			return nil
+			return f.withDestinations(15*time.Second, func(ctx context.Context, s *notifier.Destinations) error {
+				if err := s.Add(ctx, d); err != nil {
+					return err
+				}
+				if f.json {
+					return printJSON(c.OutOrStdout(), d)
+				}
+				fmt.Fprintf(c.OutOrStdout(), "destination %s: team %s → %s\n", d.ID, d.Team, d.URL)
+				if secretFile == "" {
+					fmt.Fprintf(c.OutOrStdout(), "secret (shown once; verify X-Gpuq-Signature with it): %s\n", d.Secret)
+				}
+				return nil
+			})
 		},
 	}
 	c.Flags().StringVar(&team, "team", "", "the team whose tasks' notifications go there")
@@ -126,28 +134,23 @@ func newNotifyList() *cobra.Command {
 		Short: "The teams' destinations (secrets not shown)",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			defer cancel()
-			s, done, err := f.destinations(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
-			ds, err := s.List(ctx)
-			if err != nil {
-				return err
-			}
-			for i := range ds {
-				ds[i].Secret = ""
-			}
-			if ds == nil {
-				ds = []notifier.TeamDest{}
-			}
-			if f.json {
-				return printJSON(c.OutOrStdout(), ds)
-			}
-			printDests(c.OutOrStdout(), ds)
-			return nil
+			return f.withDestinations(15*time.Second, func(ctx context.Context, s *notifier.Destinations) error {
+				ds, err := s.List(ctx)
+				if err != nil {
+					return err
+				}
+				for i := range ds {
+					ds[i].Secret = ""
+				}
+				if ds == nil {
+					ds = []notifier.TeamDest{}
+				}
+				if f.json {
+					return printJSON(c.OutOrStdout(), ds)
+				}
+				printDests(c.OutOrStdout(), ds)
+				return nil
+			})
 		},
 	}
 	f.add(c)
@@ -178,18 +181,13 @@ func newNotifyRemove() *cobra.Command {
 		Short: "Stop sending to a destination",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			defer cancel()
-			s, done, err := f.destinations(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
-			if err := s.Remove(ctx, args[0]); err != nil {
-				return notifyErr(err)
-			}
-			fmt.Fprintf(c.OutOrStdout(), "destination %s removed\n", args[0])
-			return nil
+			return f.withDestinations(15*time.Second, func(ctx context.Context, s *notifier.Destinations) error {
+				if err := s.Remove(ctx, args[0]); err != nil {
+					return notifyErr(err)
+				}
+				fmt.Fprintf(c.OutOrStdout(), "destination %s removed\n", args[0])
+				return nil
+			})
 		},
 	}
 	f.add(c)
@@ -206,33 +204,28 @@ func newNotifyTest() *cobra.Command {
 		Short: "Have the notifier send a test notification to a destination, and say how it went",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(context.Background(), wait+15*time.Second)
-			defer cancel()
-			s, done, err := f.destinations(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
-			id, err := s.Test(ctx, args[0])
-			if err != nil {
-				return notifyErr(err)
-			}
-			deadline := time.Now().Add(wait)
-			for {
-				ok, lastErr, err := s.TestResult(ctx, args[0], id)
-				switch {
-				case err != nil:
-					return err
-				case ok:
-					fmt.Fprintf(c.OutOrStdout(), "delivered: test notification %s\n", id)
-					return nil
-				case lastErr != "":
-					return fmt.Errorf("test notification %s not delivered: %s (retried on the usual schedule; gpuq notify failed lists it once given up)", id, lastErr)
-				case time.Now().After(deadline):
-					return fmt.Errorf("test notification %s: no answer within %s (is the notifier running?)", id, wait)
+			return f.withDestinations(wait+15*time.Second, func(ctx context.Context, s *notifier.Destinations) error {
+				id, err := s.Test(ctx, args[0])
+				if err != nil {
+					return notifyErr(err)
 				}
-				time.Sleep(200 * time.Millisecond)
-			}
+				deadline := time.Now().Add(wait)
+				for {
+					ok, lastErr, err := s.TestResult(ctx, args[0], id)
+					switch {
+					case err != nil:
+						return err
+					case ok:
+						fmt.Fprintf(c.OutOrStdout(), "delivered: test notification %s\n", id)
+						return nil
+					case lastErr != "":
+						return fmt.Errorf("test notification %s not delivered: %s (retried on the usual schedule; gpuq notify failed lists it once given up)", id, lastErr)
+					case time.Now().After(deadline):
+						return fmt.Errorf("test notification %s: no answer within %s (is the notifier running?)", id, wait)
+					}
+					time.Sleep(200 * time.Millisecond)
+				}
+			})
 		},
 	}
 	c.Flags().DurationVar(&wait, "wait", 20*time.Second, "how long to wait for the outcome")
@@ -247,33 +240,28 @@ func newNotifyFailed() *cobra.Command {
 		Short: "The dead letters: notifications given up after their retries (kept 7 days)",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			s, done, err := f.destinations(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
-			ds, err := s.Failed(ctx)
-			if err != nil {
-				return err
-			}
-			if ds == nil {
-				ds = []notifier.Delivery{}
-			}
-			if f.json {
-				return printJSON(c.OutOrStdout(), ds)
-			}
-			if len(ds) == 0 {
-				fmt.Fprintln(c.OutOrStdout(), "no failed notifications")
-				return nil
-			}
-			tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "DECIDED\tTYPE\tTASK\tURL\tATTEMPTS\tLAST ERROR")
-			for _, d := range ds {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", d.Created.UTC().Format(time.RFC3339), d.Type, d.TaskID, d.URL, d.Attempts, d.LastError)
-			}
-			return tw.Flush()
+			return f.withDestinations(30*time.Second, func(ctx context.Context, s *notifier.Destinations) error {
+				ds, err := s.Failed(ctx)
+				if err != nil {
+					return err
+				}
+				if ds == nil {
+					ds = []notifier.Delivery{}
+				}
+				if f.json {
+					return printJSON(c.OutOrStdout(), ds)
+				}
+				if len(ds) == 0 {
+					fmt.Fprintln(c.OutOrStdout(), "no failed notifications")
+					return nil
+				}
+				tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "DECIDED\tTYPE\tTASK\tURL\tATTEMPTS\tLAST ERROR")
+				for _, d := range ds {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", d.Created.UTC().Format(time.RFC3339), d.Type, d.TaskID, d.URL, d.Attempts, d.LastError)
+				}
+				return tw.Flush()
+			})
 		},
 	}
 	f.add(c)

@@ -87,27 +87,24 @@ func newQueue() *cobra.Command {
 			if f.json {
 				output = "json"
 			}
-			cl, done, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer done()
-			// A page at a time (api.QueueRequest): a long queue does not
-			// fit one NATS message.
-			vs, err := cl.Queue(all || filter.needsAll())
-			if err != nil {
-				return err
-			}
-			kept := []api.TaskView{}
-			for _, v := range vs {
-				if filter.keep(v) {
-					kept = append(kept, v)
+			return f.withClient(func(cl *api.Client) error {
+				// A page at a time (api.QueueRequest): a long queue does not
+				// fit one NATS message.
+				vs, err := cl.Queue(all || filter.needsAll())
+				if err != nil {
+					return err
 				}
-			}
-			if output == "json" {
-				return printJSON(os.Stdout, kept)
-			}
-			return printQueue(os.Stdout, kept, output, tf, time.Now())
+				kept := []api.TaskView{}
+				for _, v := range vs {
+					if filter.keep(v) {
+						kept = append(kept, v)
+					}
+				}
+				if output == "json" {
+					return printJSON(os.Stdout, kept)
+				}
+				return printQueue(os.Stdout, kept, output, tf, time.Now())
+			})
 		},
 	}
 	f.add(c)

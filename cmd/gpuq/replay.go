@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuq/gpuq/pkg/audit"
 	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/events/jetstream"
 	"github.com/gpuq/gpuq/pkg/policy"
 	"github.com/gpuq/gpuq/pkg/policy/policyflag"
 )
@@ -33,17 +34,29 @@ func (p *policyFlags) options() (policy.Options, error) {
 	return o, nil
 }
 
+// withRecords is the policy the flags give and the whole log, read as a
+// fold does: what replay and explain run the policy over.
+func (p *policyFlags) withRecords(ctx context.Context, f *clientFlags) (*policy.Policy, []events.Record, error) {
+	o, err := p.options()
+	if err != nil {
+		return nil, nil, err
+	}
+	recs, err := readRecords(ctx, f)
+	if err != nil {
+		return nil, nil, err
+	}
+	return policy.New(o), recs, nil
+}
+
 // readRecords reads the whole log as a fold does.
 func readRecords(ctx context.Context, f *clientFlags) ([]events.Record, error) {
-	l, done, err := attach(f)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
 	var recs []events.Record
-	_, err = events.ReadAll(ctx, l, 1, "", func(r events.Record) error {
-		recs = append(recs, r)
-		return nil
+	err := f.withLog(func(l *jetstream.Log) error {
+		_, err := events.ReadAll(ctx, l, 1, "", func(r events.Record) error {
+			recs = append(recs, r)
+			return nil
+		})
+		return err
 	})
 	return recs, err
 }
@@ -82,11 +95,7 @@ submitted later does not appear. Give it the scheduler's policy flags.`,
 				}
 				when = t
 			}
-			o, err := p.options()
-			if err != nil {
-				return err
-			}
-			recs, err := readRecords(c.Context(), &f)
+			pol, recs, err := p.withRecords(c.Context(), &f)
 			if err != nil {
 				return err
 			}
@@ -101,7 +110,7 @@ submitted later does not appear. Give it the scheduler's policy flags.`,
 			} else if seq > last {
 				return invalid("seq", fmt.Sprintf("the log ends at sequence %d (got %d)", last, seq))
 			}
-			v := audit.Replay(recs, policy.New(o), seq, all)
+			v := audit.Replay(recs, pol, seq, all)
 			if f.json {
 				return printJSON(os.Stdout, v)
 			}
@@ -164,15 +173,11 @@ starting. The parts add up to waited_s. Give it the scheduler's policy
 flags.`,
 		Args: oneID,
 		RunE: func(c *cobra.Command, args []string) error {
-			o, err := p.options()
+			pol, recs, err := p.withRecords(c.Context(), &f)
 			if err != nil {
 				return err
 			}
-			recs, err := readRecords(c.Context(), &f)
-			if err != nil {
-				return err
-			}
-			ex, err := audit.Explain(recs, policy.New(o), args[0])
+			ex, err := audit.Explain(recs, pol, args[0])
 			if errors.Is(err, audit.ErrNotFound) {
 				return &exitError{exitNotFound, fmt.Errorf("task %s not found", args[0])}
 			}

@@ -93,23 +93,20 @@ not carry a user or password.`,
 					return &exitError{exitInvalid, err}
 				}
 			}
-			cl, done, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer done()
-			var out api.SubmitReply
-			if err := cl.Call(api.OpSubmit, r, &out); err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(os.Stdout, map[string]any{"task_id": out.TaskID, "duplicate": out.Duplicate})
-			}
-			if out.Duplicate {
-				fmt.Fprintf(os.Stderr, "idempotency key seen before: this is the original task\n")
-			}
-			fmt.Println(out.TaskID)
-			return nil
+			return f.withClient(func(cl *api.Client) error {
+				var out api.SubmitReply
+				if err := cl.Call(api.OpSubmit, r, &out); err != nil {
+					return err
+				}
+				if f.json {
+					return printJSON(os.Stdout, map[string]any{"task_id": out.TaskID, "duplicate": out.Duplicate})
+				}
+				if out.Duplicate {
+					fmt.Fprintf(os.Stderr, "idempotency key seen before: this is the original task\n")
+				}
+				fmt.Println(out.TaskID)
+				return nil
+			})
 		},
 	}
 	f.add(c)
@@ -193,35 +190,37 @@ func newShow() *cobra.Command {
 		Short: "Show one task",
 		Args:  oneID,
 		RunE: func(c *cobra.Command, args []string) error {
-			cl, done, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer done()
-			var v api.TaskView
-			if err := cl.Call(api.OpShow, api.IDRequest{TaskID: args[0]}, &v); err != nil {
-				return err
-			}
-			// While queued, the reason is the advisor's latest word on it.
-			if v.State == string(domain.Queued) {
-				if j, err := js.New(cl.NC); err == nil {
-					ctx, cancel := context.WithTimeout(c.Context(), 3*time.Second)
-					if a, err := lastAdvice(ctx, j, v.TaskID); err == nil && a.State == v.State && a.Reason != "" {
-						v.Reason = a.Reason
-					}
-					cancel()
+			return f.withClient(func(cl *api.Client) error {
+				var v api.TaskView
+				if err := cl.Call(api.OpShow, api.IDRequest{TaskID: args[0]}, &v); err != nil {
+					return err
 				}
-			}
-			if f.json {
-				return printJSON(os.Stdout, v)
-			}
-			printTask(os.Stdout, v, tf, time.Now())
-			return nil
+				// While queued, the reason is the advisor's latest word on it.
+				if v.State == string(domain.Queued) {
+					if j, err := js.New(cl.NC); err == nil {
+						ctx, cancel := context.WithTimeout(c.Context(), 3*time.Second)
+						if a, err := lastAdvice(ctx, j, v.TaskID); err == nil && a.State == v.State && a.Reason != "" {
+							v.Reason = a.Reason
+						}
+						cancel()
+					}
+				}
+				return showTask(f.json, v, tf)
+			})
 		},
 	}
 	f.add(c)
 	tf.add(c)
 	return c
+}
+
+// showTask prints one task as JSON or for people (show, amend).
+func showTask(asJSON bool, v api.TaskView, tf timeFmt) error {
+	if asJSON {
+		return printJSON(os.Stdout, v)
+	}
+	printTask(os.Stdout, v, tf, time.Now())
+	return nil
 }
 
 func attach(f *clientFlags) (*jetstream.Log, func(), error) {
@@ -314,24 +313,20 @@ func newHistory() *cobra.Command {
 func readHistory(ctx context.Context, f *clientFlags, id string) ([]api.HistoryEntry, error) {
 	out := []api.HistoryEntry{}
 	if f.scoped() {
-		cl, done, err := f.client()
+		err := f.withClient(func(cl *api.Client) error {
+			return cl.Call(api.OpHistory, api.IDRequest{TaskID: id}, &out)
+		})
 		if err != nil {
-			return nil, err
-		}
-		defer done()
-		if err := cl.Call(api.OpHistory, api.IDRequest{TaskID: id}, &out); err != nil {
 			return nil, err
 		}
 		return out, nil
 	}
-	l, done, err := attach(f)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	_, err = events.ReadAll(ctx, l, 1, events.TaskSubjects(id), func(r events.Record) error {
-		out = append(out, historyEntry(r))
-		return nil
+	err := f.withLog(func(l *jetstream.Log) error {
+		_, err := events.ReadAll(ctx, l, 1, events.TaskSubjects(id), func(r events.Record) error {
+			out = append(out, historyEntry(r))
+			return nil
+		})
+		return err
 	})
 	return out, err
 }
@@ -343,18 +338,15 @@ func newCancel() *cobra.Command {
 		Short: "Cancel tasks; a running task's process is stopped",
 		Args:  someIDs,
 		RunE: func(c *cobra.Command, args []string) error {
-			cl, done, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer done()
-			by := os.Getenv("USER")
-			call := func(id string) (api.TaskView, error) {
-				var v api.TaskView
-				err := cl.Call(api.OpCancel, api.IDRequest{TaskID: id, By: by}, &v)
-				return v, err
-			}
-			return cancelAll(args, call, f.json, c.OutOrStdout(), c.ErrOrStderr())
+			return f.withClient(func(cl *api.Client) error {
+				by := os.Getenv("USER")
+				call := func(id string) (api.TaskView, error) {
+					var v api.TaskView
+					err := cl.Call(api.OpCancel, api.IDRequest{TaskID: id, By: by}, &v)
+					return v, err
+				}
+				return cancelAll(args, call, f.json, c.OutOrStdout(), c.ErrOrStderr())
+			})
 		},
 	}
 	f.add(c)
@@ -468,20 +460,13 @@ func newAmend() *cobra.Command {
 					return invalid("priority", "must be one of critical, high, medium, low")
 				}
 			}
-			cl, done, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer done()
-			var v api.TaskView
-			if err := cl.Call(api.OpAmend, r, &v); err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(os.Stdout, v)
-			}
-			printTask(os.Stdout, v, tf, time.Now())
-			return nil
+			return f.withClient(func(cl *api.Client) error {
+				var v api.TaskView
+				if err := cl.Call(api.OpAmend, r, &v); err != nil {
+					return err
+				}
+				return showTask(f.json, v, tf)
+			})
 		},
 	}
 	f.add(c)
@@ -508,26 +493,23 @@ func newChecklist() *cobra.Command {
 			if req.Item == "" {
 				return invalid("done", "give --done ITEM (one of "+strings.Join(domain.ChecklistItems, ", ")+")")
 			}
-			cl, done, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer done()
-			var v api.TaskView
-			if err := cl.Call(api.OpChecklist, req, &v); err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(os.Stdout, v)
-			}
-			for _, it := range domain.ChecklistItems {
-				mark := " "
-				if v.Checklist[it] {
-					mark = "x"
+			return f.withClient(func(cl *api.Client) error {
+				var v api.TaskView
+				if err := cl.Call(api.OpChecklist, req, &v); err != nil {
+					return err
 				}
-				fmt.Printf("[%s] %s\n", mark, it)
-			}
-			return nil
+				if f.json {
+					return printJSON(os.Stdout, v)
+				}
+				for _, it := range domain.ChecklistItems {
+					mark := " "
+					if v.Checklist[it] {
+						mark = "x"
+					}
+					fmt.Printf("[%s] %s\n", mark, it)
+				}
+				return nil
+			})
 		},
 	}
 	f.add(c)
@@ -763,4 +745,15 @@ func spoolCheckpoint(task, ref string, cause error, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stderr, "gpuq: NATS unreachable (%v); the checkpoint is kept in %s and the agent reports it when NATS is back\n", cause, path)
 	return nil
+}
+
+// withLog attaches to the log (see attach), runs fn with it and closes
+// the connection after.
+func (f *clientFlags) withLog(fn func(*jetstream.Log) error) error {
+	l, done, err := attach(f)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return fn(l)
 }

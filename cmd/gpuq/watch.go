@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuq/gpuq/pkg/api"
 	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/events/jetstream"
 )
 
 func newWatch() *cobra.Command {
@@ -23,19 +24,13 @@ func newWatch() *cobra.Command {
 		Args:  oneID,
 		RunE: func(c *cobra.Command, args []string) error {
 			if f.scoped() {
-				cl, done, err := f.client()
-				if err != nil {
-					return err
-				}
-				defer done()
-				return watchAPI(c.Context(), cl, args[0], f.json, ef, isTTY(os.Stdout), os.Stdout, c.ErrOrStderr())
+				return f.withClient(func(cl *api.Client) error {
+					return watchAPI(c.Context(), cl, args[0], f.json, ef, isTTY(os.Stdout), os.Stdout, c.ErrOrStderr())
+				})
 			}
-			l, done, err := attach(&f)
-			if err != nil {
-				return err
-			}
-			defer done()
-			return watch(c.Context(), l, args[0], f.json, ef, isTTY(os.Stdout), os.Stdout, c.ErrOrStderr())
+			return f.withLog(func(l *jetstream.Log) error {
+				return watch(c.Context(), l, args[0], f.json, ef, isTTY(os.Stdout), os.Stdout, c.ErrOrStderr())
+			})
 		},
 	}
 	f.add(c)

@@ -31,20 +31,14 @@ type JobSigner struct {
 
 // LoadJobSigner reads a job signing key written by Init.
 func LoadJobSigner(path string) (*JobSigner, error) {
-	data, err := os.ReadFile(path)
+	kp, meta, err := loadSeedMeta(path)
 	if err != nil {
 		return nil, err
-	}
-	defer wipe(data)
-	kp, err := nkeys.ParseDecoratedNKey(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	pub, err := kp.PublicKey()
 	if err != nil || !nkeys.IsValidPublicAccountKey(pub) {
 		return nil, fmt.Errorf("%s: not an account signing key seed (it must start with SA)", path)
 	}
-	meta := comments(data)
 	s := &JobSigner{Node: meta["node"], Account: meta["account"], kp: kp}
 	if err := CheckName("node", s.Node); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

@@ -186,16 +186,23 @@ func roleNamed(name string) (Role, error) {
 func exists(path string) bool { _, err := os.Stat(path); return err == nil }
 
 func loadSeed(path string) (nkeys.KeyPair, error) {
+	kp, _, err := loadSeedMeta(path)
+	return kp, err
+}
+
+// loadSeedMeta reads a seed file: the key pair and the file's "# key:
+// value" comments (see comments); the file's bytes are wiped after.
+func loadSeedMeta(path string) (nkeys.KeyPair, map[string]string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer wipe(data)
 	kp, err := nkeys.ParseDecoratedNKey(data)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return kp, nil
+	return kp, comments(data), nil
 }
 
 var (

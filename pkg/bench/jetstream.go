@@ -40,10 +40,15 @@ func (r Rate) CPUPerOp() time.Duration {
 
 // PerS is the rate per second.
 func (r Rate) PerS() float64 {
-	if r.Took <= 0 {
+	return perSecond(int64(r.N), r.Took)
+}
+
+// perSecond is n per second of d; 0 when d is not positive.
+func perSecond(n int64, d time.Duration) float64 {
+	if d <= 0 {
 		return 0
 	}
-	return float64(r.N) / r.Took.Seconds()
+	return float64(n) / d.Seconds()
 }
 
 // RawPublish measures plain JetStream: n async publishes of RawMsgBytes
@@ -63,6 +68,24 @@ func RawPublishR3(ctx context.Context, dir string, n int) (Rate, error) {
 }
 
 func rawPublish(ctx context.Context, dir string, n, replicas int) (Rate, error) {
+	return pipelined(ctx, dir, n, replicas, func(j js.JetStream) (func(int) error, func() int64) {
+		payload := make([]byte, RawMsgBytes)
+		_, _ = rand.Read(payload)
+		publish := func(i int) error {
+			id := taskID(i)
+			_, err := j.PublishAsync(events.TaskPrefix+id+".submitted", payload, js.WithMsgID("raw:"+id), stall)
+			return err
+		}
+		return publish, func() int64 { return int64(n) * RawMsgBytes }
+	})
+}
+
+// pipelined is the loop of RawPublish and Ingest: on a fresh cluster of
+// replicas servers, setup (not timed) gives what publishes message i and
+// the bytes published; n of them from one goroutine with up to maxPending
+// acks outstanding, the clock stopping when every ack is in, and the
+// stream then checked to hold n messages.
+func pipelined(ctx context.Context, dir string, n, replicas int, setup func(js.JetStream) (publish func(i int) error, bytes func() int64)) (Rate, error) {
 	nd, err := startNodes(ctx, dir, replicas)
 	if err != nil {
 		return Rate{}, err
@@ -73,15 +96,13 @@ func rawPublish(ctx context.Context, dir string, n, replicas int) (Rate, error) 
 		return Rate{}, err
 	}
 	defer p.close()
-	payload := make([]byte, RawMsgBytes)
-	_, _ = rand.Read(payload)
+	publish, bytes := setup(p.js)
 	start, cpu := time.Now(), cpuTime()
 	for i := 0; i < n; i++ {
 		if i%1024 == 0 && ctx.Err() != nil {
 			return Rate{}, ctx.Err()
 		}
-		id := taskID(i)
-		if _, err := p.js.PublishAsync(events.TaskPrefix+id+".submitted", payload, js.WithMsgID("raw:"+id), stall); err != nil {
+		if err := publish(i); err != nil {
 			return Rate{}, err
 		}
 	}
@@ -92,7 +113,7 @@ func rawPublish(ctx context.Context, dir string, n, replicas int) (Rate, error) 
 	if err := expectSeq(ctx, nd, uint64(n)); err != nil {
 		return Rate{}, err
 	}
-	return Rate{N: n, Bytes: int64(n) * RawMsgBytes, Took: took, CPU: cpu}, nil
+	return Rate{N: n, Bytes: bytes(), Took: took, CPU: cpu}, nil
 }
 
 // Ingest measures gpuq's submit path as a gateway runs it, pipelined: for
@@ -113,34 +134,11 @@ func IngestR3(ctx context.Context, dir string, n int) (Rate, error) {
 }
 
 func ingest(ctx context.Context, dir string, n, replicas int) (Rate, error) {
-	nd, err := startNodes(ctx, dir, replicas)
-	if err != nil {
-		return Rate{}, err
-	}
-	defer nd.close()
-	p, err := nd.publisher(nil)
-	if err != nil {
-		return Rate{}, err
-	}
-	defer p.close()
-	sub := newSubmitter(p.js)
-	start, cpu := time.Now(), cpuTime()
-	for i := 0; i < n; i++ {
-		if i%1024 == 0 && ctx.Err() != nil {
-			return Rate{}, ctx.Err()
-		}
-		if err := sub.submit(request(i), time.Now()); err != nil {
-			return Rate{}, err
-		}
-	}
-	if err := p.wait(ctx); err != nil {
-		return Rate{}, err
-	}
-	took, cpu := time.Since(start), cpuTime()-cpu
-	if err := expectSeq(ctx, nd, uint64(n)); err != nil {
-		return Rate{}, err
-	}
-	return Rate{N: n, Bytes: sub.bytes, Took: took, CPU: cpu}, nil
+	return pipelined(ctx, dir, n, replicas, func(j js.JetStream) (func(int) error, func() int64) {
+		sub := newSubmitter(j)
+		publish := func(i int) error { return sub.submit(request(i), time.Now()) }
+		return publish, func() int64 { return sub.bytes }
+	})
 }
 
 // submitter is the pipelined submit path of Ingest and Lifecycle.

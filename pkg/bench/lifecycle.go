@@ -65,18 +65,12 @@ type LifecycleResult struct {
 
 // PerS is completed tasks per second.
 func (r LifecycleResult) PerS() float64 {
-	if r.Took <= 0 {
-		return 0
-	}
-	return float64(r.Tasks) / r.Took.Seconds()
+	return perSecond(int64(r.Tasks), r.Took)
 }
 
 // EventsPerS is log appends per second.
 func (r LifecycleResult) EventsPerS() float64 {
-	if r.Took <= 0 {
-		return 0
-	}
-	return float64(r.Events) / r.Took.Seconds()
+	return perSecond(int64(r.Events), r.Took)
 }
 
 // Lifecycle measures tasks per second through the whole protocol on one

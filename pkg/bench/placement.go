@@ -63,18 +63,12 @@ type PlacementResult struct {
 
 // BurstPerS is placements per second of the burst pass.
 func (r PlacementResult) BurstPerS() float64 {
-	if r.BurstTook <= 0 {
-		return 0
-	}
-	return float64(r.BurstPlacements) / r.BurstTook.Seconds()
+	return perSecond(int64(r.BurstPlacements), r.BurstTook)
 }
 
 // PerS is placements per second of Took.
 func (r PlacementResult) PerS() float64 {
-	if r.Took <= 0 {
-		return 0
-	}
-	return float64(r.Placements) / r.Took.Seconds()
+	return perSecond(int64(r.Placements), r.Took)
 }
 
 // Placement measures the pure policy (pkg/policy, default options) on a

@@ -344,12 +344,15 @@ func (s *scan) key() ([]byte, bool) {
 }
 
 // objNext consumes ',' (more members) or '}' (the end).
-func (s *scan) objNext() (more, ok bool) {
+func (s *scan) objNext() (more, ok bool) { return s.listNext('}') }
+
+// listNext consumes ',' (more) or end (the end of the object or array).
+func (s *scan) listNext(end byte) (more, ok bool) {
 	switch s.peek() {
 	case ',':
 		s.i++
 		return true, true
-	case '}':
+	case end:
 		s.i++
 		return false, true
 	}
@@ -370,17 +373,7 @@ func (s *scan) arrStart() (empty, ok bool) {
 }
 
 // arrNext consumes ',' (more elements) or ']' (the end).
-func (s *scan) arrNext() (more, ok bool) {
-	switch s.peek() {
-	case ',':
-		s.i++
-		return true, true
-	case ']':
-		s.i++
-		return false, true
-	}
-	return false, false
-}
+func (s *scan) arrNext() (more, ok bool) { return s.listNext(']') }
 
 // span reads a string and returns its contents between the quotes, and
 // whether they hold an escape or a byte that is not ASCII. It checks what
@@ -537,6 +530,9 @@ func (t *texts) into(dst ...*string) {
 	}
 }
 
+// unescaped is the byte each one-letter escape after '\\' stands for.
+var unescaped = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
 // unquote decodes the contents of a JSON string that span accepted, as
 // encoding/json's unquoteBytes does: escapes, surrogate pairs, and U+FFFD
 // for invalid UTF-8 and for lone surrogates.
@@ -548,23 +544,8 @@ func unquote(s []byte) []byte {
 		case c == '\\':
 			r++
 			switch s[r] {
-			case '"', '\\', '/':
-				b = append(b, s[r])
-				r++
-			case 'b':
-				b = append(b, '\b')
-				r++
-			case 'f':
-				b = append(b, '\f')
-				r++
-			case 'n':
-				b = append(b, '\n')
-				r++
-			case 'r':
-				b = append(b, '\r')
-				r++
-			case 't':
-				b = append(b, '\t')
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				b = append(b, unescaped[s[r]])
 				r++
 			case 'u':
 				rr := getu4(s[r-1:])

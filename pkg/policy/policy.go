@@ -228,25 +228,16 @@ func DefaultOptions() Options {
 // Validate checks the option names and durations; an error is an
 // *OptionError naming the field.
 func (o Options) Validate() error {
-	switch o.Preemption {
-	case "", CriticalOnly, Ladder:
-	default:
-		return optionErr("policy", "policy %q: must be %s or %s", o.Preemption, CriticalOnly, Ladder)
-	}
-	switch o.WithinClass {
-	case "", FIFO, ShortestPredicted:
-	default:
-		return optionErr("within-class", "within-class %q: must be %s or %s", o.WithinClass, FIFO, ShortestPredicted)
-	}
-	switch o.Backfill {
-	case "", BackfillShortest, BackfillQueue:
-	default:
-		return optionErr("backfill", "backfill %q: must be %s or %s", o.Backfill, BackfillShortest, BackfillQueue)
-	}
-	switch o.Victims {
-	case "", LeastLost, Newest:
-	default:
-		return optionErr("victims", "victims %q: must be %s or %s", o.Victims, LeastLost, Newest)
+	// The named choices: empty (the default) or one of two names.
+	for _, c := range [...]struct{ field, v, a, b string }{
+		{"policy", o.Preemption, CriticalOnly, Ladder},
+		{"within-class", o.WithinClass, FIFO, ShortestPredicted},
+		{"backfill", o.Backfill, BackfillShortest, BackfillQueue},
+		{"victims", o.Victims, LeastLost, Newest},
+	} {
+		if c.v != "" && c.v != c.a && c.v != c.b {
+			return optionErr(c.field, "%s %q: must be %s or %s", c.field, c.v, c.a, c.b)
+		}
 	}
 	if o.ClassAging < 0 {
 		return optionErr("class-aging", "class-aging %s: must be ≥ 0", o.ClassAging)

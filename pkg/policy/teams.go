@@ -2,8 +2,9 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 
 	"github.com/gpuq/gpuq/pkg/domain"
 )
@@ -32,11 +33,7 @@ func (g Guarantee) of(total int) int {
 
 // Validate checks every guarantee.
 func (ts Teams) Validate() error {
-	names := make([]string, 0, len(ts))
-	for n := range ts {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(ts))
 	sum := 0.0
 	for _, n := range names {
 		g := ts[n]

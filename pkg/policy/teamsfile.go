@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -110,11 +111,7 @@ func (ts Teams) CheckCluster(total int) error {
 	if total <= 0 {
 		return nil
 	}
-	names := make([]string, 0, len(ts))
-	for n := range ts {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(ts))
 	sum := 0
 	for _, n := range names {
 		sum += ts[n].of(total)

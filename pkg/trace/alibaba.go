@@ -19,80 +19,61 @@ func ReadAlibabaOpenBReport(r io.Reader) ([]Job, Report, error) {
 		colDeleted   = "deletion_time"
 		colScheduled = "scheduled_time"
 	)
-	var rep Report
-	t, err := newTable(FormatAlibabaOpenB, r, colName, colGPUs, colMilli, colSpec, colQoS, colPhase,
-		colCreated, colDeleted, colScheduled)
-	if err != nil {
-		return nil, rep, err
-	}
 	seen := map[string]int{} // name → line
-	var jobs []Job
-	for {
-		ok, err := t.next()
-		if err != nil {
-			return nil, rep, err
-		}
-		if !ok {
-			break
-		}
-		rep.Rows++
+	jobs, rep, err := readJobs(FormatAlibabaOpenB, r, []string{colName, colGPUs, colMilli, colSpec, colQoS, colPhase,
+		colCreated, colDeleted, colScheduled}, func(t *table, _ int) (Job, DropReason, error) {
 		name, err := t.required(colName)
 		if err != nil {
-			return nil, rep, err
+			return Job{}, "", err
 		}
 		if l, dup := seen[name]; dup {
-			return nil, rep, t.errf(colName, "pod %q already on line %d", name, l)
+			return Job{}, "", t.errf(colName, "pod %q already on line %d", name, l)
 		}
 		seen[name] = t.line()
 		gpus, err := t.count(colGPUs)
 		if err != nil {
-			return nil, rep, err
+			return Job{}, "", err
 		}
 		milli, err := t.count(colMilli)
 		if err != nil {
-			return nil, rep, err
+			return Job{}, "", err
 		}
 		if milli > 1000 {
-			return nil, rep, t.errf(colMilli, "over 1000 thousandths of a GPU: %d", milli)
+			return Job{}, "", t.errf(colMilli, "over 1000 thousandths of a GPU: %d", milli)
 		}
 		cs, err := t.required(colCreated)
 		if err != nil {
-			return nil, rep, err
+			return Job{}, "", err
 		}
 		created, err := t.intSeconds(colCreated, cs)
 		if err != nil {
-			return nil, rep, err
+			return Job{}, "", err
 		}
 		var scheduled, deleted time.Duration
 		ss, ds := t.str(colScheduled), t.str(colDeleted)
 		if ss != "" {
 			if scheduled, err = t.intSeconds(colScheduled, ss); err != nil {
-				return nil, rep, err
+				return Job{}, "", err
 			}
 		}
 		if ds != "" {
 			if deleted, err = t.intSeconds(colDeleted, ds); err != nil {
-				return nil, rep, err
+				return Job{}, "", err
 			}
 		}
 		switch {
 		case gpus == 0:
-			rep.drop(DropZeroGPUs)
-			continue
+			return Job{}, DropZeroGPUs, nil
 		case ss == "":
-			rep.drop(DropNotStarted)
-			continue
+			return Job{}, DropNotStarted, nil
 		case ds == "":
-			rep.drop(DropNotEnded)
-			continue
+			return Job{}, DropNotEnded, nil
 		case scheduled < created:
-			rep.drop(DropNegativeWait)
-			continue
+			return Job{}, DropNegativeWait, nil
 		case deleted < scheduled:
-			rep.drop(DropNegativeDuration)
-			continue
+			return Job{}, DropNegativeDuration, nil
 		}
-		jobs = append(jobs, Job{
+		return Job{
 			ID:       name,
 			Submit:   created,
 			Duration: deleted - scheduled,
@@ -102,9 +83,11 @@ func ReadAlibabaOpenBReport(r io.Reader) ([]Job, Report, error) {
 			GPUMilli: milli,
 			Wait:     scheduled - created,
 			QoS:      t.str(colQoS),
-		})
+		}, "", nil
+	})
+	if err != nil {
+		return nil, rep, err
 	}
-	rep.Kept = len(jobs)
 	sortJobs(jobs)
 	return jobs, rep, nil
 }

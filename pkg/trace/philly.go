@@ -19,65 +19,50 @@ func ReadPhillyReport(r io.Reader) ([]Job, Report, error) {
 		colGPUs     = "num_gpus"
 		colVC       = "vc"
 	)
-	var rep Report
-	t, err := newTable(FormatPhilly, r, colSubmit, colDuration, colGPUs, colVC)
-	if err != nil {
-		return nil, rep, err
-	}
-	var jobs []Job
-	for {
-		ok, err := t.next()
-		if err != nil {
-			return nil, rep, err
-		}
-		if !ok {
-			break
-		}
-		rep.Rows++
+	jobs, rep, err := readJobs(FormatPhilly, r, []string{colSubmit, colDuration, colGPUs, colVC}, func(t *table, n int) (Job, DropReason, error) {
 		s, err := t.required(colSubmit)
 		if err != nil {
-			return nil, rep, err
+			return Job{}, "", err
 		}
 		submit, err := time.ParseInLocation(phillyTimeLayout, s, time.UTC)
 		if err != nil {
-			return nil, rep, t.errf(colSubmit, "not a time in layout %q: %q", "YYYY-MM-DD HH:MM:SS", s)
+			return Job{}, "", t.errf(colSubmit, "not a time in layout %q: %q", "YYYY-MM-DD HH:MM:SS", s)
 		}
 		gpus, err := t.count(colGPUs)
 		if err != nil {
-			return nil, rep, err
+			return Job{}, "", err
 		}
 		vc, err := t.required(colVC)
 		if err != nil {
-			return nil, rep, err
+			return Job{}, "", err
 		}
 		var dur time.Duration
 		ds := t.str(colDuration)
 		if ds != "" {
 			if dur, err = t.seconds(colDuration, ds); err != nil {
-				return nil, rep, err
+				return Job{}, "", err
 			}
 		}
 		switch {
 		case gpus == 0:
-			rep.drop(DropZeroGPUs)
-			continue
+			return Job{}, DropZeroGPUs, nil
 		case ds == "":
-			rep.drop(DropNotStarted)
-			continue
+			return Job{}, DropNotStarted, nil
 		case dur < 0:
-			rep.drop(DropNegativeDuration)
-			continue
+			return Job{}, DropNegativeDuration, nil
 		}
-		jobs = append(jobs, Job{
-			ID:         fmt.Sprintf("philly-%07d", rep.Rows),
+		return Job{
+			ID:         fmt.Sprintf("philly-%07d", n),
 			VC:         vc,
 			SubmitTime: submit,
 			Duration:   dur,
 			GPUs:       gpus,
 			GPUMilli:   1000,
-		})
+		}, "", nil
+	})
+	if err != nil {
+		return nil, rep, err
 	}
-	rep.Kept = len(jobs)
 	if len(jobs) > 0 {
 		first := jobs[0].SubmitTime
 		for _, j := range jobs[1:] {
@@ -110,35 +95,32 @@ func ReadPhillyVCs(r io.Reader) (map[string]int, error) {
 	}
 	_, hasPerNode := t.cols[colPerNodes]
 	vcs := map[string]int{}
-	for {
-		ok, err := t.next()
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			break
-		}
+	err = t.each(func() error {
 		vc, err := t.required(colVC)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if _, dup := vcs[vc]; dup {
-			return nil, t.errf(colVC, "VC %q listed twice", vc)
+			return t.errf(colVC, "VC %q listed twice", vc)
 		}
 		nodes, err := t.count(colNodes)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if hasPerNode {
 			per, err := t.count(colPerNodes)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if per == 0 {
-				return nil, t.errf(colPerNodes, "must be positive")
+				return t.errf(colPerNodes, "must be positive")
 			}
 		}
 		vcs[vc] = nodes
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return vcs, nil
 }

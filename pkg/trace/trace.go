@@ -301,3 +301,46 @@ func (t *table) intSeconds(name, s string) (time.Duration, error) {
 	}
 	return time.Duration(n) * time.Second, nil
 }
+
+// readJobs reads a job table of format with the required columns: row
+// makes data row n (from 1) a Job, or says why it is dropped; its error
+// stops the read. The jobs are in file order; the report counts them.
+func readJobs(format string, r io.Reader, required []string, row func(t *table, n int) (Job, DropReason, error)) ([]Job, Report, error) {
+	var rep Report
+	t, err := newTable(format, r, required...)
+	if err != nil {
+		return nil, rep, err
+	}
+	var jobs []Job
+	err = t.each(func() error {
+		rep.Rows++
+		j, why, err := row(t, rep.Rows)
+		switch {
+		case err != nil:
+			return err
+		case why != "":
+			rep.drop(why)
+		default:
+			jobs = append(jobs, j)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, rep, err
+	}
+	rep.Kept = len(jobs)
+	return jobs, rep, nil
+}
+
+// each calls row for every data row, in order; an error stops the read.
+func (t *table) each(row func() error) error {
+	for {
+		ok, err := t.next()
+		if err != nil || !ok {
+			return err
+		}
+		if err := row(); err != nil {
+			return err
+		}
+	}
+}

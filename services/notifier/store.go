@@ -269,18 +269,15 @@ func (m *Mem) Retry(_ context.Context, d Delivery) error {
 	return nil
 }
 
-func (m *Mem) Delivered(_ context.Context, d Delivery) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.keys[d.key("s")] = d
-	delete(m.keys, d.key("p"))
-	return nil
-}
+func (m *Mem) Delivered(_ context.Context, d Delivery) error { return m.settle(d, "s") }
+func (m *Mem) Dead(_ context.Context, d Delivery) error      { return m.settle(d, "x") }
 
-func (m *Mem) Dead(_ context.Context, d Delivery) error {
+// settle keeps d under the kind ("s" sent, "x" dead) and drops it from
+// the pending ones.
+func (m *Mem) settle(d Delivery, kind string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.keys[d.key("x")] = d
+	m.keys[d.key(kind)] = d
 	delete(m.keys, d.key("p"))
 	return nil
 }
