@@ -99,7 +99,12 @@ FUZZ_TARGETS := pkg/events:FuzzDecodeRecord pkg/domain:FuzzValidate pkg/policy:F
 fuzz: ## Run each fuzz target for FUZZTIME (10s; make fuzz FUZZTIME=30s): event decoding, submit validation, teams file, HTTP and NATS API, the bounded JSON pass
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
 	  echo "== $$name ($$pkg, $(FUZZTIME))"; \
-	  out=$$($(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) ./$$pkg/ 2>&1) || { echo "$$out"; exit 1; }; \
+	  out=$$($(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) ./$$pkg/ 2>&1) || { \
+	    if ! echo "$$out" | grep -q 'Failing input written' && echo "$$out" | tail -6 | grep -q 'context deadline exceeded'; then \
+	      echo "$$out" | grep '^fuzz:' | tail -1; \
+	      echo "   (ended with 'context deadline exceeded' and no failing input: Go's fuzz coordinator racing -fuzztime, go.dev/issue/75804, unfixed in go1.26; not a failure)"; \
+	      continue; \
+	    fi; echo "$$out"; exit 1; }; \
 	  echo "$$out" | grep '^fuzz:' | tail -1; echo "$$out" | tail -1; \
 	done
 
