@@ -24,11 +24,20 @@ export GPUQ_NATS_URL=nats://127.0.0.1:$port
 id=$("$GPUQ" submit --team vision --priority high --gpus 2 --hours 0.01 --name metrics-check \
   --hypothesis "metrics are valid" --command 'true')
 for _ in $(seq 1 100); do "$GPUQ" show "$id" | grep -q 'completed' && break; sleep 0.2; done
-curl -fsS "http://$http/metrics" >"$dir/metrics.txt"
-for m in gpuq_tasks gpuq_gpus_free gpuq_scheduler_pass_duration_seconds_bucket gpuq_fold_lag_seconds \
-  gpuq_scheduler_decisions_total gpuq_estimate_p90_coverage_ratio gpuq_scheduler_lease_epoch gpuq_nats_reconnects_total \
-  gpuq_notifications_total gpuq_notification_delivery_seconds_bucket gpuq_notifications_pending; do
-  grep -q "^$m" "$dir/metrics.txt" || { echo "check-metrics: $m missing"; exit 1; }
+# The queue and cluster gauges read a summary the submitter's fold
+# publishes once a second (never its lock): a scrape may be a second
+# behind, so the first after the task's end is retried for a few seconds.
+want="gpuq_tasks gpuq_gpus_free gpuq_scheduler_pass_duration_seconds_bucket gpuq_fold_lag_seconds
+  gpuq_scheduler_decisions_total gpuq_estimate_p90_coverage_ratio gpuq_scheduler_lease_epoch gpuq_nats_reconnects_total
+  gpuq_notifications_total gpuq_notification_delivery_seconds_bucket gpuq_notifications_pending"
+for try in $(seq 1 25); do
+  curl -fsS "http://$http/metrics" >"$dir/metrics.txt"
+  missing=""
+  for m in $want; do grep -q "^$m" "$dir/metrics.txt" || missing="$missing $m"; done
+  [ -z "$missing" ] && break
+  sleep 0.2
 done
+[ -z "$missing" ] || { echo "check-metrics: missing:$missing"; exit 1; }
+grep -q '^gpuq_tasks{.*state="completed"' "$dir/metrics.txt" || { echo "check-metrics: gpuq_tasks has no completed task"; exit 1; }
 promtool check metrics <"$dir/metrics.txt"
 echo "check-metrics: promtool check metrics ok ($(grep -c '^gpuq_' "$dir/metrics.txt") gpuq samples)"
