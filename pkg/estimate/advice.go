@@ -122,13 +122,14 @@ func (e *Estimator) advise(st *domain.State, t *domain.Task, pos int, est Estima
 	}
 	waited := now.Sub(t.SubmittedAt)
 	// The one moment to worry: the wait passed 2× the estimate at
-	// submission and its breakdown says scheduling is broken (late.go);
-	// a legitimate reason revises the estimate instead.
+	// submission (the seed's rule: Alert says so, as it always has), and
+	// its breakdown says whether scheduling is broken (late.go): only
+	// then is it an alarm (Late.Alarm: the operators' metric and log, the
+	// alert notification); a legitimate reason revises the estimate and
+	// the text says so.
 	if v, ok := e.Late(t, now); ok {
 		a.Late = &v
-		if v.Alarm {
-			a.Alert = v.Text()
-		}
+		a.Alert = v.Text()
 	}
 	// Fewer GPUs, through amend (keeps the place), not cancel-and-resubmit;
 	// only when the policy's what-if starts it sooner than now estimated.

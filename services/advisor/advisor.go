@@ -271,7 +271,7 @@ func (a *Advisor) changed(st *domain.State, now time.Time) []estimate.Advice {
 		if ok && !estimate.Material(old, v) {
 			continue
 		}
-		if v.Alert != "" && old.Alert == "" && v.Late != nil {
+		if v.Late != nil && v.Late.Alarm && (old.Late == nil || !old.Late.Alarm) {
 			// Scheduling is broken: counted by cause and logged for the
 			// operators (the metric gpuq_advisor_alerts_total{cause}).
 			a.alerts[v.Late.Cause]++

@@ -295,7 +295,9 @@ func (d *Decider) evaluate(st *domain.State, id string, now time.Time) []Notice 
 				label(n.TaskName, n.Team), human(saves), human(time.Duration(sg.P50WaitS*float64(time.Second))), human(time.Duration(a.P50WaitS*float64(time.Second))), sg.Command))
 			out = append(out, n)
 		}
-		if a.Alert != "" && !tr.alerted {
+		// The alert notification is the alarm: the 2× rule crossed and
+		// scheduling broken (advice without a verdict: the rule alone).
+		if a.Alert != "" && (a.Late == nil || a.Late.Alarm) && !tr.alerted {
 			tr.alerted = true
 			n := d.adviceNotice(st, id, Alert, a, tr, NoticeID(id, Alert, tr.attempt), now)
 			n.Alert = a.Alert

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gpuq/gpuq/pkg/alarm"
 	"github.com/gpuq/gpuq/pkg/domain"
 	dt "github.com/gpuq/gpuq/pkg/domain/domaintest"
 	"github.com/gpuq/gpuq/pkg/estimate"
@@ -350,5 +351,38 @@ func TestDecideDeadlineUsesPredictedRun(t *testing.T) {
 	ns := f.d.Evaluate(f.st, f.now)
 	if len(ns) != 1 || ns[0].Type != DeadlineAtRisk || ns[0].RunS != 3*3600 || !strings.Contains(ns[0].Text, "about 3 h run") {
 		t.Fatalf("notices %+v: want deadline_at_risk on the predicted 3 h run (the user said 1 h)", ns)
+	}
+}
+
+// TestDecideAlertOnlyOnAlarm: advice past the 2× rule for a legitimate
+// reason (late.alarm false) sends no alert notice; the same wait with
+// scheduling broken does, once.
+func TestDecideAlertOnlyOnAlarm(t *testing.T) {
+	cases := map[string]struct {
+		late *alarm.Verdict
+		want int
+	}{
+		"legitimate: holders overran": {&alarm.Verdict{Reason: alarm.HoldersOverran}, 0},
+		"broken: scheduler stalled":   {&alarm.Verdict{Alarm: true, Cause: alarm.SchedulerStalled, Tell: "operators"}, 1},
+		"no verdict: the rule alone":  {nil, 1},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			f.rec(submitted(taskA))
+			a := estimate.Advice{TaskID: taskA, State: string(domain.Queued), P50Start: f.now.Add(time.Hour), P90Start: f.now.Add(2 * time.Hour),
+				P50WaitS: 3600, BasedOnSeq: f.seq, At: f.now, Reason: "waiting for 4 GPUs", Alert: "waited past 2×", Late: tc.late,
+				Suggestions: []estimate.Suggestion{}}
+			f.d.Advice(a)
+			alerts := 0
+			for _, n := range f.d.Evaluate(f.st, f.now) {
+				if n.Type == Alert {
+					alerts++
+				}
+			}
+			if alerts != tc.want {
+				t.Errorf("alert notices %d, want %d", alerts, tc.want)
+			}
+		})
 	}
 }
