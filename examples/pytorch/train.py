@@ -189,7 +189,7 @@ def train(args):
         opt.load_state_dict(ck["optimizer"])
         torch.set_rng_state(ck["rng"])
         step = ck["step"]
-        print("rank %d: resumed from %s at step %d (attempt %d)" % (rank, task.resume_from, step, task.attempt), flush=True)
+        say("rank %d: resumed from %s at step %d (attempt %d)" % (rank, task.resume_from, step, task.attempt))
     net = model
     if world > 1:
         net = torch.nn.parallel.DistributedDataParallel(model)
@@ -214,7 +214,7 @@ def train(args):
         stop = gtorch.should_checkpoint_all(task) if world > 1 else bool(task and task.should_checkpoint())
         if stop and step < args.steps:
             path = save_checkpoint(torch, dist, ckpt_dir, step, rank, world, model, opt)
-            print("rank %d: checkpoint at step %d" % (rank, step), flush=True)
+            say("rank %d: checkpoint at step %d" % (rank, step))
             if rank == 0:
                 p = task.preemption
                 task.checkpoint_committed(path, step=step)
@@ -239,6 +239,14 @@ def train(args):
         dist.barrier()
         leave_group()
     return 0
+
+
+def say(line):
+    """Prints one line in one write: the ranks share the job's output, and
+    print's separate write of the newline let two ranks' lines run
+    together ("rank 0: …rank 1: …")."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def leave_group():
