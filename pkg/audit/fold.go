@@ -25,6 +25,9 @@ func newFolder() *folder {
 // apply folds one record and returns why it was skipped ("" if applied).
 func (f *folder) apply(r events.Record) string { return f.fold.Apply(r) }
 
+// applyCoded is apply with the code of why the record was skipped.
+func (f *folder) applyCoded(r events.Record) (domain.SkipCode, string) { return f.fold.ApplyCoded(r) }
+
 // plan runs the policy, with reasons, on the state as folded, at the
 // fold's own time.
 func (f *folder) plan(pol *policy.Policy) policy.Result {

@@ -118,11 +118,11 @@ func Verify(recs []events.Record, o Options) Report {
 		rep.Events++
 		rep.LastSeq = r.Seq
 		v.before(r)
-		why := v.f.apply(r)
+		code, why := v.f.applyCoded(r)
 		if why != "" {
 			rep.Skipped = append(rep.Skipped, Skip{Seq: r.Seq, Subject: r.Subject, Reason: why})
 		}
-		v.after(r, why)
+		v.after(r, code, why)
 		if o.Live != nil && r.Seq == o.Live.Seq {
 			atLive = Digest(v.f.st)
 		}
@@ -287,12 +287,12 @@ func (v *verifier) allowed(victim *domain.Task, e events.PreemptRequested) strin
 	return fmt.Sprintf("under %s, a %s task preempted for %s, a %s task", e.Policy, victim.Priority, p.ID, p.Priority)
 }
 
-func (v *verifier) after(r events.Record, why string) {
+func (v *verifier) after(r events.Record, code domain.SkipCode, why string) {
 	st := v.f.st
 	// A decision judged before it was folded counts if it was applied, or
 	// refused for its placements (its writer broke the rule and the fold
 	// caught it); not if it was fenced or lost a race for the task.
-	if why == "" || strings.HasPrefix(why, "dispatched: placements") {
+	if why == "" || code == domain.SkipPlacement {
 		v.out = append(v.out, v.pending...)
 	}
 	if !strings.HasPrefix(r.Subject, events.TaskPrefix) {

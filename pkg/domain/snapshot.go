@@ -9,6 +9,7 @@ import (
 	"math/bits"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/gpuq/gpuq/pkg/events"
@@ -37,11 +38,13 @@ import (
 // writes. A change of the layout or of what a field means is a new
 // version; a snapshot of another version is refused (ErrSnapshotVersion),
 // which costs one full fold.
-const SnapshotVersion = 5 // 2: the leader epoch; 3: drained with preemption; 4: checkpoint steps, the attempt's preemption request, progress; 5: deadline and notify
+const SnapshotVersion = 6 // 2: the leader epoch; 3: drained with preemption; 4: checkpoint steps, the attempt's preemption request, progress; 5: deadline and notify; 6: the reason's code
 
 // snapshotOldest is the oldest format DecodeSnapshot still reads: a
 // version 4 snapshot is version 5 without the tasks' deadline and notify
-// destinations (they decode as none), so it is read rather than refused.
+// destinations (they decode as none), and a version 5 one is version 6
+// without the reasons' codes (upcastReasonCode), so both are read rather
+// than refused.
 const snapshotOldest = 4
 
 const snapHeader = 24
@@ -174,6 +177,8 @@ func (w *snapWriter) task(t *Task) {
 	for _, u := range t.Notify {
 		w.inline(u)
 	}
+	// Version 6.
+	w.shared(t.ReasonCode)
 }
 
 // DecodeSnapshot reads a snapshot written by EncodeSnapshot into a new
@@ -322,6 +327,7 @@ func (r *snapReader) task(t *Task) {
 	t.ProgressFraction = r.float()
 	t.ProgressAt = r.time()
 	if r.version < 5 {
+		upcastReasonCode(t)
 		return
 	}
 	t.Deadline = r.time()
@@ -330,6 +336,20 @@ func (r *snapReader) task(t *Task) {
 		for i := range t.Notify {
 			t.Notify[i] = r.inline()
 		}
+	}
+	if r.version < 6 {
+		upcastReasonCode(t)
+		return
+	}
+	t.ReasonCode = r.shared()
+}
+
+// upcastReasonCode gives a task of a snapshot written before reason codes
+// the one code a reader decides on, from the text of its reason: the one
+// place where that text is read (the log itself is folded with codes).
+func upcastReasonCode(t *Task) {
+	if t.State == Preempting && strings.HasPrefix(t.Reason, notStartedPrefix) {
+		t.ReasonCode = ReasonNotStarted
 	}
 }
 

@@ -41,6 +41,8 @@ type State struct {
 	pre     map[string]*Task // tasks holding GPUs in state Preempting
 	victims int              // running preemptible non-CRITICAL tasks holding GPUs
 	ends    endIndex         // tasks holding GPUs by estimated end (ends.go)
+
+	skip SkipCode // the code of the last record skipped (ApplyCoded)
 }
 
 // NewState returns an empty state.
@@ -51,6 +53,18 @@ func NewState() *State {
 
 // IdemKey is the key of the idempotency index.
 func IdemKey(team, key string) string { return team + "\x00" + key }
+
+// ApplyCoded is Apply with the code of why a record was skipped beside
+// the text ("" and "" when it was applied): the code is what a reader
+// decides on (audit verify), the text is for people and logs.
+func (s *State) ApplyCoded(r events.Record) (SkipCode, string) {
+	s.skip = ""
+	why := s.Apply(r)
+	if why == "" {
+		return "", ""
+	}
+	return s.skip, why
+}
 
 // Apply folds one record into the state. It never fails: a record it
 // cannot apply changes nothing but the counters and the expected sequence
@@ -70,6 +84,7 @@ func (s *State) Apply(r events.Record) (skipped string) {
 	s.ends.advance(at)
 	if why := events.SkipReason(r); why != "" {
 		s.Skipped++
+		s.skip = SkipUndecodable
 		// JetStream's expected-sequence check counts every message on a
 		// task's subjects, so the task's LastSeq must count this one too.
 		if strings.HasPrefix(r.Subject, events.TaskPrefix) {
@@ -95,7 +110,7 @@ func (s *State) Apply(r events.Record) (skipped string) {
 	}
 	t := s.Tasks[r.Event.Key()]
 	if t == nil {
-		return s.ignore(fmt.Sprintf("%s: task %s was never submitted", r.Event.EventType(), r.Event.Key()))
+		return s.ignore(SkipUnknownTask, fmt.Sprintf("%s: task %s was never submitted", r.Event.EventType(), r.Event.Key()))
 	}
 	t.LastSeq = r.Seq
 	defer s.track(t)
@@ -132,7 +147,7 @@ func (s *State) Apply(r events.Record) (skipped string) {
 func (s *State) applyAvailable(e events.Available) string {
 	for _, g := range e.GPUs {
 		if g.UUID == "" || g.MemoryMiB < 0 {
-			return s.ignore("available: a GPU without a UUID or with negative memory")
+			return s.ignore(SkipInvalidData, "available: a GPU without a UUID or with negative memory")
 		}
 	}
 	n := s.node(e.Node)
@@ -176,7 +191,7 @@ func (s *State) applyDrained(e events.Drained) string {
 func (s *State) applyUndrained(e events.Undrained) string {
 	n := s.Nodes[e.Node]
 	if n == nil || n.State != NodeDrained {
-		return s.ignore("undrained: node " + e.Node + " is not drained")
+		return s.ignore(SkipState, "undrained: node "+e.Node+" is not drained")
 	}
 	n.State, n.Reason, n.DrainPreempt = NodeUp, "", false
 	s.nodeEvent(e.Node)
@@ -190,7 +205,7 @@ func (s *State) applyLost(seq uint64, e events.Lost) string {
 	}
 	n := s.Nodes[e.Node]
 	if n == nil {
-		return s.ignore("lost: node " + e.Node + " is not known")
+		return s.ignore(SkipUnknownNode, "lost: node "+e.Node+" is not known")
 	}
 	n.State, n.Reason = NodeLost, e.Reason
 	// A cancelled task still holding GPUs there has no agent left to
@@ -208,7 +223,7 @@ func (s *State) applyLost(seq uint64, e events.Lost) string {
 // applyAmended folds amended; it returns why it skipped the record ("" when applied).
 func (s *State) applyAmended(t *Task, e events.Amended) string {
 	if t.State.Terminal() {
-		return s.ignore("amended: task is " + string(t.State))
+		return s.ignore(SkipState, "amended: task is "+string(t.State))
 	}
 	// A value out of range (or a class this build does not know) leaves
 	// its field unchanged.
@@ -237,7 +252,7 @@ func (s *State) applyAmended(t *Task, e events.Amended) string {
 func (s *State) applyCancelled(t *Task, at time.Time, e events.Cancelled) string {
 	switch t.State {
 	case Completed, Failed, Cancelled:
-		return s.ignore("cancelled: task is " + string(t.State) + " already")
+		return s.ignore(SkipState, "cancelled: task is "+string(t.State)+" already")
 	case Running, Preempting:
 		t.Holding = t.HoldsGPUs()
 	default:
@@ -246,7 +261,7 @@ func (s *State) applyCancelled(t *Task, at time.Time, e events.Cancelled) string
 	if t.State == Queued {
 		s.q.left(t, t.Priority)
 	}
-	t.State, t.EndedAt, t.Reason = Cancelled, at, e.Reason
+	t.State, t.EndedAt, t.Reason, t.ReasonCode = Cancelled, at, e.Reason, ""
 	return ""
 }
 
@@ -265,10 +280,10 @@ func (s *State) applyDispatched(t *Task, seq uint64, at time.Time, e events.Disp
 		return why
 	}
 	if t.State != Queued {
-		return s.ignore("dispatched: task is " + string(t.State) + ", not queued")
+		return s.ignore(SkipState, "dispatched: task is "+string(t.State)+", not queued")
 	}
 	if !s.canPlace(e.Placements) {
-		return s.ignore("dispatched: placements name GPUs that are unknown, held or repeated")
+		return s.ignore(SkipPlacement, "dispatched: placements name GPUs that are unknown, held or repeated")
 	}
 	s.q.left(t, t.Priority)
 	t.State, t.DispatchedAt, t.DispatchSeq = Dispatched, at, seq
@@ -282,7 +297,7 @@ func (s *State) applyDispatched(t *Task, seq uint64, at time.Time, e events.Disp
 	if e.ResumeFrom != "" && e.ResumeFrom == t.Checkpoint {
 		t.ResumeStep = t.CheckpointStep
 	}
-	t.Reason = e.Reason
+	t.Reason, t.ReasonCode = e.Reason, ""
 	t.PreemptFor, t.PreemptPolicy, t.PreemptAt = "", "", time.Time{}
 	for _, p := range e.Placements {
 		for _, g := range p.GPUs {
@@ -296,7 +311,7 @@ func (s *State) applyDispatched(t *Task, seq uint64, at time.Time, e events.Disp
 // applyStarted folds started; it returns why it skipped the record ("" when applied).
 func (s *State) applyStarted(t *Task, at time.Time, e events.Started) string {
 	if t.State != Dispatched {
-		return s.ignore("started: task is " + string(t.State) + ", not dispatched")
+		return s.ignore(SkipState, "started: task is "+string(t.State)+", not dispatched")
 	}
 	if why := s.fromNode(t, "started", e.Node); why != "" {
 		return why
@@ -314,9 +329,9 @@ func (s *State) applyPreemptRequested(t *Task, seq uint64, at time.Time, e event
 		return why
 	}
 	if t.State != Running && t.State != Dispatched {
-		return s.ignore("preempt_requested: task is " + string(t.State) + ", not running")
+		return s.ignore(SkipState, "preempt_requested: task is "+string(t.State)+", not running")
 	}
-	t.State, t.PreemptFor, t.Reason = Preempting, e.For, e.Reason
+	t.State, t.PreemptFor, t.Reason, t.ReasonCode = Preempting, e.For, e.Reason, e.Cause()
 	t.PreemptPolicy, t.PreemptAt = e.Policy, at
 	return ""
 }
@@ -327,7 +342,7 @@ func (s *State) applyCheckpointed(t *Task, at time.Time, e events.Checkpointed) 
 	case t.State == Dispatched, t.State == Running, t.State == Preempting:
 	case t.State == Cancelled && t.HoldsGPUs():
 	default:
-		return s.ignore("checkpointed: task is " + string(t.State) + "; a checkpoint is accepted only while it runs")
+		return s.ignore(SkipState, "checkpointed: task is "+string(t.State)+"; a checkpoint is accepted only while it runs")
 	}
 	t.Checkpoint, t.CheckpointAt, t.CheckpointStep = e.Ref, at, e.Step
 	return ""
@@ -336,13 +351,13 @@ func (s *State) applyCheckpointed(t *Task, at time.Time, e events.Checkpointed) 
 // applyProgressReported folds progress_reported; it returns why it skipped the record ("" when applied).
 func (s *State) applyProgressReported(t *Task, at time.Time, e events.ProgressReported) string {
 	if t.State != Running && t.State != Preempting {
-		return s.ignore("progress_reported: task is " + string(t.State) + ", not running")
+		return s.ignore(SkipState, "progress_reported: task is "+string(t.State)+", not running")
 	}
 	if why := s.fromNode(t, "progress_reported", e.Node); why != "" {
 		return why
 	}
 	if !(e.Fraction >= 0 && e.Fraction <= 1) || e.Step < 0 || e.Total < 0 || (e.Total > 0 && e.Step > e.Total) {
-		return s.ignore(fmt.Sprintf("progress_reported: step %d of %d, fraction %v out of range", e.Step, e.Total, e.Fraction))
+		return s.ignore(SkipInvalidData, fmt.Sprintf("progress_reported: step %d of %d, fraction %v out of range", e.Step, e.Total, e.Fraction))
 	}
 	t.ProgressStep, t.ProgressTotal, t.ProgressFraction, t.ProgressAt = e.Step, e.Total, e.Fraction, at
 	return ""
@@ -351,7 +366,7 @@ func (s *State) applyProgressReported(t *Task, at time.Time, e events.ProgressRe
 // applyPreempted folds preempted; it returns why it skipped the record ("" when applied).
 func (s *State) applyPreempted(t *Task, at time.Time, e events.Preempted) string {
 	if !t.HoldsGPUs() {
-		return s.ignore("preempted: task holds no GPUs (a duplicate or a stray report)")
+		return s.ignore(SkipState, "preempted: task holds no GPUs (a duplicate or a stray report)")
 	}
 	if why := s.fromNode(t, "preempted", e.Node); why != "" {
 		return why
@@ -366,7 +381,7 @@ func (s *State) applyPreempted(t *Task, at time.Time, e events.Preempted) string
 	if t.State == Running || t.State == Dispatched {
 		// Stopped by its node with no request of this attempt: the
 		// node's reason is the preemption's.
-		t.PreemptFor, t.PreemptPolicy, t.Reason = "", "", e.Reason
+		t.PreemptFor, t.PreemptPolicy, t.Reason, t.ReasonCode = "", "", e.Reason, ReasonNodeStopped
 	}
 	t.LostGPUSecs += e.LostGPUSeconds
 	s.release(t)
@@ -375,7 +390,7 @@ func (s *State) applyPreempted(t *Task, at time.Time, e events.Preempted) string
 	case e.NotStarted:
 		// Back to the queue by the scheduler's requeued, with this
 		// reason (decide), not counted as a preemption.
-		t.State, t.PreemptFor, t.Reason = Preempting, "", NotStartedReason(e.Node)
+		t.State, t.PreemptFor, t.Reason, t.ReasonCode = Preempting, "", NotStartedReason(e.Node), ReasonNotStarted
 	default:
 		t.Preemptions++
 		t.State = Preempting // until the scheduler's requeued
@@ -389,11 +404,11 @@ func (s *State) applyRequeued(t *Task, seq uint64, at time.Time, e events.Requeu
 		return why
 	}
 	if t.State.Terminal() || t.State == Queued {
-		return s.ignore("requeued: task is " + string(t.State))
+		return s.ignore(SkipState, "requeued: task is "+string(t.State))
 	}
 	s.endRun(t, at)
 	s.release(t)
-	t.State, t.Reason = Queued, e.Reason
+	t.State, t.Reason, t.ReasonCode = Queued, e.Reason, e.Cause()
 	t.ResumeFrom = e.ResumeFrom
 	s.q.add(t)
 	t.Node, t.PID = "", 0
@@ -411,7 +426,7 @@ func (s *State) applyCompleted(t *Task, at time.Time, e events.Completed) string
 // applyFailed folds failed; it returns why it skipped the record ("" when applied).
 func (s *State) applyFailed(t *Task, at time.Time, e events.Failed) string {
 	if t.State != Cancelled && (t.State.Terminal() || t.State == Queued) {
-		return s.ignore("failed: task is " + string(t.State))
+		return s.ignore(SkipState, "failed: task is "+string(t.State))
 	}
 	if why := s.fromNode(t, "failed", e.Node); why != "" {
 		return why
@@ -422,8 +437,9 @@ func (s *State) applyFailed(t *Task, at time.Time, e events.Failed) string {
 
 // ignore counts a fact that contradicts the state (first in log order
 // wins) and returns why.
-func (s *State) ignore(why string) string {
+func (s *State) ignore(code SkipCode, why string) string {
 	s.Ignored++
+	s.skip = code
 	return why
 }
 
@@ -442,10 +458,10 @@ func (s *State) ignore(why string) string {
 // write decisions at all is for the NATS server's permissions to decide.
 func (s *State) fence(seq, epoch, based uint64) string {
 	if based != 0 && seq != 0 && based >= seq {
-		return s.ignore(fmt.Sprintf("decision based on sequence %d, not before its own %d", based, seq))
+		return s.ignore(SkipFenced, fmt.Sprintf("decision based on sequence %d, not before its own %d", based, seq))
 	}
 	if epoch < s.Epoch && based < s.EpochSeq {
-		return s.ignore(fmt.Sprintf("decision of leader epoch %d, based on sequence %d, before epoch %d decided at %d: a deposed leader",
+		return s.ignore(SkipFenced, fmt.Sprintf("decision of leader epoch %d, based on sequence %d, before epoch %d decided at %d: a deposed leader",
 			epoch, based, s.Epoch, s.EpochSeq))
 	}
 	if epoch > s.Epoch {
@@ -460,7 +476,7 @@ func (s *State) fromNode(t *Task, what, node string) string {
 	if !t.HoldsGPUs() || t.holdsOn(node) {
 		return ""
 	}
-	return s.ignore(fmt.Sprintf("%s: reported by node %q, but the task runs on %s", what, node, t.Node))
+	return s.ignore(SkipWrongNode, fmt.Sprintf("%s: reported by node %q, but the task runs on %s", what, node, t.Node))
 }
 
 // applySubmitted folds submitted; it returns why it skipped the record ("" when applied).
@@ -469,7 +485,7 @@ func (s *State) applySubmitted(seq uint64, logTime time.Time, e events.Submitted
 		if seq > d.LastSeq {
 			d.LastSeq = seq // the stream's expected-sequence check counts it
 		}
-		return s.ignore("submitted: task " + e.TaskID + " exists already")
+		return s.ignore(SkipDuplicate, "submitted: task "+e.TaskID+" exists already")
 	}
 	p, err := ParsePriority(e.Priority)
 	if err != nil {
@@ -517,6 +533,7 @@ func (s *State) applySubmitted(seq uint64, logTime time.Time, e events.Submitted
 // of the same id may still create it.
 func (s *State) skipSubmit(why string) string {
 	s.Skipped++
+	s.skip = SkipInvalidData
 	return "submitted: invalid data: " + why
 }
 
@@ -527,7 +544,7 @@ func (s *State) finish(t *Task, at time.Time, to TaskState) string {
 		return ""
 	}
 	if t.State.Terminal() || t.State == Queued {
-		return s.ignore(fmt.Sprintf("%s: task is %s", to, t.State))
+		return s.ignore(SkipState, fmt.Sprintf("%s: task is %s", to, t.State))
 	}
 	s.endRun(t, at)
 	s.release(t)

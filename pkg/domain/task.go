@@ -1,7 +1,6 @@
 package domain
 
 import (
-	"strings"
 	"time"
 
 	"github.com/gpuq/gpuq/pkg/events"
@@ -105,6 +104,10 @@ type Task struct {
 	Error      string
 	StderrTail string
 	Reason     string // last reason recorded by a decision
+	// ReasonCode is the code beside Reason, for readers that decide on
+	// it (the Reason* codes, or the events' Preempt* and Requeue* codes
+	// of the request or requeue that set it; "" for others).
+	ReasonCode string
 
 	Checklist map[string]bool
 
@@ -212,8 +215,18 @@ func NotStartedReason(node string) string {
 	return notStartedPrefix + node + ": its agent stopped between recording the start and starting the process; nothing ran"
 }
 
+// Codes of Task.ReasonCode set by a node's report (the others are the
+// codes of the events that set the reason).
+const (
+	// ReasonNotStarted: the task's process never started on its node
+	// (events.Preempted.NotStarted); it goes back to the queue.
+	ReasonNotStarted = "not_started"
+	// ReasonNodeStopped: its node stopped a run no request asked to stop.
+	ReasonNodeStopped = "node_stopped"
+)
+
 // NotStarted reports whether t yields its GPUs because its process never
 // started (NotStartedReason).
 func (t *Task) NotStarted() bool {
-	return t.State == Preempting && t.PreemptFor == "" && strings.HasPrefix(t.Reason, notStartedPrefix)
+	return t.State == Preempting && t.PreemptFor == "" && t.ReasonCode == ReasonNotStarted
 }

@@ -36,9 +36,16 @@ func NewFold() *Fold { return &Fold{State: domain.NewState(), Pred: NewPredictor
 // Apply folds r and learns from it; it returns why r was skipped ("" if
 // applied), as domain.State.Apply.
 func (f *Fold) Apply(r events.Record) string {
-	why := f.State.Apply(r)
+	_, why := f.ApplyCoded(r)
+	return why
+}
+
+// ApplyCoded is Apply with the code of why r was skipped beside the text,
+// as domain.State.ApplyCoded.
+func (f *Fold) ApplyCoded(r events.Record) (domain.SkipCode, string) {
+	code, why := f.State.ApplyCoded(r)
 	if why == "" {
 		f.Pred.Learn(f.State, r)
 	}
-	return why
+	return code, why
 }
