@@ -165,7 +165,7 @@ type report struct {
 type Agent struct {
 	cfg     Config
 	inv     *inventory.Inventory
-	st      *domain.State
+	view    *view            // the folded log as the last reaction saw it (view.go)
 	procs   map[string]*proc // by runKey
 	pending map[string]report
 	exits   chan exit
@@ -175,7 +175,9 @@ type Agent struct {
 	// reported remembers runs whose end is in the log (or was found lost).
 	reported map[string]bool
 	lastOK   atomic.Int64 // unix nanos of the last heartbeat NATS accepted
-	fenced   bool
+	// fenced: cut off from NATS for longer than the node timeout (fence);
+	// the task sockets read it too.
+	fenced   atomic.Bool
 	procMu   sync.Mutex
 	liveRuns []bool         // what countLive saw, for the heartbeat
 	util     map[string]int // GPU UUID → utilization %, for the heartbeat
@@ -252,7 +254,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		})
 	}()
-	a := &Agent{cfg: cfg, inv: inv, st: domain.NewState(), procs: map[string]*proc{}, pending: map[string]report{},
+	a := &Agent{cfg: cfg, inv: inv, view: &view{tasks: map[string]*domain.Task{}, held: map[string]bool{}}, procs: map[string]*proc{}, pending: map[string]report{},
 		exits: make(chan exit, 64), wake: make(chan struct{}, 1), boot: uuid.NewString(), reported: map[string]bool{}}
 	a.socks = tasksock.NewServer(socketBackend{a})
 	if cfg.Metrics != nil {
@@ -312,9 +314,9 @@ func (a *Agent) run(ctx context.Context) error {
 		return err
 	}
 	// The runtime folds the log, from the agent's snapshot (in its node's
-	// own bucket) when there is one, and follows it; the agent's reaction
-	// runs with the fold's lock held, after each batch, every 200 ms and
-	// at each process exit.
+	// own bucket) when there is one, and follows it; the agent reacts after
+	// each batch, every 200 ms and at each process exit: it takes its view
+	// under the fold's lock and acts on it outside (view.go).
 	snaps := service.OpenSnapshotsIn(ctx, a.cfg.JS, events.SnapshotBucketOf("agent_"+a.cfg.Node), a.cfg.Replicas, "gpuagent", a.cfg.SnapshotEvery, a.cfg.Logger)
 	st, _ := snaps.Restore(ctx, a.cfg.Log, 0)
 	f := service.New("gpuagent", a.cfg.Log, a.cfg.Logger, st)
@@ -322,20 +324,18 @@ func (a *Agent) run(ctx context.Context) error {
 	var lastAnnounce time.Time
 	err = f.Run(ctx, service.Hooks{
 		CaughtUp: func(ctx context.Context) error {
-			var err error
-			f.Read(func(st *domain.State) {
-				a.st = st
-				a.logID = a.identity(ctx)
-				a.adopt()
-				// Announce the inventory.
-				if err = a.announce(ctx, true); err != nil {
-					return
-				}
-				lastAnnounce = a.cfg.Now()
-			})
-			if err != nil {
+			a.logID = a.identity(ctx)
+			adopted := a.adopt()
+			// The view names the adopted runs' tasks: take it after.
+			f.Read(func(st *domain.State) { a.view = a.see(st) })
+			for _, pr := range adopted {
+				a.reopenSocket(pr)
+			}
+			// Announce the inventory.
+			if err := a.announce(ctx, true); err != nil {
 				return err
 			}
+			lastAnnounce = a.cfg.Now()
 			close(caught)
 			a.lastOK.Store(a.cfg.Now().UnixNano())
 			go a.heartbeats(ctx, hb)
@@ -345,42 +345,41 @@ func (a *Agent) run(ctx context.Context) error {
 			return nil
 		},
 		React: func(ctx context.Context) error {
-			f.Read(func(st *domain.State) {
-				a.st = st
-				for drained := false; !drained; {
-					select {
-					case x := <-a.exits:
-						a.exited(x)
-					default:
-						drained = true
-					}
+			// Decide under the lock: the view; act outside it.
+			f.Read(func(st *domain.State) { a.view = a.see(st) })
+			for drained := false; !drained; {
+				select {
+				case x := <-a.exits:
+					a.exited(x)
+				default:
+					drained = true
 				}
-				a.flush(ctx)
-				a.recordProgress(ctx)
-				a.fence()
-				a.escalate()
-				if now := a.cfg.Now(); now.Sub(lastAnnounce) >= a.cfg.Heartbeat && !a.fenced {
-					lastAnnounce = now
-					// A node the scheduler declared lost (a partition, a
-					// long pause) comes back by announcing itself again.
-					n := a.st.Nodes[a.cfg.Node]
-					force := n == nil || n.State == domain.NodeLost
-					if force {
-						a.cfg.Logger.Info().Msg("gpuagent: the log has this node lost; announcing it again")
-					}
-					if err := a.announce(ctx, force); err != nil {
-						a.cfg.Logger.Warn().Err(err).Msg("gpuagent: announce failed")
-					}
+			}
+			a.flush(ctx)
+			a.recordProgress(ctx)
+			a.fence()
+			a.escalate()
+			if now := a.cfg.Now(); now.Sub(lastAnnounce) >= a.cfg.Heartbeat && !a.fenced.Load() {
+				lastAnnounce = now
+				// A node the scheduler declared lost (a partition, a
+				// long pause) comes back by announcing itself again.
+				n := a.view.node
+				force := n == nil || n.State == domain.NodeLost
+				if force {
+					a.cfg.Logger.Info().Msg("gpuagent: the log has this node lost; announcing it again")
 				}
-				a.reconcile(ctx)
-			})
+				if err := a.announce(ctx, force); err != nil {
+					a.cfg.Logger.Warn().Err(err).Msg("gpuagent: announce failed")
+				}
+			}
+			a.reconcile(ctx)
 			return nil
 		},
 		Tick:      200 * time.Millisecond,
 		Wake:      a.wake,
 		Snapshots: snaps,
 	})
-	f.Read(func(*domain.State) { a.stop() })
+	a.stop()
 	a.socks.CloseAll()
 	return err
 }

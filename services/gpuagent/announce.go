@@ -119,7 +119,7 @@ func (a *Agent) announce(ctx context.Context, force bool) error {
 	ev := events.Available{Node: a.cfg.Node, BootID: a.boot, Driver: a.inv.Driver()}
 	for _, g := range gpus {
 		ev.GPUs = append(ev.GPUs, events.GPU{UUID: g.UUID, Index: g.Index, Model: g.Model, MemoryMiB: g.MemoryMiB, Healthy: g.Healthy})
-		if g.Healthy && a.st.Owner[g.UUID] == "" && busy[g.UUID] == "" {
+		if g.Healthy && !a.view.held[g.UUID] && busy[g.UUID] == "" {
 			ev.FreeGPUs++
 		}
 	}

@@ -29,16 +29,16 @@ func (a *Agent) signalPreempt(pr *proc, t *domain.Task, grace time.Duration) {
 func (a *Agent) fence() {
 	since := a.cfg.Now().Sub(time.Unix(0, a.lastOK.Load()))
 	if since <= a.cfg.NodeTimeout {
-		if a.fenced {
+		if a.fenced.Load() {
 			a.cfg.Logger.Info().Msg("gpuagent: NATS reachable again; taking work")
-			a.fenced = false
+			a.fenced.Store(false)
 		}
 		return
 	}
-	if a.fenced {
+	if a.fenced.Load() {
 		return
 	}
-	a.fenced = true
+	a.fenced.Store(true)
 	a.cfg.Logger.Warn().Str("offline", since.Round(time.Second).String()).Str("node_timeout", a.cfg.NodeTimeout.String()).
 		Msg("gpuagent: cut off from NATS for longer than the node timeout; stopping every task")
 	for _, pr := range a.procs {
@@ -47,7 +47,7 @@ func (a *Agent) fence() {
 		}
 		pr.fenced = true
 		pr.p.MarkStopped(false)
-		t := a.st.Tasks[pr.task]
+		t := a.view.task(pr.task)
 		grace := 10 * time.Second
 		if t != nil {
 			grace = time.Duration(t.GraceS * float64(time.Second))
@@ -86,7 +86,7 @@ func (a *Agent) stop() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			t := a.st.Tasks[pr.task]
+			t := a.view.task(pr.task)
 			sig, grace := syscall.SIGUSR1, 5*time.Second
 			if t != nil {
 				if s := domain.Signals[t.PreemptSignal]; s != 0 {

@@ -23,9 +23,10 @@ func (a *Agent) foreign(s runner.Spec) bool {
 }
 
 // adopt takes over the runs an earlier agent left under the data
-// directory (once, when the log is folded); a run recorded under another
-// log is left alone, and logged.
-func (a *Agent) adopt() {
+// directory (once, when the log is folded) and returns them (their
+// sockets are opened again once the view names their tasks: reopenSocket);
+// a run recorded under another log is left alone, and logged.
+func (a *Agent) adopt() (adopted []*proc) {
 	dirs, _ := filepath.Glob(filepath.Join(a.cfg.DataDir, "tasks", "*", "runs", "*"))
 	sort.Strings(dirs)
 	for _, dir := range dirs {
@@ -48,11 +49,12 @@ func (a *Agent) adopt() {
 		}
 		a.procs[pr.key] = pr
 		a.watch(pr)
-		a.reopenSocket(pr)
+		adopted = append(adopted, pr)
 		a.cfg.Logger.Info().Str("task_id", s.TaskID).Uint64("dispatch", s.Dispatch).Int("pid", p.PID()).Bool("live", !p.Exited()).
 			Msg("gpuagent: adopted a run of an earlier agent")
 	}
 	a.countLive()
+	return adopted
 }
 
 // watch queues the run's end for the reaction.
@@ -80,7 +82,7 @@ func (a *Agent) mine(t *domain.Task) (p events.Placement, rank0, ok bool) {
 // placedHere reports whether the log places the run (task, dispatch) on
 // this node now and the task is not over.
 func (a *Agent) placedHere(task string, dispatch uint64) (*domain.Task, bool) {
-	t := a.st.Tasks[task]
+	t := a.view.task(task)
 	if t == nil || t.DispatchSeq != dispatch || !t.HoldsGPUs() {
 		return t, false
 	}
@@ -106,10 +108,10 @@ func (a *Agent) reconcile(ctx context.Context) {
 			a.cfg.Logger.Warn().Str("task_id", pr.task).Uint64("dispatch", pr.dispatch).Msg("gpuagent: the log no longer places this run here; stopping its process")
 		}
 	}
-	if a.fenced {
+	if a.fenced.Load() {
 		return // no new work while cut off from NATS
 	}
-	for _, t := range a.st.Active() {
+	for _, t := range a.view.here {
 		pl, rank0, ok := a.mine(t)
 		if !ok || !rank0 {
 			continue

@@ -80,7 +80,7 @@ func (a *Agent) gpuDied(pr *proc) bool {
 // (the message id makes a retry of a stored one a no-op). A report the
 // log has overtaken (the task moved meanwhile) is dropped.
 func (a *Agent) flush(ctx context.Context) {
-	if !a.fenced {
+	if !a.fenced.Load() {
 		a.spooled(ctx)
 	}
 	for key, r := range a.pending {
@@ -90,7 +90,7 @@ func (a *Agent) flush(ctx context.Context) {
 			_ = os.RemoveAll(r.runDir)
 			continue
 		}
-		if a.fenced {
+		if a.fenced.Load() {
 			continue
 		}
 		if _, err := events.Append(ctx, a.cfg.Log, r.ev, events.Meta{Time: a.cfg.Now()}, r.msgID, nil); err != nil {
@@ -127,7 +127,7 @@ func (a *Agent) spooled(ctx context.Context) {
 			continue
 		}
 		ref, step := readSpool(b)
-		t := a.st.Tasks[task]
+		t := a.view.task(task)
 		if ref == "" || t == nil || !t.HoldsGPUs() || t.Checkpoint == ref {
 			_ = os.Remove(path)
 			continue

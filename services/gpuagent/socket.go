@@ -70,7 +70,7 @@ func (a *Agent) reopenSocket(pr *proc) {
 	}
 	task := tasksock.Task{ID: pr.task, Run: pr.dispatch, GPUs: pr.gpus, Node: a.cfg.Node,
 		CheckpointDir: filepath.Join(a.cfg.CheckpointRoot, pr.task)}
-	if t := a.st.Tasks[pr.task]; t != nil {
+	if t := a.view.task(pr.task); t != nil {
 		task = a.socketTask(t, pr.dispatch, pr.gpus)
 	}
 	_, bind := a.openSocket(pr.key, task, pr.p.RunDir())
@@ -93,7 +93,7 @@ func (a *Agent) notePreempt(pr *proc, t *domain.Task, grace time.Duration) {
 	default:
 		p.ByTask, p.Policy = t.PreemptFor, t.PreemptPolicy
 		p.Reason = t.Reason // the request's own, naming its preemptor
-		by := a.st.Tasks[t.PreemptFor]
+		by := a.view.task(t.PreemptFor)
 		if by != nil {
 			p.ByPriority = by.Priority.String()
 		}
@@ -121,10 +121,8 @@ func (b socketBackend) Checkpoint(ctx context.Context, task tasksock.Task, c tas
 	a := b.a
 	out := tasksock.Committed{TaskID: task.ID, Ref: c.Ref, Step: c.Step}
 	var refuse error
-	fenced := false
 	if f := a.fold.Load(); f != nil {
 		f.Read(func(st *domain.State) {
-			fenced = a.fenced
 			t := st.Tasks[task.ID]
 			switch {
 			case t == nil:
@@ -137,6 +135,7 @@ func (b socketBackend) Checkpoint(ctx context.Context, task tasksock.Task, c tas
 	if refuse != nil {
 		return out, refuse
 	}
+	fenced := a.fenced.Load()
 	err := errors.New("the node is cut off from NATS")
 	if !fenced {
 		// Cut off for less than the node timeout, the append waits at most
@@ -198,7 +197,7 @@ type progressMark struct{ reported, appended time.Time }
 // most once per ProgressEvery. Cut off from NATS, nothing is appended (the
 // latest stays in memory and is recorded once NATS is back).
 func (a *Agent) recordProgress(ctx context.Context) {
-	if a.cfg.ProgressEvery < 0 || a.fenced {
+	if a.cfg.ProgressEvery < 0 || a.fenced.Load() {
 		return
 	}
 	now := a.cfg.Now()
