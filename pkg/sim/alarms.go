@@ -110,6 +110,16 @@ type FaultAlarms struct {
 	// late without the fault's help (or not late).
 	Recall    *float64 `json:"recall"`
 	FalseRate float64  `json:"false_rate"`
+	// ByFaultThrough: the ByFault tasks that waited through the fault
+	// (submitted before it ended, started after it began): the ones an
+	// observer of their own wait can know were held up by it;
+	// RecallThrough: the share of them alarmed. The rest of ByFault were
+	// submitted after the fault, into a schedule that diverged from the
+	// healthy run's: BaseOnly counts the tasks late without the fault but
+	// not with it, the same divergence seen from the other side.
+	ByFaultThrough int      `json:"late_by_fault_through"`
+	RecallThrough  *float64 `json:"recall_through"`
+	BaseOnly       int      `json:"late_without_fault_only"`
 	// MedianDelayS: median seconds from passing the threshold to the
 	// alarm, over the alarmed ByFault tasks.
 	MedianDelayS float64        `json:"median_delay_s"`
@@ -173,7 +183,7 @@ func (r alarmRun) metrics() *AlarmMetrics {
 func judgeFault(fault Fault, base, f alarmRun) FaultAlarms {
 	m := FaultAlarms{Fault: fault, ByCause: map[string]int{}}
 	var delays []float64
-	tp := 0
+	tp, tpThrough := 0, 0
 	for i := range f.tasks {
 		judged, late := f.judgedLate(i)
 		if !judged {
@@ -182,7 +192,14 @@ func judgeFault(fault Fault, base, f alarmRun) FaultAlarms {
 		m.N++
 		_, lateBase := base.judgedLate(i)
 		byFault := late && !lateBase
+		through := byFault && f.tasks[i].Submit < fault.At+fault.For && f.out.start[i] > fault.At
 		alarmed := f.al.alarmAt[i] >= 0
+		if lateBase && !late {
+			m.BaseOnly++
+		}
+		if through {
+			m.ByFaultThrough++
+		}
 		if late {
 			m.Late++
 		}
@@ -192,6 +209,9 @@ func judgeFault(fault Fault, base, f alarmRun) FaultAlarms {
 		if alarmed {
 			m.Alarmed++
 			m.ByCause[string(f.al.cause[i])]++
+			if through {
+				tpThrough++
+			}
 			if byFault {
 				tp++
 				delays = append(delays, (f.al.alarmAt[i] - f.al.cross[i]).Seconds())
@@ -201,6 +221,10 @@ func judgeFault(fault Fault, base, f alarmRun) FaultAlarms {
 	if m.ByFault > 0 {
 		r := round(float64(tp)/float64(m.ByFault), 4)
 		m.Recall = &r
+	}
+	if m.ByFaultThrough > 0 {
+		r := round(float64(tpThrough)/float64(m.ByFaultThrough), 4)
+		m.RecallThrough = &r
 	}
 	if m.N > 0 {
 		m.FalseRate = round(float64(m.Alarmed-tp)/float64(m.N), 4)
