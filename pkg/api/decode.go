@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -44,27 +44,20 @@ func Decode(data []byte, v any) (*jsonguard.Doc, *Error) {
 		}
 		return nil, invalid("body", err.Error())
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var te *json.UnmarshalTypeError
-		var se *json.SyntaxError
-		switch {
-		case errors.As(err, &te) && te.Field != "":
-			return nil, invalid(te.Field, jsonRule(te.Type.Kind(), te.Value))
-		case errors.As(err, &te):
-			return nil, invalid("body", fmt.Sprintf("must be a JSON object (got %s)", jsonValueKind(te.Value)))
-		case errors.As(err, &se):
-			return nil, invalid("body", fmt.Sprintf("invalid JSON at byte %d: %s", se.Offset, se.Error()))
+	if e := jsonguard.Strict(data, v); e != nil {
+		switch e.Kind {
+		case jsonguard.KindType:
+			return nil, invalid(e.Field, jsonRule(e.Type.Kind(), e.Value))
+		case jsonguard.KindNotObject:
+			return nil, invalid("body", fmt.Sprintf("must be a JSON object (got %s)", jsonValueKind(e.Value)))
+		case jsonguard.KindSyntax:
+			return nil, invalid("body", fmt.Sprintf("invalid JSON at byte %d: %s", e.Offset, e.Err.Error()))
+		case jsonguard.KindUnknownField:
+			return nil, invalid("body", "unknown field "+strconv.Quote(e.Field)+": not a field of this request")
+		case jsonguard.KindTrailing:
+			return nil, invalid("body", "invalid JSON: unexpected data after the value")
 		}
-		msg := strings.TrimPrefix(err.Error(), "json: ")
-		if f, ok := strings.CutPrefix(msg, "unknown field "); ok {
-			return nil, invalid("body", "unknown field "+f+": not a field of this request")
-		}
-		return nil, invalid("body", "invalid JSON: "+msg)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, invalid("body", "invalid JSON: unexpected data after the value")
+		return nil, invalid("body", "invalid JSON: "+strings.TrimPrefix(e.Err.Error(), "json: "))
 	}
 	return doc, nil
 }

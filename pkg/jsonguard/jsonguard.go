@@ -19,7 +19,9 @@
 // objects, and the keys of the open objects; it builds a path only when it
 // reports an error. It is used by every decoder of caller input: the
 // submitter's HTTP and NATS request API, the agent's and the advisor's
-// request API, the teams file and `gpuq audit import` archives.
+// request API, the teams file and `gpuq audit import` archives. Strict is
+// the strict decoding after it (no unknown field, one value), its errors
+// classified once for every request API to word.
 package jsonguard
 
 import (

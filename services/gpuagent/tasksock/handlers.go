@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/gpuq/gpuq/pkg/jsonguard"
 )
 
 // MaxRef bounds a checkpoint's ref, in bytes (Linux's PATH_MAX, as
@@ -188,26 +190,20 @@ func decodeBody(r *http.Request, v any) error {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return bad("body", "is empty: send a JSON object")
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var te *json.UnmarshalTypeError
-		var se *json.SyntaxError
-		switch {
-		case errors.As(err, &te) && te.Field != "":
-			return bad(te.Field, "must be a %s (got %s)", te.Type, te.Value)
-		case errors.As(err, &te):
-			return bad("body", "must be a JSON object (got %s)", te.Value)
-		case errors.As(err, &se):
-			return bad("body", "is not JSON: %v", err)
-		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			name, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
-			return bad(name, "unknown field")
+	if e := jsonguard.Strict(b, v); e != nil {
+		switch e.Kind {
+		case jsonguard.KindType:
+			return bad(e.Field, "must be a %s (got %s)", e.Type, e.Value)
+		case jsonguard.KindNotObject:
+			return bad("body", "must be a JSON object (got %s)", e.Value)
+		case jsonguard.KindSyntax:
+			return bad("body", "is not JSON: %v", e.Err)
+		case jsonguard.KindUnknownField:
+			return bad(e.Field, "unknown field")
+		case jsonguard.KindTrailing:
+			return bad("body", "must hold one JSON object")
 		}
-		return bad("body", "is not a JSON object: %v", err)
-	}
-	if dec.More() {
-		return bad("body", "must hold one JSON object")
+		return bad("body", "is not a JSON object: %v", e.Err)
 	}
 	return nil
 }

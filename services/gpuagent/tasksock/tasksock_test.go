@@ -137,6 +137,7 @@ func TestAPI(t *testing.T) {
 		"checkpoint not JSON":         {method: "POST", path: "/v1/checkpoint", ctype: js, body: `ref=/c`, wantStatus: 400, wantField: "body"},
 		"checkpoint an array":         {method: "POST", path: "/v1/checkpoint", ctype: js, body: `["/c"]`, wantStatus: 400, wantField: "body"},
 		"checkpoint two objects":      {method: "POST", path: "/v1/checkpoint", ctype: js, body: `{"ref": "/c"} {"ref": "/d"}`, wantStatus: 400, wantField: "body"},
+		"checkpoint stray brace":      {method: "POST", path: "/v1/checkpoint", ctype: js, body: `{"ref": "/c"}}`, wantStatus: 400, wantField: "body"},
 		"checkpoint as a form":        {method: "POST", path: "/v1/checkpoint", ctype: "application/x-www-form-urlencoded", body: `ref=/c`, wantStatus: 415, wantField: "Content-Type"},
 		"checkpoint body over 64 KiB": {method: "POST", path: "/v1/checkpoint", ctype: js, body: `{"ref": "/c", "pad": "` + strings.Repeat("x", MaxBody) + `"}`,
 			wantStatus: 413, wantField: "body"},
