@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
@@ -110,11 +111,11 @@ version (under 30 s on 2 cores).`,
 }
 
 // serviceScheduler runs services/scheduler as `gpuq dev` does, for the
-// lifecycle measurement: default policy, no node timeout (the mock agents
-// send no heartbeats), no logging.
-func serviceScheduler(ctx context.Context, log *jetstream.Log, ready func()) error {
+// lifecycle measurement: default policy, its metrics in reg, no node
+// timeout (the mock agents send no heartbeats), no logging.
+func serviceScheduler(ctx context.Context, log *jetstream.Log, reg prometheus.Registerer, ready func()) error {
 	return scheduler.Run(ctx, scheduler.Config{Log: log, JS: log.JetStream(), Logger: zerolog.Nop(),
-		Instance: "bench", NodeTimeout: -1, Ready: ready})
+		Instance: "bench", NodeTimeout: -1, Metrics: reg, Ready: ready})
 }
 
 // serviceStream runs services/submitter with its HTTP API on addr, for the
