@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/events/memlog"
 	"github.com/gpuq/gpuq/pkg/service"
+	"pgregory.net/rapid"
 )
 
 // errTimeout stands for an ack that did not come (the outcome unknown);
@@ -226,4 +228,77 @@ func equal(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// For any batch and any faults — acks lost before or after the append
+// was stored, several times over, a refusal the log answers — the batch
+// ends with every outcome definite, and the outcomes are the log's: a
+// message is acknowledged exactly when the log holds it, and holds it
+// once; Last is the highest sequence of the batch's messages in the log.
+func TestPropAppenderOutcomesAreTheLogs(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(1, 12).Draw(rt, "messages")
+		before := rapid.IntRange(0, n).Draw(rt, "stored before") // the first ones appended before, same ids
+		faults := map[string]fault{}
+		var msgs []events.Msg
+		for i := 0; i < n; i++ {
+			id := fmt.Sprintf("m%d", i)
+			msgs = append(msgs, events.Msg{Subject: "t." + id, Data: []byte(id), MsgID: id})
+			switch rapid.IntRange(0, 3).Draw(rt, "fault "+id) {
+			case 1:
+				faults[id] = fault{failing: rapid.IntRange(1, 3).Draw(rt, "lost "+id), err: errTimeout}
+			case 2:
+				faults[id] = fault{failing: rapid.IntRange(1, 3).Draw(rt, "ack lost "+id), err: errTimeout, stored: true}
+			case 3:
+				if i >= before { // the log answers a duplicate as one, whatever else it would refuse
+					faults[id] = fault{failing: -1, err: errRefused}
+				}
+			}
+		}
+		l := newFaultyLog(faults)
+		for _, m := range msgs[:before] {
+			if _, err := l.Log.Append(context.Background(), m); err != nil {
+				rt.Fatal(err)
+			}
+		}
+		a := service.NewAppender(l, nil)
+		a.MinBackoff, a.MaxBackoff = time.Microsecond, time.Microsecond
+		a.Retry = func(err error) bool { return errors.Is(err, errTimeout) }
+		a.Start(context.Background(), msgs)
+		r, ok := a.Wait(context.Background())
+		if !ok || r.Unknown != 0 {
+			rt.Fatalf("ok %v, %d unknown: want every outcome definite", ok, r.Unknown)
+		}
+		at := map[string]uint64{} // message id → its sequence in the log
+		if _, err := l.Read(context.Background(), 1, "", func(s events.Stored) error {
+			if _, twice := at[string(s.Data)]; twice {
+				rt.Fatalf("%s stored twice", s.Data)
+			}
+			at[string(s.Data)] = s.Seq
+			return nil
+		}); err != nil {
+			rt.Fatal(err)
+		}
+		var last uint64
+		for i, m := range msgs {
+			seq, in := at[m.MsgID]
+			res := r.Results[i]
+			switch {
+			case in && res.Err != nil:
+				rt.Fatalf("%s is in the log at %d, its outcome is %v", m.MsgID, seq, res.Err)
+			case !in && res.Err == nil:
+				rt.Fatalf("%s is not in the log, its outcome is an ack at %d", m.MsgID, res.Ack.Seq)
+			case in && res.Ack.Seq != seq:
+				rt.Fatalf("%s is in the log at %d, acked at %d", m.MsgID, seq, res.Ack.Seq)
+			case !in && !errors.Is(res.Err, errRefused):
+				rt.Fatalf("%s is not in the log with outcome %v: want only a refusal to leave it out", m.MsgID, res.Err)
+			}
+			if in {
+				last = max(last, seq)
+			}
+		}
+		if r.Last != last {
+			rt.Fatalf("Last %d, want %d", r.Last, last)
+		}
+	})
 }
