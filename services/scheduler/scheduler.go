@@ -252,25 +252,27 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 			// it (appends and their acks, in the background), so readers
 			// of the state (metrics, the digest) never wait on NATS. The
 			// fold advances only between reactions, so nothing is
-			// applied in between.
+			// applied in between: the digest, computed once the appends
+			// are out, is of the state decided on.
 			var p plan
 			fold.Read(func(st *domain.State) {
-				dg.update(st)
 				if ap.Busy() || st.Seq < waitFor {
 					return
 				}
 				p = s.decide(st)
 			})
+			if len(p.cmds) > 0 {
+				p, msgs, err := s.act(p, lease)
+				if err != nil {
+					return err
+				}
+				if len(msgs) > 0 {
+					acting = p
+					ap.Start(actx, msgs)
+				}
+			}
+			fold.Read(dg.update)
 			dg.publish(ctx)
-			if len(p.cmds) == 0 {
-				return nil
-			}
-			p, msgs, err := s.act(p, lease)
-			if err != nil || len(msgs) == 0 {
-				return err
-			}
-			acting = p
-			ap.Start(actx, msgs)
 			return nil
 		},
 		Tick:      s.cfg.Tick,
