@@ -326,11 +326,21 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	if cfg.runs("lifecycle") {
-		step(fmt.Sprintf("lifecycle: %d tasks on %d GPUs", cfg.Lifecycle.Tasks, cfg.Lifecycle.Nodes*8))
+		// Best of 2, as the raw rate it is compared with: the first run
+		// in a process is the slower one (measured: 285–383 µs of CPU a
+		// task first, 225–248 µs second, the same code), and whether it
+		// came first depended on the groups run.
+		step(fmt.Sprintf("lifecycle: %d tasks on %d GPUs, best of 2", cfg.Lifecycle.Tasks, cfg.Lifecycle.Nodes*8))
 		lo := cfg.Lifecycle
 		lo.Scheduler = cfg.Scheduler
-		if res.Detail.Lifecycle, err = Lifecycle(ctx, cfg.Dir, lo); err != nil {
-			return nil, fmt.Errorf("lifecycle: %w", err)
+		for i := 0; i < 2; i++ {
+			lr, err := Lifecycle(ctx, cfg.Dir, lo)
+			if err != nil {
+				return nil, fmt.Errorf("lifecycle: %w", err)
+			}
+			if i == 0 || lr.PerS() > res.Detail.Lifecycle.PerS() {
+				res.Detail.Lifecycle = lr
+			}
 		}
 	}
 	if cfg.runs("placement") {
@@ -541,7 +551,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 	row("fold_per_s", rate(r.FoldPerS), fmt.Sprintf("ReadAll + Apply; cpu %s/event; fold_vs_raw %.2f (cpu %.2f); %d GCs, heap peak %d MB, live %d MB; in memory: Decode %s, Apply %s",
 		us(d.Log.Fold.CPUPerOp()), r.FoldVsRaw, r.FoldVsRawCPU, d.Log.FoldMem.GCs, d.Log.FoldMem.HeapPeak>>20, d.Log.FoldMem.HeapLive>>20,
 		rate(d.Log.Decode.PerS()), rate(d.Log.Apply.PerS())))
-	row("lifecycle_tasks_per_s", rate(r.LifecycleTasksPerS), fmt.Sprintf("%d tasks on %d GPUs, %s; %d passes, %.1f decisions each; %s events appended",
+	row("lifecycle_tasks_per_s", rate(r.LifecycleTasksPerS), fmt.Sprintf("%d tasks on %d GPUs, %s, best of 2; %d passes, %.1f decisions each; %s events appended",
 		d.Lifecycle.Tasks, d.Lifecycle.GPUs, d.Lifecycle.Scheduler, d.Lifecycle.Passes, perPass(d.Lifecycle), rate(d.Lifecycle.EventsPerS())))
 	if d.R3RawPublish != nil {
 		row("r3_raw_publish_dedup_per_s", rate(r.R3RawPublishDedupPerS), fmt.Sprintf("3 servers on loopback, stream at R3: %d × %d B, best of 2; cpu %s/msg (all 3 servers)",
