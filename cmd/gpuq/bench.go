@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
@@ -23,7 +25,7 @@ import (
 func newBench() *cobra.Command {
 	var (
 		asJSON, quick bool
-		dir           string
+		dir, profile  string
 		logEvents     int
 		only          []string
 		adv           bench.AdvisorOptions
@@ -87,6 +89,17 @@ version (under 30 s on 2 cores).`,
 			cfg.Progress = func(s string) { fmt.Fprintln(os.Stderr, "bench:", s) }
 			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if profile != "" {
+				f, err := os.Create(profile)
+				if err != nil {
+					return &exitError{exitInvalid, fmt.Errorf("--cpuprofile: %w", err)}
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			r, err := bench.Run(ctx, cfg)
 			if err != nil {
 				return err
@@ -100,6 +113,7 @@ version (under 30 s on 2 cores).`,
 	fl := c.Flags()
 	fl.BoolVar(&asJSON, "json", false, "print JSON (every metric, ratio, goal and measurement)")
 	fl.BoolVar(&quick, "quick", false, "a smaller run: under 30 s on 2 cores; the restart is extrapolated from 50,000 events")
+	fl.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof; the embedded server's share is under nats-server)")
 	fl.StringVar(&dir, "dir", "", "parent directory of the temporary JetStream stores (default: the system's temp dir)")
 	fl.IntVar(&logEvents, "log-events", 0, "events in the log that is replayed, folded and restarted from, every service's restart included (0: 1,000,000, the figure the restart goals name; 50,000 with --quick, extrapolated to 1M)")
 	fl.StringSliceVar(&only, "only", nil, "run only these groups of measurements (comma-separated: "+strings.Join(bench.Groups, ", ")+"; without --only, all but stream run)")
@@ -110,11 +124,11 @@ version (under 30 s on 2 cores).`,
 }
 
 // serviceScheduler runs services/scheduler as `gpuq dev` does, for the
-// lifecycle measurement: default policy, no node timeout (the mock agents
-// send no heartbeats), no logging.
-func serviceScheduler(ctx context.Context, log *jetstream.Log, ready func()) error {
+// lifecycle measurement: default policy, its metrics in reg, no node
+// timeout (the mock agents send no heartbeats), no logging.
+func serviceScheduler(ctx context.Context, log *jetstream.Log, reg prometheus.Registerer, ready func()) error {
 	return scheduler.Run(ctx, scheduler.Config{Log: log, JS: log.JetStream(), Logger: zerolog.Nop(),
-		Instance: "bench", NodeTimeout: -1, Ready: ready})
+		Instance: "bench", NodeTimeout: -1, Metrics: reg, Ready: ready})
 }
 
 // serviceStream runs services/submitter with its HTTP API on addr, for the

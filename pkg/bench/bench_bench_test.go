@@ -76,7 +76,9 @@ func add(a, b Rate) Rate {
 }
 
 // BenchmarkLifecycle: ns/op is one task submitted, dispatched, started
-// and completed on 1,000 GPUs (Lifecycle, on a fresh server). Before it,
+// and completed on 1,000 GPUs (Lifecycle, on a fresh server), with this
+// package's test scheduler (gpuq bench --only lifecycle measures
+// services/scheduler). Before it,
 // outside the timer and on a fresh server of its own, 4 × b.N raw async
 // publishes with message ids: a task is four de-duplicated appends, so
 // raw/4 is what the appends alone allow (lifecycle_vs_raw4 is the share of
@@ -89,7 +91,7 @@ func BenchmarkLifecycle(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.StartTimer()
-	r, err := Lifecycle(ctx, b.TempDir(), LifecycleOptions{Tasks: b.N, Nodes: 125})
+	r, err := Lifecycle(ctx, b.TempDir(), LifecycleOptions{Tasks: b.N, Nodes: 125, Scheduler: testScheduler})
 	if err != nil {
 		b.Fatal(err)
 	}

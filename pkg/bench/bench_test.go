@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/events/jetstream"
-	"github.com/gpuq/gpuq/pkg/policy"
 )
 
 // Sizes here are small: these tests check that every measurement measures
@@ -21,7 +21,7 @@ import (
 
 func tiny() Config {
 	return Config{Quick: true, Dir: "", RawMsgs: 2000, IngestMsgs: 2000, LogEvents: 5000, LogNodes: 4, Rounds: 2,
-		Lifecycle: LifecycleOptions{Tasks: 300, Nodes: 4},
+		Lifecycle: LifecycleOptions{Tasks: 300, Nodes: 4}, Scheduler: testScheduler,
 		Placement: PlacementOptions{Nodes: 20, PerNode: 8, Queued: 500, Events: 50, NoEnvQueued: 200}}
 }
 
@@ -261,7 +261,7 @@ func TestIngestKeepsOneTaskPerKey(t *testing.T) {
 }
 
 func TestLifecycleCompletesEveryTask(t *testing.T) {
-	r, err := Lifecycle(context.Background(), t.TempDir(), LifecycleOptions{Tasks: 200, Nodes: 2})
+	r, err := Lifecycle(context.Background(), t.TempDir(), LifecycleOptions{Tasks: 200, Nodes: 2, Scheduler: testScheduler})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,8 +269,9 @@ func TestLifecycleCompletesEveryTask(t *testing.T) {
 	if want := uint64(2 + 4*200); r.Events != want {
 		t.Errorf("%d events in the log, want %d", r.Events, want)
 	}
-	if r.Passes == 0 || r.Conflicts != 0 {
-		t.Errorf("%d passes, %d conflicts; want some passes, no conflicts", r.Passes, r.Conflicts)
+	// The scheduler's figures come from its metrics: one dispatch per task.
+	if r.Passes == 0 || r.PassTime <= 0 || r.Decisions != 200 || r.Conflicts != 0 {
+		t.Errorf("%d passes in %v, %d decisions, %d conflicts; want some passes, 200 decisions, no conflicts", r.Passes, r.PassTime, r.Decisions, r.Conflicts)
 	}
 }
 
@@ -297,19 +298,22 @@ func TestQuantile(t *testing.T) {
 }
 
 // A scheduler passed in (as cmd/gpuq passes services/scheduler) is the
-// one that decides.
+// one that decides; without one there is no lifecycle to measure.
 func TestLifecycleWithSchedulerFunc(t *testing.T) {
 	called := false
-	sched := func(ctx context.Context, log *jetstream.Log, ready func()) error {
+	sched := func(ctx context.Context, log *jetstream.Log, reg prometheus.Registerer, ready func()) error {
 		called = true
-		return (&shell{pol: policy.New(policy.DefaultOptions())}).run(ctx, log, ready)
+		return testScheduler(ctx, log, reg, ready)
 	}
 	r, err := Lifecycle(context.Background(), t.TempDir(), LifecycleOptions{Tasks: 100, Nodes: 2, Scheduler: sched})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !called || r.Scheduler != "services/scheduler" || r.Passes != 0 {
-		t.Errorf("called %v, scheduler %q, %d passes: want the given scheduler, no shell passes", called, r.Scheduler, r.Passes)
+	if !called || r.Decisions != 100 {
+		t.Errorf("called %v, %d decisions: want the given scheduler's 100 dispatches", called, r.Decisions)
+	}
+	if _, err := Lifecycle(context.Background(), t.TempDir(), LifecycleOptions{Tasks: 100, Nodes: 2}); err == nil {
+		t.Error("Lifecycle without a scheduler: no error")
 	}
 }
 

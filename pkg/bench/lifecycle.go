@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/rs/zerolog"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,28 +12,23 @@ import (
 
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpuq/gpuq/pkg/decide"
-	"github.com/gpuq/gpuq/pkg/domain"
-	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/events/jetstream"
-	"github.com/gpuq/gpuq/pkg/policy"
-	"github.com/gpuq/gpuq/pkg/service"
 )
 
-// SchedulerFunc runs a scheduler on log until ctx ends, calling ready once
-// it has folded the log and decides. Lifecycle uses it to run
-// services/scheduler itself (cmd/gpuq passes one; this module cannot
-// import the services).
-type SchedulerFunc func(ctx context.Context, log *jetstream.Log, ready func()) error
+// SchedulerFunc runs a scheduler on log until ctx ends, with its metrics
+// registered in reg, calling ready once it has folded the log and
+// decides. Lifecycle runs services/scheduler itself with it (cmd/gpuq
+// passes one; this module cannot import the services).
+type SchedulerFunc func(ctx context.Context, log *jetstream.Log, reg prometheus.Registerer, ready func()) error
 
 // LifecycleOptions size a Lifecycle run.
 type LifecycleOptions struct {
 	Tasks int // submitted, each of 1 GPU
 	Nodes int // of 8 GPUs each
-	// Scheduler: nil runs the pipelined shell of this package (see
-	// Lifecycle); else this one.
+	// Scheduler decides (required): services/scheduler under gpuq bench.
 	Scheduler SchedulerFunc
 	// Replicas: 1 (default), one server; 3, a 3-server cluster on
 	// loopback with the stream at R3.
@@ -49,11 +43,14 @@ type LifecycleResult struct {
 	CPU       time.Duration `json:"cpu_ns"`    // the process's, over Took
 	Events    uint64        `json:"events"`    // in the log at the end
 	Scheduler string        `json:"scheduler"` // what decided
-	// Of the pipelined shell only:
-	Passes    int           `json:"passes,omitempty"`    // decide.Plan calls
-	PlanTime  time.Duration `json:"plan_ns,omitempty"`   // spent in decide.Plan
-	Conflicts int           `json:"conflicts,omitempty"` // appends refused by an expected sequence
-	MaxBatch  int           `json:"max_batch,omitempty"` // most commands of one pass
+	// From the scheduler's own metrics (gpuq_scheduler_*), over the whole
+	// run: its passes that appended something, the time from each such
+	// pass's decision to its appends' outcome, the decisions appended,
+	// and those refused by an expected sequence.
+	Passes    int           `json:"passes,omitempty"`
+	PassTime  time.Duration `json:"pass_ns,omitempty"`
+	Decisions int           `json:"decisions,omitempty"`
+	Conflicts int           `json:"conflicts,omitempty"`
 	// StartsRefused: mock agents' guarded started appends refused with
 	// "wrong last sequence" although they followed the dispatch. Seen
 	// rarely on a cluster under load: the consumer delivered the dispatch
@@ -68,6 +65,14 @@ func (r LifecycleResult) PerS() float64 {
 	return perSecond(int64(r.Tasks), r.Took)
 }
 
+// perPass is the scheduler's mean decisions per pass.
+func perPass(r LifecycleResult) float64 {
+	if r.Passes == 0 {
+		return 0
+	}
+	return float64(r.Decisions) / float64(r.Passes)
+}
+
 // EventsPerS is log appends per second.
 func (r LifecycleResult) EventsPerS() float64 {
 	return perSecond(int64(r.Events), r.Took)
@@ -80,14 +85,10 @@ func (r LifecycleResult) EventsPerS() float64 {
 //
 //   - the submit path of Ingest (validate, encode, async publish with the
 //     idempotency message id);
-//   - a scheduler: it folds the log as it follows it and, whenever its own
-//     appends are acknowledged and folded, runs decide.Plan with the
-//     default policy and appends the dispatches with the same message ids
-//     and expected sequences as services/scheduler, as the service does
-//     (events.AppendAll: all of a pass published, then the acks awaited),
-//     but folding on while the acks are awaited (the service waits for
-//     them). Without a lease or heartbeats. With o.Scheduler set, that
-//     scheduler instead;
+//   - the scheduler o.Scheduler — services/scheduler under gpuq bench,
+//     with its lease, its live digest, its snapshots and its metrics, as
+//     it runs in production, less the node timeout (the mock agents send
+//     no heartbeats) and the logging;
 //   - mock agents (one connection and one follower of dispatched events
 //     for all nodes): for each dispatch they append started (guarded by
 //     the dispatch's sequence, as the agent does) and completed at once,
@@ -97,10 +98,10 @@ func Lifecycle(ctx context.Context, dir string, o LifecycleOptions) (LifecycleRe
 	if o.Tasks < 1 || o.Nodes < 1 {
 		return LifecycleResult{}, fmt.Errorf("bench: lifecycle needs tasks and nodes (got %d, %d)", o.Tasks, o.Nodes)
 	}
-	res := LifecycleResult{Tasks: o.Tasks, GPUs: o.Nodes * per, Scheduler: "pkg/bench shell: decide.Plan, async appends"}
-	if o.Scheduler != nil {
-		res.Scheduler = "services/scheduler"
+	if o.Scheduler == nil {
+		return LifecycleResult{}, errors.New("bench: lifecycle needs a scheduler (gpuq bench passes services/scheduler)")
 	}
+	res := LifecycleResult{Tasks: o.Tasks, GPUs: o.Nodes * per, Scheduler: "services/scheduler"}
 	nd, err := startNodes(ctx, dir, o.Replicas)
 	if err != nil {
 		return res, err
@@ -122,16 +123,11 @@ func Lifecycle(ctx context.Context, dir string, o LifecycleOptions) (LifecycleRe
 	ready := make(chan struct{})
 	var once sync.Once
 	markReady := func() { once.Do(func() { close(ready) }) }
-	var sh *shell
-	sched := o.Scheduler
-	if sched == nil {
-		sh = &shell{pol: policy.New(policy.DefaultOptions())}
-		sched = sh.run
-	}
+	reg := prometheus.NewRegistry()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := sched(ctx, nd.log, markReady); err != nil && ctx.Err() == nil {
+		if err := o.Scheduler(ctx, nd.log, reg, markReady); err != nil && ctx.Err() == nil {
 			errc <- fmt.Errorf("scheduler: %w", err)
 		}
 	}()
@@ -213,11 +209,9 @@ func Lifecycle(ctx context.Context, dir string, o LifecycleOptions) (LifecycleRe
 	go func() { wg.Wait(); close(stopped) }()
 	select {
 	case <-stopped:
-		if sh != nil {
-			res.Passes, res.PlanTime, res.Conflicts, res.MaxBatch = sh.passes, sh.planTime, sh.conflicts, sh.maxBatch
-		}
 	case <-time.After(10 * time.Second): // the server's shutdown ends what is left
 	}
+	res.Passes, res.PassTime, res.Decisions, res.Conflicts = schedulerFigures(reg)
 	return res, nil
 }
 
@@ -264,125 +258,26 @@ func agents(ctx context.Context, f events.Follower, j js.JetStream) error {
 	}
 }
 
-// shell is the scheduler of Lifecycle: services/scheduler's loop (fold,
-// learning run times from completions; follow; decide when the own appends
-// are folded), folding while a pass's acks are awaited.
-type shell struct {
-	pol  *policy.Policy
-	pred *estimate.Predictor
-
-	passes, conflicts, maxBatch int
-	planTime                    time.Duration
-}
-
-// run is a SchedulerFunc. Its appends go out on the log's own connection,
-// as the service's do.
-func (s *shell) run(ctx context.Context, log *jetstream.Log, ready func()) error {
-	// The services' runtime folds the log and follows it; the shell's
-	// reaction is the scheduler's: decide once the own appends are folded,
-	// fold on while a pass's acks are awaited.
-	s.pred = estimate.NewPredictor(0)
-	f := service.New("bench", log, zerolog.Nop(), nil)
-	// waitFor is the highest sequence of the own appends; acked delivers
-	// the outcome of the pass whose acks are awaited (nil: none is). The
-	// next pass runs once both are done: its appends acknowledged and
-	// folded.
-	var (
-		waitFor uint64
-		acked   chan passAcks
-	)
-	wake := make(chan struct{}, 1)
-	return f.Run(ctx, service.Hooks{
-		Applied: func(st *domain.State, r events.Record, skipped string) {
-			if skipped == "" {
-				s.learn(st, r)
-			}
-		},
-		CaughtUp: func(context.Context) error { ready(); return nil },
-		React: func(ctx context.Context) error {
-			if acked != nil {
-				select {
-				case a := <-acked:
-					acked = nil
-					if a.err != nil {
-						return a.err
-					}
-					s.conflicts += a.conflicts
-					waitFor = max(waitFor, a.last)
-				default:
-					return nil
-				}
-			}
-			var (
-				msgs []events.Msg
-				err  error
-			)
-			f.Read(func(st *domain.State) {
-				if st.Seq >= waitFor {
-					msgs, err = s.pass(st)
-				}
-			})
-			if err != nil || len(msgs) == 0 {
-				return err
-			}
-			acked = make(chan passAcks, 1)
-			go func(c chan<- passAcks) {
-				c <- appendPass(ctx, log, msgs)
-				select {
-				case wake <- struct{}{}:
-				default:
-				}
-			}(acked)
-			return nil
-		},
-		Tick: time.Second,
-		Wake: wake,
-	})
-}
-
-// learn learns run times from a folded completion, as the service does.
-func (s *shell) learn(st *domain.State, r events.Record) { s.pred.Learn(st, r) }
-
-// pass runs decide.Plan and returns its commands as appends, with the
-// same message ids and expected sequences as services/scheduler's.
-func (s *shell) pass(st *domain.State) ([]events.Msg, error) {
-	now := time.Now()
-	cmds := decide.Plan(st, s.pol, now, decide.Liveness{}, s.pred.ForPolicy(now))
-	s.planTime += time.Since(now)
-	s.passes++
-	s.maxBatch = max(s.maxBatch, len(cmds))
-	msgs := make([]events.Msg, 0, len(cmds))
-	for _, c := range cmds {
-		subj, data, _, err := events.Encode(c.Event, events.Meta{Time: now})
-		if err != nil {
-			return nil, err
-		}
-		msgs = append(msgs, events.Msg{Subject: subj, Data: data, MsgID: c.MsgID, Expect: c.Expect})
+// schedulerFigures reads the scheduler's passes, their time, its
+// decisions and the decisions refused from its metrics (zero where it
+// registered none).
+func schedulerFigures(g prometheus.Gatherer) (passes int, took time.Duration, decisions, refused int) {
+	mfs, err := g.Gather()
+	if err != nil {
+		return 0, 0, 0, 0
 	}
-	return msgs, nil
-}
-
-// passAcks is what the log answered to one pass's appends.
-type passAcks struct {
-	last      uint64 // highest sequence appended (not a duplicate)
-	conflicts int    // appends refused by their expected sequence
-	err       error  // any other failure
-}
-
-// appendPass appends msgs as services/scheduler does (events.AppendAll:
-// all published, then the acks awaited) and sums up the answers.
-func appendPass(ctx context.Context, log events.Log, msgs []events.Msg) passAcks {
-	var a passAcks
-	for _, r := range events.AppendAll(ctx, log, msgs) {
-		switch {
-		case errors.Is(r.Err, events.ErrConflict):
-			a.conflicts++
-		case r.Err != nil:
-			a.err = r.Err
-			return a
-		case !r.Ack.Duplicate:
-			a.last = max(a.last, r.Ack.Seq)
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "gpuq_scheduler_pass_duration_seconds":
+				passes += int(m.GetHistogram().GetSampleCount())
+				took += time.Duration(m.GetHistogram().GetSampleSum() * float64(time.Second))
+			case "gpuq_scheduler_decisions_total":
+				decisions += int(m.GetCounter().GetValue())
+			case "gpuq_scheduler_decisions_refused_total":
+				refused += int(m.GetCounter().GetValue())
+			}
 		}
 	}
-	return a
+	return passes, took, decisions, refused
 }

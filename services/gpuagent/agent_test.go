@@ -29,6 +29,7 @@ import (
 type node struct {
 	t       *testing.T
 	log     *memlog.Log
+	alog    events.Log // the agent's own view of log (nil: log itself)
 	srv     *embedded.Server
 	dir     string
 	name    string
@@ -79,7 +80,11 @@ func (n *node) start(stopOnExit bool) {
 	var once sync.Once
 	n.cancel, n.done = cancel, make(chan error, 1)
 	go func() {
-		n.done <- Run(ctx, Config{Log: n.log, JS: js, Node: n.name, DataDir: n.dir, CheckpointRoot: filepath.Join(n.dir, "ckpt"),
+		var log events.Log = n.log
+		if n.alog != nil {
+			log = n.alog
+		}
+		n.done <- Run(ctx, Config{Log: log, JS: js, Node: n.name, DataDir: n.dir, CheckpointRoot: filepath.Join(n.dir, "ckpt"),
 			Inventory: inventory.Options{Mock: true, MockGPUs: 2}, Inv: n.inv, Logger: zerolog.Nop(), Heartbeat: 200 * time.Millisecond,
 			KillAfter: time.Second, NodeTimeout: n.timeout, StopOnExit: stopOnExit, Ready: func() { once.Do(func() { close(ready) }) }})
 	}()

@@ -76,13 +76,21 @@ func (a *Agent) gpuDied(pr *proc) bool {
 	return false
 }
 
-// flush appends the pending exit reports; one that fails stays pending
-// (the message id makes a retry of a stored one a no-op). A report the
-// log has overtaken (the task moved meanwhile) is dropped.
+// flush appends the pending exit reports, all of them published before
+// any ack is awaited (events.AppendAll: asynchronous publishes on one
+// connection, a bounded window in flight, one wait for the lot instead
+// of one per report); one that fails — its ack timed out, the connection
+// went — stays pending and is appended again by the next flush with the
+// same message id, so a retry of one that was stored is a no-op. A report
+// the log has overtaken (the task moved meanwhile) is dropped.
 func (a *Agent) flush(ctx context.Context) {
 	if !a.fenced.Load() {
 		a.spooled(ctx)
 	}
+	var (
+		keys []string
+		msgs []events.Msg
+	)
 	for key, r := range a.pending {
 		if _, placed := a.placedHere(r.task, r.dispatch); !placed {
 			delete(a.pending, key)
@@ -93,9 +101,23 @@ func (a *Agent) flush(ctx context.Context) {
 		if a.fenced.Load() {
 			continue
 		}
-		if _, err := events.Append(ctx, a.cfg.Log, r.ev, events.Meta{Time: a.cfg.Now()}, r.msgID, nil); err != nil {
+		subj, data, _, err := events.Encode(r.ev, events.Meta{Time: a.cfg.Now()})
+		if err != nil {
+			a.cfg.Logger.Error().Err(err).Str("task_id", r.task).Str("event", string(r.ev.EventType())).Msg("gpuagent: report does not encode")
+			continue
+		}
+		keys = append(keys, key)
+		msgs = append(msgs, events.Msg{Subject: subj, Data: data, MsgID: r.msgID})
+	}
+	if len(msgs) == 0 {
+		return
+	}
+	for i, res := range events.AppendAll(ctx, a.cfg.Log, msgs) {
+		key := keys[i]
+		r := a.pending[key]
+		if res.Err != nil {
 			if ctx.Err() == nil {
-				a.cfg.Logger.Warn().Err(err).Str("task_id", r.task).Str("event", string(r.ev.EventType())).Msg("gpuagent: report failed; will retry")
+				a.cfg.Logger.Warn().Err(res.Err).Str("task_id", r.task).Str("event", string(r.ev.EventType())).Msg("gpuagent: report failed; will retry")
 			}
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -187,7 +188,22 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 	hbDone := make(chan struct{})
 	dg := newLiveDigest(lease.kv, s.cfg.Instance, lease.epoch, lease.ttl)
 	defer dg.clear()
-	var waitFor uint64 // our last append; no pass until folded
+	// The decisions are appended in the background, one pass at a time
+	// (act), so that the fold goes on while their acks are awaited; the
+	// next pass is decided once the last one's outcome is known and the
+	// fold holds every append of it that is in the log (waitFor).
+	wake := make(chan struct{}, 1)
+	actx, stopActing := context.WithCancel(ctx)
+	ap := service.NewAppender(s.cfg.Log, wake)
+	ap.Retry, ap.Hold = unknownOutcome, lease.valid
+	defer func() {
+		stopActing()
+		ap.Wait(context.Background()) // nothing is appended after the term
+	}()
+	var (
+		waitFor uint64 // the highest sequence of our appends; no pass until folded
+		acting  plan   // the pass whose appends are in flight
+	)
 	err := fold.Run(ctx, service.Hooks{
 		Applied: func(st *domain.State, r events.Record, skipped string) {
 			s.clock.observe(r.Time)
@@ -223,27 +239,44 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 			if !lease.valid() {
 				return errLeaseExpired
 			}
+			if ap.Busy() {
+				if out, done := ap.Take(); done {
+					last, err := s.acted(ctx, acting, out)
+					if err != nil {
+						return err
+					}
+					waitFor = max(waitFor, last)
+				}
+			}
 			// Decide under the fold's lock (pure: commands), act outside
-			// it (appends and their acks), so readers of the state
-			// (metrics, the digest) never wait on NATS. The fold advances
-			// only between reactions, so nothing is applied in between.
+			// it (appends and their acks, in the background), so readers
+			// of the state (metrics, the digest) never wait on NATS. The
+			// fold advances only between reactions, so nothing is
+			// applied in between: the digest, computed once the appends
+			// are out, is of the state decided on.
 			var p plan
 			fold.Read(func(st *domain.State) {
-				dg.update(st)
-				if st.Seq < waitFor {
+				if ap.Busy() || st.Seq < waitFor {
 					return
 				}
 				p = s.decide(st)
 			})
-			dg.publish(ctx)
-			if len(p.cmds) == 0 {
-				return nil
+			if len(p.cmds) > 0 {
+				p, msgs, err := s.act(p, lease)
+				if err != nil {
+					return err
+				}
+				if len(msgs) > 0 {
+					acting = p
+					ap.Start(actx, msgs)
+				}
 			}
-			last, err := s.act(ctx, p, lease)
-			waitFor = max(waitFor, last)
-			return err
+			fold.Read(dg.update)
+			dg.publish(ctx)
+			return nil
 		},
 		Tick:      s.cfg.Tick,
+		Wake:      wake,
 		Snapshots: s.snaps.Snapshots,
 		Own:       own(s.pred),
 	})
@@ -253,15 +286,19 @@ func (s *Scheduler) lead_(ctx context.Context, lease *lease) error {
 	return err
 }
 
-// pass runs the pure policy and the protocol reactions and appends their
-// events, all published before any ack is awaited when the log can batch
-// (events.AppendAll: each is stored or refused as if appended alone, in
-// order); it returns the highest sequence appended.
+// A pass decides (decide: the pure policy and the protocol reactions,
+// under the fold's lock), then acts (act: its events encoded, stamped
+// with the lease's epoch, handed to the Appender, which publishes them
+// all before it awaits any ack — events.AppendAll: each stored or
+// refused as if appended alone, in order — and retries those whose
+// outcome stays unknown), then takes the outcome (acted).
 //
 // Its clock is the server's (serverClock): node ages and the policy's
 // "now" are judged on the log's and the heartbeats' own timestamps.
 // Every decision carries the lease's epoch; if the lease is no longer
-// certainly held when the pass is ready to append, nothing is appended.
+// certainly held when the pass is ready to append, or when an append is
+// to be retried, nothing (more) is appended.
+
 // plan is one decision step's outcome: the commands decided on the state
 // at seq, at now.
 type plan struct {
@@ -292,61 +329,95 @@ func (s *Scheduler) decide(st *domain.State) plan {
 	return plan{cmds: cmds, seq: st.Seq, now: now, start: start}
 }
 
-// act appends a plan's commands, outside the fold's lock, under the
-// lease: each with the leader's epoch and its expected-sequence guard (a
-// stale one is refused and decided again). It returns the last sequence
-// appended.
-func (s *Scheduler) act(ctx context.Context, p plan, lease *lease) (uint64, error) {
-	cmds, now := p.cmds, p.now
+// act turns a plan's commands into appends, outside the fold's lock,
+// under the lease: each with the leader's epoch and its expected-sequence
+// guard (a stale one is refused and decided again). It returns the plan
+// with the stamped events of the commands sent, and their appends:
+// msgs[i] is cmds[i]'s (a command whose event does not encode is logged
+// and left out).
+func (s *Scheduler) act(p plan, lease *lease) (plan, []events.Msg, error) {
 	if !lease.valid() {
-		return 0, errLeaseExpired
+		return p, nil, errLeaseExpired
 	}
-	defer func() { s.m.Pass(time.Since(p.start)) }()
-	msgs := make([]events.Msg, 0, len(cmds))
-	sent := make([]int, 0, len(cmds)) // msgs[j] is cmds[sent[j]]
-	for i, c := range cmds {
+	msgs := make([]events.Msg, 0, len(p.cmds))
+	sent := p.cmds[:0]
+	for _, c := range p.cmds {
 		c.Event = withEpoch(c.Event, lease.epoch, p.seq)
-		cmds[i] = c
-		subj, data, _, err := events.Encode(c.Event, events.Meta{Time: now})
+		subj, data, _, err := events.Encode(c.Event, events.Meta{Time: p.now})
 		if err != nil {
 			s.cfg.Logger.Error().Err(err).Str("event", string(c.Event.EventType())).Msg("scheduler: append failed")
 			continue
 		}
 		msgs = append(msgs, events.Msg{Subject: subj, Data: data, MsgID: c.MsgID, Expect: c.Expect})
-		sent = append(sent, i)
+		sent = append(sent, c)
 	}
-	var last uint64
-	for j, r := range events.AppendAll(ctx, s.cfg.Log, msgs) {
-		c := cmds[sent[j]]
+	p.cmds = sent
+	return p, msgs, nil
+}
+
+// acted takes the outcome of a plan's appends (out.Results[i] is
+// p.cmds[i]'s): it returns the highest sequence the log holds of them,
+// duplicates included — the fold must reach it before the next pass, so
+// that a decision that landed is never decided again on a state without
+// it. An append whose outcome stayed unknown (the term ended, the lease
+// went while it was retried) ends the term: the next one folds the log
+// afresh.
+func (s *Scheduler) acted(ctx context.Context, p plan, out service.Appended) (uint64, error) {
+	defer func() { s.m.Pass(time.Since(p.start)) }()
+	for i, r := range out.Results {
+		c := p.cmds[i]
 		switch {
 		case errors.Is(r.Err, events.ErrConflict):
 			s.cfg.Logger.Debug().Str(keyField(c.Event), c.Event.Key()).Msg("scheduler: stale decision refused; will re-decide")
 			s.m.Refused()
 			continue
 		case r.Err != nil:
-			if ctx.Err() != nil {
-				return last, ctx.Err()
+			if ctx.Err() == nil {
+				s.cfg.Logger.Error().Err(r.Err).Str("event", string(c.Event.EventType())).Msg("scheduler: append failed")
 			}
-			s.cfg.Logger.Error().Err(r.Err).Str("event", string(c.Event.EventType())).Msg("scheduler: append failed")
 			continue
 		}
-		if !r.Ack.Duplicate && r.Ack.Seq > last {
-			last = r.Ack.Seq
+		if r.Ack.Duplicate {
+			continue
 		}
-		if !r.Ack.Duplicate {
-			s.m.Decided(c.Event)
-		}
-		l := s.cfg.Logger.Info().Str("event", string(c.Event.EventType())).Str(keyField(c.Event), c.Event.Key())
-		if d, ok := c.Event.(events.Dispatched); ok && len(d.Placements) > 0 {
-			nodes := make([]string, len(d.Placements))
-			for i, p := range d.Placements {
-				nodes[i] = p.Node
+		s.m.Decided(c.Event)
+		if l := s.cfg.Logger.Info(); l.Enabled() {
+			l = l.Str("event", string(c.Event.EventType())).Str(keyField(c.Event), c.Event.Key())
+			if d, ok := c.Event.(events.Dispatched); ok && len(d.Placements) > 0 {
+				nodes := make([]string, len(d.Placements))
+				for i, p := range d.Placements {
+					nodes[i] = p.Node
+				}
+				l = l.Str("node", strings.Join(nodes, ","))
 			}
-			l = l.Str("node", strings.Join(nodes, ","))
+			l.Uint64("seq", r.Ack.Seq).Msg("scheduler: decided")
 		}
-		l.Uint64("seq", r.Ack.Seq).Msg("scheduler: decided")
 	}
-	return last, nil
+	if out.Retries > 0 {
+		s.cfg.Logger.Warn().Int("retried", out.Retries).Int("unknown", out.Unknown).Msg("scheduler: appends retried after an unknown outcome")
+	}
+	if out.Unknown > 0 {
+		if ctx.Err() != nil {
+			return out.Last, ctx.Err()
+		}
+		return out.Last, errLeaseExpired
+	}
+	return out.Last, nil
+}
+
+// unknownOutcome reports whether an append's error leaves its outcome
+// unknown (an ack that timed out, a connection lost, no responder): the
+// append is retried with the same message id and guard. An error the
+// server answered (JetStream's API error) or the client refused before
+// sending is final.
+func unknownOutcome(err error) bool {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.As(err, &apiErr), errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadSubject),
+		errors.Is(err, nats.ErrHeadersNotSupported), errors.Is(err, nats.ErrInvalidMsg):
+		return false
+	}
+	return true
 }
 
 // keyField is the log field of e's key: "node" for a node's event,
