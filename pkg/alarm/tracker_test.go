@@ -105,6 +105,29 @@ func TestTracker(t *testing.T) {
 			w.at(t0.Add(10*time.Minute), dt.Dispatch("o", dt.On("n2", 0))).observe(t0.Add(11 * time.Minute))
 			return w.verdict(t, t0.Add(2*time.Hour+30*time.Minute), time.Hour)
 		}, want{reason: alarm.HoldersOverran}},
+		"the backlog of a stall it waited through: alarm": {func(t *testing.T) alarm.Verdict {
+			// q waits behind a holder through a stall of about 35 minutes
+			// (o startable, undecided); after o is dispatched the stall's
+			// backlog is charged to q for as long again, and without it the
+			// excess (100 minutes against a threshold of 60) would be legit.
+			w := stalled(holder(newWorld()), q)
+			return w.verdict(t, t0.Add(100*time.Minute), 30*time.Minute)
+		}, want{alarm: true, cause: alarm.SchedulerStalled}},
+		"submitted after a stall ended, in its backlog: legitimate": {func(t *testing.T) alarm.Verdict {
+			// Its estimate at submission saw the backlog, which q, waiting
+			// through the stall, keeps; the stall is no reason for p's late
+			// start (charging it raised false alarms).
+			w := stalled(holder(newWorld()), q)
+			p := dt.Task().ID("p").GPUs(4).Hours(1).SubmittedAt(t0.Add(41 * time.Minute)).Submitted()
+			w.at(t0.Add(41*time.Minute), p).observe(t0.Add(41 * time.Minute))
+			at := t0.Add(86 * time.Minute)
+			w.observe(at)
+			b, ok := w.k.Breakdown("p", 45*time.Minute, 20*time.Minute, 40*time.Minute)
+			if !ok {
+				t.Fatal("p not tracked")
+			}
+			return alarm.Classify(b)
+		}, want{reason: alarm.HoldersOverran}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -114,4 +137,16 @@ func TestTracker(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stalled is a stall of the scheduler from t0 to 40 minutes: o, startable
+// on n2 from t0, is dispatched only then (q, when given, waits from t0).
+func stalled(w *world, q events.Event) *world {
+	w.at(t0, dt.Node("n2").GPUs(1).Available())
+	if q != nil {
+		w.at(t0, q)
+	}
+	o := dt.Task().ID("o").GPUs(1).SubmittedAt(t0).Submitted()
+	w.at(t0, o).observe(t0.Add(time.Second)).observe(t0.Add(5 * time.Minute)).observe(t0.Add(40 * time.Minute))
+	return w.at(t0.Add(40*time.Minute), dt.Dispatch("o", dt.On("n2", 0))).observe(t0.Add(40*time.Minute + time.Second))
 }

@@ -76,16 +76,13 @@ func TestAlarmsUnderFaults(t *testing.T) {
 	}
 	s := a.Faults[0]
 	t.Logf("stall: %+v", s)
-	if s.ByFault == 0 || s.Recall == nil || *s.Recall < 0.8 || s.ByCause[string(alarm.SchedulerStalled)] == 0 || s.FalseRate > 0.05 {
-		t.Errorf("stall: %d late by the fault, recall %.3f, false rate %.4f, by cause %v; want recall ≥ 0.8, scheduler_stalled, false rate ≤ 0.05",
-			s.ByFault, deref(s.Recall), s.FalseRate, s.ByCause)
-	}
-	// Those that waited through the stall are nearly all alarmed: the
-	// rest of the recall's misses came in after it.
+	// The tasks late by the stall that waited through it are alarmed;
+	// the rest of recall's misses were submitted after it, into a
+	// schedule that diverged (as many tasks are late only without it).
 	t.Logf("stall: recall %.3f, through the fault %.3f (%d), late only without it %d", deref(s.Recall), deref(s.RecallThrough), s.ByFaultThrough, s.BaseOnly)
-	if s.ByFaultThrough == 0 || deref(s.RecallThrough) < deref(s.Recall) {
-		t.Errorf("stall: %d late by the fault waited through it, recall among them %.3f; want some, at least the recall %.3f",
-			s.ByFaultThrough, deref(s.RecallThrough), deref(s.Recall))
+	if s.ByFaultThrough == 0 || deref(s.RecallThrough) < 0.9 || s.ByCause[string(alarm.SchedulerStalled)] == 0 || s.FalseRate > 0.05 {
+		t.Errorf("stall: %d late by the fault waited through it, recall among them %.3f, false rate %.4f, by cause %v; want some, recall ≥ 0.9, scheduler_stalled, false rate ≤ 0.05",
+			s.ByFaultThrough, deref(s.RecallThrough), s.FalseRate, s.ByCause)
 	}
 	d := a.Faults[1]
 	t.Logf("nodes down: %+v", d)
@@ -99,12 +96,13 @@ func TestAlarmsUnderFaults(t *testing.T) {
 		}
 	}
 	// Nodes down: the alarms name nodes_lost and few are false. Its
-	// recall on this small cluster is low (0.33): most tasks late only in
-	// the faulted run were submitted hours after the nodes came back and
-	// the backlog drained — the schedule diverged, not a fault they waited
-	// through (docs/operations.md).
-	if d.Alarmed == 0 || d.FalseRate > 0.05 {
-		t.Errorf("nodes down: %d alarms, false rate %.4f; want some, false rate ≤ 0.05", d.Alarmed, d.FalseRate)
+	// recall on this small cluster is low (0.22): most tasks late only in
+	// the faulted run were submitted after the nodes came back — the
+	// schedule diverged, not a fault they waited through
+	// (docs/operations.md).
+	if d.Alarmed == 0 || d.FalseRate > 0.05 || d.ByFaultThrough == 0 || deref(d.RecallThrough) < 0.9 {
+		t.Errorf("nodes down: %d alarms, false rate %.4f, %d late by the fault waited through it, recall among them %.3f; want some, false rate ≤ 0.05, some, recall ≥ 0.9",
+			d.Alarmed, d.FalseRate, d.ByFaultThrough, deref(d.RecallThrough))
 	}
 }
 
