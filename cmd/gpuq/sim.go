@@ -9,9 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -42,6 +44,7 @@ type simFlags struct {
 	plot                   string
 	progressModel          string
 	policyProgress         bool
+	cpuProfile             string // --cpuprofile
 }
 
 func newSim() *cobra.Command {
@@ -134,7 +137,8 @@ smallest first, and --plot draws queueing delay and JCT against size.`,
 	fl.StringVar(&f.plot, "plot", "", "write SVG charts into this directory")
 	fl.BoolVar(&f.json, "json", false, "print JSON")
 	fl.IntVar(&f.limit, "limit", 0, "simulate only the first N jobs of the trace, in submit order (quick runs)")
-	fl.BoolVar(&f.times, "timings", false, "print wall times to stderr")
+	fl.BoolVar(&f.times, "timings", false, "print wall and CPU times to stderr: the load, each policy's run, and where the gpuq run's time goes")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the simulation to this file (go tool pprof)")
 	fl.BoolVar(&f.progress, "progress", false, "report each policy's progress on stderr")
 	fl.BoolVar(&f.alarms, "alarms", false, "measure the advisor's alarm on the gpuq run (estimates.gpuq.alarms: rate, the share of judged tasks alarmed; on a healthy run every alarm is false)")
 	fl.StringArrayVar(&f.faults, "fault", nil, "inject a fault in one more gpuq run, judged against the run without it (implies --alarms; repeatable): stall@OFFSET+DURATION (the scheduler decides nothing, e.g. stall@240h+3h) or nodes-down@OFFSET+DURATION:N (N nodes lost, their tasks requeued, e.g. nodes-down@240h+6h:8); OFFSET from the first submission")
@@ -356,13 +360,20 @@ func runSim(c *cobra.Command, f simFlags) error {
 		}
 	}
 	t1 := time.Now()
+	stop, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		return invalid("cpuprofile", err.Error())
+	}
+	cpu0 := cpuTime()
 	rep, err := sim.Run(c.Context(), cfg, sc, tasks)
+	stop()
 	if err != nil {
 		return err
 	}
 	ran := time.Since(t1)
 	if f.times {
 		printTimings(os.Stderr, rep, names, loaded, ran)
+		fmt.Fprintf(os.Stderr, "  CPU (user+sys, every goroutine) %s\n", (cpuTime() - cpu0).Round(time.Millisecond))
 	}
 
 	// 4. Report.
@@ -382,6 +393,34 @@ func runSim(c *cobra.Command, f simFlags) error {
 	}
 	printSim(os.Stdout, rep.Result, names)
 	return nil
+}
+
+// startCPUProfile starts a CPU profile into path ("": none) and returns
+// what stops it.
+func startCPUProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	w, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(w); err != nil {
+		w.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); w.Close() }, nil
+}
+
+// cpuTime is the process's CPU time so far (user + system; 0 where the
+// system does not say): on a shared machine, what a run cost, whatever
+// its wall time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // preemptibleSeed seeds --preemptible's draws.

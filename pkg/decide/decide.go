@@ -100,7 +100,9 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 	}
 	// 1. A preempted task whose process is gone goes back to the queue at
 	//    its original place, resuming from its checkpoint.
-	for _, t := range st.InState(domain.Preempting) {
+	//    (Yielded counts them: none, and the walk over the live tasks is
+	//    skipped.)
+	for _, t := range yielded(st) {
 		if !t.HoldsGPUs() {
 			out = append(out, Command{
 				Event:  events.Requeued{TaskID: t.ID, Reason: PreemptedWhy(st, t), ResumeFrom: t.Checkpoint, BasedOnSeq: st.Seq, Code: events.RequeuePreempted},
@@ -141,7 +143,8 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 	// 1c. A task holding a GPU that turned unhealthy is preempted, whatever
 	//     its class: the GPU is gone; it resumes elsewhere from its last
 	//     checkpoint, and the GPU is not offered again until healthy.
-	for _, t := range st.InState(domain.Running) {
+	//     (No GPU unhealthy, none held: the walk is skipped.)
+	for _, t := range withUnhealthy(st) {
 		if g, n := unhealthyHeld(st, t); g != "" {
 			reason := policy.GPUUnhealthy + ": " + g + " on " + n.Name
 			if n.Reason != "" {
@@ -209,6 +212,24 @@ func PreemptedWhy(st *domain.State, t *domain.Task) string {
 		why += fmt.Sprintf(" (step %d)", t.CheckpointStep)
 	}
 	return why
+}
+
+// yielded is the tasks in state Preempting (in submit order) when some of
+// them hold no GPUs, else none: step 1's candidates.
+func yielded(st *domain.State) []*domain.Task {
+	if st.Yielded() == 0 {
+		return nil
+	}
+	return st.InState(domain.Preempting)
+}
+
+// withUnhealthy is the running tasks (in submit order) when some node
+// reports an unhealthy GPU, else none: step 1c's candidates.
+func withUnhealthy(st *domain.State) []*domain.Task {
+	if st.UnhealthyGPUs() == 0 {
+		return nil
+	}
+	return st.InState(domain.Running)
 }
 
 // unhealthyHeld returns a GPU of t that its node reports unhealthy, and

@@ -39,6 +39,8 @@ type nodeIndex struct {
 	// freeNames[i] (owned: Clone copies it).
 	freeHealthy []int
 	freeCount   int
+	// unhealthy counts the unhealthy GPUs of every node.
+	unhealthy int
 }
 
 // buildNodeIndex computes the node index from scratch.
@@ -67,10 +69,16 @@ func buildNodeIndex(s *State) *nodeIndex {
 func (x *nodeIndex) nodesChanged(s *State) {
 	var sched []string
 	var tot NodeTotals
+	unhealthy := 0
 	for _, name := range x.names {
 		n := s.Nodes[name]
 		tot.GPUs += len(n.GPUs)
 		tot.MaxGPUs = max(tot.MaxGPUs, len(n.GPUs))
+		for _, g := range n.GPUs {
+			if !g.Healthy {
+				unhealthy++
+			}
+		}
 		if !n.Schedulable() {
 			continue
 		}
@@ -86,7 +94,7 @@ func (x *nodeIndex) nodesChanged(s *State) {
 			sched = append(sched, name)
 		}
 	}
-	x.sched, x.totals = sched, tot
+	x.sched, x.totals, x.unhealthy = sched, tot, unhealthy
 }
 
 // freeOf lists a node's free healthy GPUs when it is schedulable, with
@@ -288,6 +296,15 @@ func (s *State) EachPreempting(fn func(*Task)) {
 // Preempting returns the number of tasks EachPreempting visits.
 func (s *State) Preempting() int { return len(s.pre) }
 
+// Yielded returns the number of tasks in state Preempting that hold no
+// GPUs: yielded, awaiting the scheduler's requeue. Zero: the scheduler's
+// requeue step has nothing to do.
+func (s *State) Yielded() int { return s.yielded }
+
+// UnhealthyGPUs counts the GPUs of every node (schedulable or not) that
+// their node reports unhealthy. Zero: no task holds an unhealthy GPU.
+func (s *State) UnhealthyGPUs() int { return s.nodeIndex().unhealthy }
+
 // Holders returns the number of tasks holding GPUs (EachActive visits them).
 func (s *State) Holders() int { return len(s.hold) }
 
@@ -327,6 +344,14 @@ func (s *State) trackHolders(t *Task) {
 			delete(s.pre, t.ID)
 		}
 		t.inPre = pre
+	}
+	if y := t.State == Preempting && !t.HoldsGPUs(); y != t.inYielded {
+		if y {
+			s.yielded++
+		} else {
+			s.yielded--
+		}
+		t.inYielded = y
 	}
 	if v := isVictim(t); v != t.inVictim {
 		if v {
@@ -378,6 +403,8 @@ func (s *State) IndexMismatch() string {
 		return sprint("healthy GPUs of the free nodes", want.freeHealthy, got.freeHealthy)
 	case want.freeCount != got.freeCount:
 		return sprint("free count", want.freeCount, got.freeCount)
+	case want.unhealthy != got.unhealthy:
+		return sprint("unhealthy GPUs", want.unhealthy, got.unhealthy)
 	}
 	for n, g := range want.free {
 		if !slices.Equal(g, got.free[n]) {
@@ -396,8 +423,11 @@ func (s *State) IndexMismatch() string {
 	}
 	team := map[string]int{}
 	pre := map[string]bool{}
-	victims := 0
+	victims, yielded := 0, 0
 	for _, t := range s.Tasks {
+		if t.State == Preempting && !t.HoldsGPUs() {
+			yielded++
+		}
 		if t.HoldsGPUs() {
 			team[t.Team] += gpusHeld(t)
 			if t.State == Preempting {
@@ -439,6 +469,8 @@ func (s *State) IndexMismatch() string {
 		return sprint("preempting", pre, gotPre)
 	case victims != s.victims:
 		return sprint("victims", victims, s.victims)
+	case yielded != s.yielded:
+		return sprint("yielded", yielded, s.yielded)
 	}
 	return s.ends.mismatch(s)
 }

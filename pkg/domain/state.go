@@ -40,6 +40,7 @@ type State struct {
 	team    map[string]int   // GPUs held per team
 	pre     map[string]*Task // tasks holding GPUs in state Preempting
 	victims int              // running preemptible non-CRITICAL tasks holding GPUs
+	yielded int              // tasks in state Preempting holding no GPUs (awaiting their requeue)
 	ends    endIndex         // tasks holding GPUs by estimated end (ends.go)
 
 	skip SkipCode // the code of the last record skipped (ApplyCoded)
@@ -830,6 +831,7 @@ func (s *State) cloneIndexes(c *State) {
 		c.pre[k] = c.Tasks[k]
 	}
 	c.victims = s.victims
+	c.yielded = s.yielded
 	if len(c.Idem) == 0 && len(c.Tasks) == len(s.Tasks) {
 		for k, v := range s.Idem {
 			c.Idem[k] = v

@@ -125,6 +125,8 @@ type Task struct {
 	// State.trackHolders).
 	held            int
 	inPre, inVictim bool
+	// inYielded: counted in State.yielded (see State.trackHolders).
+	inYielded bool
 	// endIn, endAt: the task's set in the end index and its position
 	// there (see endIndex).
 	endIn uint8

@@ -76,17 +76,24 @@ func (e *estimating) observe(d *driver, r events.Record) {
 	t1 := time.Now()
 	e.slurm[i] = slurmStart(d.st, t, d.now)
 	t2 := time.Now()
-	e.seed[i] = estimate.SeedFormula(queuedView(d.st), t)
+	e.seed[i] = estimate.SeedFormula(queuedView(d.st, t.Priority), t)
 	e.timing.Slurm += t2.Sub(t1)
 	e.timing.Seed += time.Since(t2)
 }
 
-// queuedView is a read-only view of st holding only its queued tasks, its
-// nodes and GPU owners: all that SeedFormula reads, at a cost that grows
-// with the queue rather than the history (SeedFormula walks every task).
-func queuedView(st *domain.State) *domain.State {
+// queuedView is a read-only view of st holding only its queued tasks of
+// the classes above p, its nodes and GPU owners: all that SeedFormula
+// reads for a task of class p (it sums the queued tasks of higher
+// classes), at a cost that grows with those tasks rather than the history
+// or the whole queue (SeedFormula walks every task of the view).
+func queuedView(st *domain.State, p domain.Priority) *domain.State {
 	v := &domain.State{Tasks: map[string]*domain.Task{}, Nodes: st.Nodes, Owner: st.Owner}
-	st.WalkQueued(func(t *domain.Task) bool { v.Tasks[t.ID] = t; return true })
+	for q := p + 1; q <= domain.Critical; q++ {
+		for c := st.QueueClass(q); c.Peek() != nil; c.Next() {
+			t := c.Peek()
+			v.Tasks[t.ID] = t
+		}
+	}
 	return v
 }
 

@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"cmp"
+	"slices"
 	"sort"
 	"time"
 
@@ -27,16 +29,7 @@ func slurmStart(st *domain.State, target *domain.Task, now time.Time) time.Durat
 	if target.GPUs > total {
 		return -1
 	}
-	p := profile{{at: 0, free: total}}
-	st.EachActive(func(t *domain.Task) {
-		held := len(t.GPUUUIDs())
-		elapsed := 0.0
-		if !t.StartedAt.IsZero() && now.After(t.StartedAt) {
-			elapsed = now.Sub(t.StartedAt).Seconds()
-		}
-		rem := max(t.Hours*3600-t.RunSeconds-elapsed, 5)
-		p = p.reserve(0, secondsDur(rem), held)
-	})
+	p := holdersProfile(st, total, now)
 	var at time.Duration = -1
 	st.WalkQueued(func(t *domain.Task) bool {
 		if t.GPUs > total {
@@ -52,6 +45,51 @@ func slurmStart(st *domain.State, target *domain.Task, now time.Time) time.Durat
 		return true
 	})
 	return at
+}
+
+// holdersProfile is the profile of the running tasks alone: each holds
+// its GPUs from now until its user estimate runs out (at least 5 s from
+// now). It is what reserving each holder's GPUs over [0, its end) in turn
+// gives — a step at 0 and one at each distinct end, each with the GPUs of
+// the holders that end later free of — built from the ends sorted, in
+// O(H log H) rather than one insertion per holder.
+func holdersProfile(st *domain.State, total int, now time.Time) profile {
+	rs := make([]release, 0, st.Holders())
+	st.EachActive(func(t *domain.Task) {
+		elapsed := 0.0
+		if !t.StartedAt.IsZero() && now.After(t.StartedAt) {
+			elapsed = now.Sub(t.StartedAt).Seconds()
+		}
+		rem := max(t.Hours*3600-t.RunSeconds-elapsed, 5)
+		rs = append(rs, release{secondsDur(rem), len(t.GPUUUIDs())})
+	})
+	return releasesProfile(total, rs)
+}
+
+// release is a holder's GPUs freed at an offset from now.
+type release struct {
+	at   time.Duration
+	gpus int
+}
+
+// releasesProfile is the profile of total GPUs less rs, each held over
+// [0, its at) (every at > 0); it sorts rs.
+func releasesProfile(total int, rs []release) profile {
+	held := 0
+	for _, r := range rs {
+		held += r.gpus
+	}
+	slices.SortFunc(rs, func(a, b release) int { return cmp.Compare(a.at, b.at) })
+	p := make(profile, 1, len(rs)+1)
+	p[0] = step{at: 0, free: total - held}
+	for _, r := range rs {
+		if last := &p[len(p)-1]; last.at == r.at {
+			last.free += r.gpus
+			continue
+		}
+		p = append(p, step{at: r.at, free: p[len(p)-1].free + r.gpus})
+	}
+	return p
 }
 
 func secondsDur(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

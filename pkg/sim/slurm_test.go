@@ -1,8 +1,11 @@
 package sim
 
 import (
+	"slices"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
 
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/domain/domaintest"
@@ -120,4 +123,27 @@ func TestSlurmStart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPropReleasesProfile: the holders' profile built from their sorted
+// ends is the profile of reserving each holder's GPUs over [0, its end)
+// in turn, as slurmStart did (the reference), step for step.
+func TestPropReleasesProfile(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		total := rapid.IntRange(1, 64).Draw(rt, "total")
+		n := rapid.IntRange(0, 30).Draw(rt, "holders")
+		rs := make([]release, n)
+		for i := range rs {
+			// Few distinct ends, so that ties are common.
+			rs[i] = release{at: time.Duration(rapid.IntRange(1, 8).Draw(rt, "at")) * time.Second, gpus: rapid.IntRange(0, 8).Draw(rt, "gpus")}
+		}
+		want := profile{{at: 0, free: total}}
+		for _, r := range rs {
+			want = want.reserve(0, r.at, r.gpus)
+		}
+		got := releasesProfile(total, slices.Clone(rs))
+		if !slices.Equal(got, want) {
+			rt.Fatalf("releasesProfile(%d, %v) = %v, want %v", total, rs, got, want)
+		}
+	})
 }
