@@ -329,7 +329,7 @@ func runSim(c *cobra.Command, f simFlags) error {
 		cfg.Epoch = jobs[0].SubmitTime.Add(-jobs[0].Submit)
 	}
 	// prepare models the jobs for a cluster of the given nodes.
-	var prepare preparer = func(nodes int) ([]sim.Task, sim.Scenario, error) {
+	prepare := func(nodes int) ([]sim.Task, sim.Scenario, error) {
 		tasks, unplaceable := sim.Prepare(jobs, nodes*f.perNode, em, cm, f.teams == "vc")
 		preemptible := "all"
 		if f.preemptible < 1 {
@@ -497,7 +497,7 @@ func days(s float64) string { return fmt.Sprintf("%.1f days", s/86400) }
 // one size after another (each size's policies in parallel, as a single
 // run), and reports them together.
 func runSweep(c *cobra.Command, f simFlags, cfg sim.Config, sizes []int, names []string,
-	prepare preparer, loaded time.Duration) error {
+	prepare func(int) ([]sim.Task, sim.Scenario, error), loaded time.Duration) error {
 	if f.progress {
 		var mu sync.Mutex
 		cfg.Progress = func(name string, n, total int) {
