@@ -44,7 +44,8 @@ type simFlags struct {
 	plot                   string
 	progressModel          string
 	policyProgress         bool
-	cpuProfile             string // --cpuprofile
+	cpuProfile             string         // --cpuprofile
+	window                 simWindowFlags // --from, --until, --split (simwindow.go)
 }
 
 func newSim() *cobra.Command {
@@ -113,7 +114,9 @@ run-time predictor. share=0 is the same run, byte for byte, as no model.
 
 --nodes 8,16,32 sweeps cluster sizes in one run, the same workload on
 each: the JSON is {"sweep": [{"nodes", and the result of that size}…]},
-smallest first, and --plot draws queueing delay and JCT against size.`,
+smallest first, and --plot draws queueing delay and JCT against size.
+
+` + simWindowHelp,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return runSim(c, f) },
 	}
@@ -144,6 +147,10 @@ smallest first, and --plot draws queueing delay and JCT against size.`,
 	fl.StringArrayVar(&f.faults, "fault", nil, "inject a fault in one more gpuq run, judged against the run without it (implies --alarms; repeatable): stall@OFFSET+DURATION (the scheduler decides nothing, e.g. stall@240h+3h) or nodes-down@OFFSET+DURATION:N (N nodes lost, their tasks requeued, e.g. nodes-down@240h+6h:8); OFFSET from the first submission")
 	fl.BoolVar(&f.policyProgress, "policy-progress", true, "with --progress-model, the gpuq policy's predictor reads the reports as the advisor's does (false: the policy ignores them, so that the estimates are measured on the schedule without reports)")
 	fl.StringVar(&f.progressModel, "progress-model", "", `jobs' progress reports: share=S,early=E[,every=D][,seed=N] — S of the tasks report the fraction done every D of run (default 10m), E of those end before their planned total (default: none report)`)
+	// The held-out windows (simwindow.go).
+	fl.StringVar(&f.window.from, "from", "", "simulate only the jobs submitted from this time on, on an empty cluster: "+trace.BoundRule)
+	fl.StringVar(&f.window.until, "until", "", "simulate only the jobs submitted before this time, on an empty cluster: "+trace.BoundRule)
+	fl.StringVar(&f.window.split, "split", "", "simulate each part of the trace alone, then the whole: "+trace.SplitRule)
 	return c
 }
 
@@ -218,6 +225,9 @@ func runSim(c *cobra.Command, f simFlags) error {
 	}
 	sizes := slices.Clone(f.nodes)
 	slices.Sort(sizes)
+	if err := checkSimWindowFlags(f, sizes); err != nil {
+		return err
+	}
 	if fromLog {
 		// The log has the tasks' own estimates, classes and
 		// preemptibility: the model's flags would be silently ignored.
@@ -301,6 +311,10 @@ func runSim(c *cobra.Command, f simFlags) error {
 	if len(jobs) == 0 {
 		return invalid("trace", "has no job to simulate")
 	}
+	win, parts, err := simWindows(f, jobs)
+	if err != nil {
+		return err
+	}
 	if f.teams == "vc" {
 		path := f.vcs
 		if path == "" {
@@ -340,6 +354,13 @@ func runSim(c *cobra.Command, f simFlags) error {
 		sc := sim.Scenario{Trace: f.trace, Format: f.format, Teams: teams, EstimateModel: estimates, ClassMix: classes,
 			Limit: f.limit, TraceJobs: traceJobs, Unplaceable: unplaceable, Preemptible: preemptible}
 		return tasks, sc, nil
+	}
+	if win != nil {
+		prepare, cfg.Epoch = windowed(prepare, jobs, *win, f.perNode, cfg.Epoch)
+	}
+	if parts != nil {
+		cfg.Nodes = sizes[0]
+		return runSplit(c, f, cfg, parts, names, jobs, prepare, time.Since(t0))
 	}
 	if len(sizes) > 1 {
 		return runSweep(c, f, cfg, sizes, names, prepare, time.Since(t0))
@@ -444,6 +465,9 @@ func printSim(w io.Writer, r sim.Result, names []string) {
 	fmt.Fprintf(w, "trace %s (%s): %d jobs simulated of %d", s.Trace, s.Format, r.Jobs, s.TraceJobs)
 	if s.Unplaceable > 0 {
 		fmt.Fprintf(w, ", %d left out (larger than the cluster)", s.Unplaceable)
+	}
+	if s.Window != nil {
+		fmt.Fprintf(w, "\nwindow %s: its jobs only, on an empty cluster", s.Window)
 	}
 	fmt.Fprintf(w, "\ncluster %d × %d = %d GPUs, offered load %.3f over %s; teams %s; estimates %s; classes %s\n\n",
 		s.Nodes, s.GPUsPerNode, s.TotalGPUs, s.OfferedLoad, days(s.SpanS), s.Teams, s.EstimateModel, s.ClassMix)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuq/gpuq/pkg/policy"
+	"github.com/gpuq/gpuq/pkg/trace"
 )
 
 // Policy names, for Config.Policies and the result.
@@ -173,6 +174,10 @@ type Scenario struct {
 	// ProgressModel states the jobs' progress reports (omitted when none
 	// report, as before it existed); Run fills it.
 	ProgressModel string `json:"progress_model,omitempty"`
+
+	// Window is the slice of the trace simulated (gpuq sim --from/--until,
+	// --split): its jobs only, on an empty cluster; omitted for the whole.
+	Window *trace.Window `json:"window,omitempty"`
 }
 
 // Report is a Result with what plots and people need beside it.

@@ -48,6 +48,12 @@
 // of a trace (GPU counts, run-time quantiles by size, arrivals by hour and
 // weekday, VCs).
 //
+// Window (window.go) is a slice of a trace's submit times, [From,
+// Until), for `gpuq sim --from/--until` and `--split`: ParseBound reads a
+// bound (an RFC 3339 date, or an offset from the first submission), Split
+// cuts a trace into calendar months or equal spans, every job in exactly
+// one part.
+//
 // Synthetic generates a workload shaped like a published trace from
 // those statistics alone (synthetic.go, with the figures and where each
 // comes from), so that `gpuq sim --workload synthetic:…` needs no trace

@@ -301,6 +301,9 @@ func (d *Decider) evaluate(st *domain.State, id string, now time.Time) []Notice 
 			tr.alerted = true
 			n := d.adviceNotice(st, id, Alert, a, tr, NoticeID(id, Alert, tr.attempt), now)
 			n.Alert = a.Alert
+			if a.Late != nil {
+				n.Cause, n.Tell = string(a.Late.Cause), a.Late.Tell
+			}
 			n.Text = sentence(fmt.Sprintf("Task %s has waited more than twice its estimate: %s", label(n.TaskName, n.Team), a.Alert))
 			out = append(out, n)
 		}

@@ -60,6 +60,44 @@ func TaskDestination(rawURL string) Destination {
 // isTaskDest reports whether a destination id is a task's own.
 func isTaskDest(id string) bool { return strings.HasPrefix(id, taskDestPrefix) }
 
+// adminDestPrefix begins the id of an operator's alarm destination.
+const adminDestPrefix = "admin-"
+
+// AdminDestination is an operator's alarm channel (gpuq-notifier
+// --admin-webhook, GPUQ_ADMIN_WEBHOOKS): it gets every task's alert — the
+// advisor's alarm that scheduling is broken, never a wait that is late
+// for a legitimate reason — and nothing else, signed with secret, with
+// the recording, retries and dead letters of every destination: one
+// delivery per task per alarm, however often the advice comes again or
+// the notifier restarts. Its id differs from a --webhook destination's of
+// the same URL.
+func AdminDestination(rawURL string, secret []byte) Destination {
+	return Destination{ID: adminDestPrefix + NoticeID("admin-dest", rawURL)[1:13], URL: rawURL, Secret: secret, Events: []string{Alert}}
+}
+
+// AdminDestinations are the operators' alarm channels of urls
+// (AdminDestination), refusing a URL that is not an absolute http(s) URL,
+// one given twice, and one of the --webhook destinations (webhooks),
+// which get every notice already: it would get each alert twice.
+func AdminDestinations(urls, webhooks []string, secret []byte) ([]Destination, error) {
+	var out []Destination
+	seen := map[string]bool{}
+	for _, u := range urls {
+		if err := CheckURL(u); err != nil {
+			return nil, err
+		}
+		if seen[u] {
+			return nil, fmt.Errorf("%q given twice", u)
+		}
+		seen[u] = true
+		if slices.Contains(webhooks, u) {
+			return nil, fmt.Errorf("%q is also a --webhook, which gets every notification already (each alert would come twice)", u)
+		}
+		out = append(out, AdminDestination(u, secret))
+	}
+	return out, nil
+}
+
 // NewDestination returns a destination with its id.
 func NewDestination(team, rawURL string, secret []byte, types []string) Destination {
 	return Destination{ID: NoticeID("dest", team, rawURL)[:17], Team: team, URL: rawURL, Secret: secret, Events: types}

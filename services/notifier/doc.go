@@ -6,7 +6,8 @@
 // every webhook destination that wants it as a signed JSON POST
 // (deliver.go): the operator's, the teams' (dests.go), and the task's own
 // (gpuq submit --notify, kept in its submitted event; unsigned, see
-// TaskDestination).
+// TaskDestination); the operators' alarm channel gets the alerts alone
+// (AdminDestination, --admin-webhook).
 //
 // Delivery is at least once across restarts: a notice is recorded in a
 // JetStream KV bucket (store.go) before it is sent, and marked delivered

@@ -53,8 +53,13 @@ type Notice struct {
 	ExitCode       *int       `json:"exit_code,omitempty"`
 	Error          string     `json:"error,omitempty"`
 	Alert          string     `json:"alert,omitempty"`
-	Command        string     `json:"command,omitempty"` // a suggestion's
-	SavesS         float64    `json:"saves_s,omitempty"` // a suggestion's P50 saving, in seconds
+	// An alert's cause (the advisor's late.cause: scheduler_stalled,
+	// idle_capacity, nodes_lost, gpus_unhealthy, unexplained) and whom to
+	// tell (late.tell: operators); none from an advisor without a verdict.
+	Cause   string  `json:"cause,omitempty"`
+	Tell    string  `json:"tell,omitempty"`
+	Command string  `json:"command,omitempty"` // a suggestion's
+	SavesS  float64 `json:"saves_s,omitempty"` // a suggestion's P50 saving, in seconds
 	// A deadline_at_risk's: the task's deadline, the predicted run (s)
 	// and when the task would end, starting at its P90 start.
 	Deadline *time.Time `json:"deadline,omitempty"`
