@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/policy"
@@ -19,6 +20,13 @@ type AdvisorOptions struct {
 	PerNode int
 	Queued  int
 	Events  int // events after which the changed advice is computed
+	// Unsettled measures the state as folded, before the scheduler's
+	// passes acted on it: every CRITICAL task of the queue still to
+	// preempt, so the forward simulation's first passes are the
+	// scheduler's preemption storm (thousands of victim searches over
+	// every node). By default the scheduler's passes are applied first
+	// (Advisor), as the advisor sees a live cluster.
+	Unsettled bool
 }
 
 // AdvisorResult is one Advisor run.
@@ -27,6 +35,11 @@ type AdvisorResult struct {
 	GPUs   int `json:"gpus"`
 	Queued int `json:"queued"`
 	Events int `json:"events"`
+	// Settled: the scheduler's passes were applied before measuring
+	// (preemptions and dispatches; AdvisorOptions.Unsettled), Preempted
+	// of them preemptions.
+	Settled   bool `json:"settled"`
+	Preempted int  `json:"settle_preemptions,omitempty"`
 	// EstimateAll is one full re-estimate (Estimator.EstimateAll: one
 	// forward simulation of the whole queue, every queued task's
 	// estimate), best of two.
@@ -126,6 +139,42 @@ func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 		return res, fmt.Errorf("bench: the fold refused %d setup events", f.st.Ignored)
 	}
 	f.now = f.now.Add(time.Minute)
+	if !o.Unsettled {
+		// The scheduler's passes on the folded state, applied as its
+		// decisions come back through the log (victims checkpoint at once,
+		// grace 0), until a pass decides nothing: the cluster as the
+		// advisor sees it live, not the instant before the scheduler acts.
+		res.Settled = true
+		for round := 0; round < 1000; round++ {
+			r := pol.Plan(policy.Input{State: f.st, Now: f.now, Predict: est.Pred.ForPolicy(f.now)})
+			if len(r.Decisions) == 0 {
+				break
+			}
+			for _, d := range r.Decisions {
+				switch d.Kind {
+				case policy.Dispatch:
+					f.apply(events.Dispatched{TaskID: d.TaskID, Placements: d.Placements, BasedOnSeq: f.seq})
+					f.apply(events.Started{TaskID: d.TaskID, Node: d.Placements[0].Node, PID: 1})
+				case policy.Preempt:
+					node := f.st.Tasks[d.TaskID].Node
+					f.apply(events.PreemptRequested{TaskID: d.TaskID, For: d.For, Epoch: f.st.Epoch})
+					f.apply(events.Preempted{TaskID: d.TaskID, Node: node})
+					f.apply(events.Requeued{TaskID: d.TaskID, Epoch: f.st.Epoch})
+					res.Preempted++
+				}
+			}
+		}
+		running = running[:0]
+		for i, n := 0, f.st.Holders(); i < n; i++ {
+			if t := f.st.Holder(i); t.State == domain.Running {
+				running = append(running, t.ID)
+			}
+		}
+		slices.Sort(running)
+		if f.st.Ignored > 0 {
+			return res, fmt.Errorf("bench: the fold refused %d of the scheduler's events", f.st.Ignored)
+		}
+	}
 
 	runtime.LockOSThread() // for the thread's CPU time
 	defer runtime.UnlockOSThread()
@@ -137,8 +186,8 @@ func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 		if c := threadCPUTime() - tcpu; res.EstimateAllCPU == 0 || c < res.EstimateAllCPU {
 			res.EstimateAllCPU = c
 		}
-		if len(all) != o.Queued {
-			return res, fmt.Errorf("bench: %d estimates of %d queued", len(all), o.Queued)
+		if q := len(f.st.Queued()); len(all) != q {
+			return res, fmt.Errorf("bench: %d estimates of %d queued", len(all), q)
 		}
 		if res.EstimateAll == 0 || d < res.EstimateAll {
 			res.EstimateAll = d
