@@ -27,6 +27,9 @@ type AdvisorOptions struct {
 	// every node). By default the scheduler's passes are applied first
 	// (Advisor), as the advisor sees a live cluster.
 	Unsettled bool
+	// Workers run the estimates at submission as the advisor does
+	// (advisor.Config.EstimateWorkers): 0: 2, negative: in the fold.
+	Workers int
 }
 
 // AdvisorResult is one Advisor run.
@@ -40,6 +43,8 @@ type AdvisorResult struct {
 	// of them preemptions.
 	Settled   bool `json:"settled"`
 	Preempted int  `json:"settle_preemptions,omitempty"`
+	// Workers: goroutines of the estimates at submission (0: in the fold).
+	Workers int `json:"estimate_workers"`
 	// EstimateAll is one full re-estimate (Estimator.EstimateAll: one
 	// forward simulation of the whole queue, every queued task's
 	// estimate), best of two.
@@ -61,6 +66,10 @@ type AdvisorResult struct {
 	// The same in the thread's CPU time (Linux).
 	P50CPUMs float64 `json:"advice_after_event_p50_cpu_ms,omitempty"`
 	P99CPUMs float64 `json:"advice_after_event_p99_cpu_ms,omitempty"`
+	// FoldP99Ms is the part before the advice: folding and observing the
+	// event's records (with Workers, a submission's simulation is handed
+	// to them), p99.
+	FoldP99Ms float64 `json:"advice_after_event_fold_p99_ms"`
 	// HeapBytes is the live heap of the advisor's state: the fold, the
 	// estimator and the advice last computed for every queued task
 	// (runtime.MemStats.HeapAlloc after GC, less the heap before the
@@ -98,6 +107,14 @@ func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 	f := newFolder()
 	pol := policy.New(policy.DefaultOptions())
 	est := estimate.NewEstimator(pol)
+	switch {
+	case o.Workers == 0:
+		est.Workers = 2
+	case o.Workers > 0:
+		est.Workers = o.Workers
+	}
+	defer est.Close()
+	res.Workers = est.Workers
 	observe := func(e events.Event) {
 		f.apply(e)
 		est.Observe(f.st, events.Record{Seq: f.seq, Envelope: events.Envelope{Type: e.EventType(), Time: f.now}, Event: e})
@@ -194,7 +211,7 @@ func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 		}
 	}
 	live := estimate.NewLive(est)
-	live.MinInterval = 0 // every event's advice computed before the next arrives
+	live.MinInterval, live.Share = 0, 0 // every event's advice computed before the next arrives
 	start := time.Now()
 	live.Advise(f.st, f.now)
 	res.Advise = time.Since(start)
@@ -208,6 +225,7 @@ func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 	}
 	lat := make([]time.Duration, 0, o.Events)
 	tlat := make([]time.Duration, 0, o.Events)
+	folded := make([]time.Duration, 0, o.Events)
 	for i := 0; i < o.Events; i++ {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
@@ -237,6 +255,7 @@ func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 				running = append(running, d.TaskID)
 			}
 		}
+		folded = append(folded, time.Since(arrived))
 		live.Advise(f.st, f.now)
 		lat = append(lat, time.Since(arrived))
 		tlat = append(tlat, threadCPUTime()-tcpu)
@@ -245,6 +264,8 @@ func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 	res.Full, res.Incremental = full, incr
 	slices.Sort(lat)
 	slices.Sort(tlat)
+	slices.Sort(folded)
+	res.FoldP99Ms = ms(quantile(folded, 0.99))
 	res.P50CPUMs, res.P99CPUMs = ms(quantile(tlat, 0.50)), ms(quantile(tlat, 0.99))
 	res.P50, res.P99 = quantile(lat, 0.50), quantile(lat, 0.99)
 	if len(lat) > 0 {
