@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/estimate"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/policy"
@@ -19,6 +20,16 @@ type AdvisorOptions struct {
 	PerNode int
 	Queued  int
 	Events  int // events after which the changed advice is computed
+	// Unsettled measures the state as folded, before the scheduler's
+	// passes acted on it: every CRITICAL task of the queue still to
+	// preempt, so the forward simulation's first passes are the
+	// scheduler's preemption storm (thousands of victim searches over
+	// every node). By default the scheduler's passes are applied first
+	// (Advisor), as the advisor sees a live cluster.
+	Unsettled bool
+	// Workers run the estimates at submission as the advisor does
+	// (advisor.Config.EstimateWorkers): 0: 2, negative: in the fold.
+	Workers int
 }
 
 // AdvisorResult is one Advisor run.
@@ -27,6 +38,13 @@ type AdvisorResult struct {
 	GPUs   int `json:"gpus"`
 	Queued int `json:"queued"`
 	Events int `json:"events"`
+	// Settled: the scheduler's passes were applied before measuring
+	// (preemptions and dispatches; AdvisorOptions.Unsettled), Preempted
+	// of them preemptions.
+	Settled   bool `json:"settled"`
+	Preempted int  `json:"settle_preemptions,omitempty"`
+	// Workers: goroutines of the estimates at submission (0: in the fold).
+	Workers int `json:"estimate_workers"`
 	// EstimateAll is one full re-estimate (Estimator.EstimateAll: one
 	// forward simulation of the whole queue, every queued task's
 	// estimate), best of two.
@@ -48,6 +66,10 @@ type AdvisorResult struct {
 	// The same in the thread's CPU time (Linux).
 	P50CPUMs float64 `json:"advice_after_event_p50_cpu_ms,omitempty"`
 	P99CPUMs float64 `json:"advice_after_event_p99_cpu_ms,omitempty"`
+	// FoldP99Ms is the part before the advice: folding and observing the
+	// event's records (with Workers, a submission's simulation is handed
+	// to them), p99.
+	FoldP99Ms float64 `json:"advice_after_event_fold_p99_ms"`
 	// HeapBytes is the live heap of the advisor's state: the fold, the
 	// estimator and the advice last computed for every queued task
 	// (runtime.MemStats.HeapAlloc after GC, less the heap before the
@@ -85,6 +107,14 @@ func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 	f := newFolder()
 	pol := policy.New(policy.DefaultOptions())
 	est := estimate.NewEstimator(pol)
+	switch {
+	case o.Workers == 0:
+		est.Workers = 2
+	case o.Workers > 0:
+		est.Workers = o.Workers
+	}
+	defer est.Close()
+	res.Workers = est.Workers
 	observe := func(e events.Event) {
 		f.apply(e)
 		est.Observe(f.st, events.Record{Seq: f.seq, Envelope: events.Envelope{Type: e.EventType(), Time: f.now}, Event: e})
@@ -126,6 +156,42 @@ func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 		return res, fmt.Errorf("bench: the fold refused %d setup events", f.st.Ignored)
 	}
 	f.now = f.now.Add(time.Minute)
+	if !o.Unsettled {
+		// The scheduler's passes on the folded state, applied as its
+		// decisions come back through the log (victims checkpoint at once,
+		// grace 0), until a pass decides nothing: the cluster as the
+		// advisor sees it live, not the instant before the scheduler acts.
+		res.Settled = true
+		for round := 0; round < 1000; round++ {
+			r := pol.Plan(policy.Input{State: f.st, Now: f.now, Predict: est.Pred.ForPolicy(f.now)})
+			if len(r.Decisions) == 0 {
+				break
+			}
+			for _, d := range r.Decisions {
+				switch d.Kind {
+				case policy.Dispatch:
+					f.apply(events.Dispatched{TaskID: d.TaskID, Placements: d.Placements, BasedOnSeq: f.seq})
+					f.apply(events.Started{TaskID: d.TaskID, Node: d.Placements[0].Node, PID: 1})
+				case policy.Preempt:
+					node := f.st.Tasks[d.TaskID].Node
+					f.apply(events.PreemptRequested{TaskID: d.TaskID, For: d.For, Epoch: f.st.Epoch})
+					f.apply(events.Preempted{TaskID: d.TaskID, Node: node})
+					f.apply(events.Requeued{TaskID: d.TaskID, Epoch: f.st.Epoch})
+					res.Preempted++
+				}
+			}
+		}
+		running = running[:0]
+		for i, n := 0, f.st.Holders(); i < n; i++ {
+			if t := f.st.Holder(i); t.State == domain.Running {
+				running = append(running, t.ID)
+			}
+		}
+		slices.Sort(running)
+		if f.st.Ignored > 0 {
+			return res, fmt.Errorf("bench: the fold refused %d of the scheduler's events", f.st.Ignored)
+		}
+	}
 
 	runtime.LockOSThread() // for the thread's CPU time
 	defer runtime.UnlockOSThread()
@@ -137,15 +203,15 @@ func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 		if c := threadCPUTime() - tcpu; res.EstimateAllCPU == 0 || c < res.EstimateAllCPU {
 			res.EstimateAllCPU = c
 		}
-		if len(all) != o.Queued {
-			return res, fmt.Errorf("bench: %d estimates of %d queued", len(all), o.Queued)
+		if q := len(f.st.Queued()); len(all) != q {
+			return res, fmt.Errorf("bench: %d estimates of %d queued", len(all), q)
 		}
 		if res.EstimateAll == 0 || d < res.EstimateAll {
 			res.EstimateAll = d
 		}
 	}
 	live := estimate.NewLive(est)
-	live.MinInterval = 0 // every event's advice computed before the next arrives
+	live.MinInterval, live.Share = 0, 0 // every event's advice computed before the next arrives
 	start := time.Now()
 	live.Advise(f.st, f.now)
 	res.Advise = time.Since(start)
@@ -159,6 +225,7 @@ func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 	}
 	lat := make([]time.Duration, 0, o.Events)
 	tlat := make([]time.Duration, 0, o.Events)
+	folded := make([]time.Duration, 0, o.Events)
 	for i := 0; i < o.Events; i++ {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
@@ -188,6 +255,7 @@ func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 				running = append(running, d.TaskID)
 			}
 		}
+		folded = append(folded, time.Since(arrived))
 		live.Advise(f.st, f.now)
 		lat = append(lat, time.Since(arrived))
 		tlat = append(tlat, threadCPUTime()-tcpu)
@@ -196,6 +264,8 @@ func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 	res.Full, res.Incremental = full, incr
 	slices.Sort(lat)
 	slices.Sort(tlat)
+	slices.Sort(folded)
+	res.FoldP99Ms = ms(quantile(folded, 0.99))
 	res.P50CPUMs, res.P99CPUMs = ms(quantile(tlat, 0.50)), ms(quantile(tlat, 0.99))
 	res.P50, res.P99 = quantile(lat, 0.50), quantile(lat, 0.99)
 	if len(lat) > 0 {

@@ -326,8 +326,30 @@ func TestAdvisor(t *testing.T) {
 		t.Fatal(err)
 	}
 	if r.GPUs != 160 || r.Queued != 400 || r.EstimateAll <= 0 || r.Advise <= 0 || r.HeapBytes == 0 ||
-		r.P99 < r.P50 || r.Max < r.P99 || r.P99Ms <= 0 || r.Full+r.Incremental < r.Events+1 {
+		r.P99 < r.P50 || r.Max < r.P99 || r.P99Ms <= 0 || r.Full+r.Incremental < r.Events+1 ||
+		!r.Settled || r.Workers != 2 || r.FoldP99Ms <= 0 {
 		t.Errorf("advisor result %+v", r)
+	}
+}
+
+// The advisor is measured on the cluster as the scheduler leaves it: the
+// folded state has CRITICAL tasks queued with victims running, which the
+// scheduler's passes preempt before the measurement (Unsettled keeps
+// them).
+func TestAdvisorSettles(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		unsettled bool
+	}{{"settled", false}, {"unsettled", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Advisor(context.Background(), AdvisorOptions{Nodes: 20, PerNode: 8, Queued: 400, Events: 2, Unsettled: tc.unsettled})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Settled == tc.unsettled || (r.Preempted > 0) == tc.unsettled {
+				t.Errorf("settled %v after %d preemptions, want settled %v", r.Settled, r.Preempted, !tc.unsettled)
+			}
+		})
 	}
 }
 

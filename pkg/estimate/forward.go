@@ -1,7 +1,6 @@
 package estimate
 
 import (
-	"container/heap"
 	"time"
 
 	"github.com/gpuq/gpuq/pkg/domain"
@@ -134,11 +133,10 @@ type fwd struct {
 func (f *fwd) nextAt(arrivals []Arrival, ai int) (time.Time, bool) {
 	for f.ends.Len() > 0 {
 		e := f.ends[0]
-		t := f.sim.Tasks[e.id]
-		if t != nil && t.HoldsGPUs() && t.DispatchSeq == e.dispatch {
+		if e.t.HoldsGPUs() && e.t.DispatchSeq == e.dispatch {
 			break
 		}
-		heap.Pop(&f.ends)
+		f.ends.pop()
 	}
 	switch {
 	case ai < len(arrivals) && (f.ends.Len() == 0 || !arrivals[ai].At.After(f.ends[0].at)):
@@ -254,7 +252,7 @@ func startForward(st *domain.State, pol *policy.Policy, pred *Predictor, now tim
 		if t.State == domain.Preempting {
 			rem = time.Minute // checkpointing; gone within its grace
 		}
-		heap.Push(&f.ends, end{at: now.Add(rem), id: t.ID, dispatch: t.DispatchSeq})
+		f.ends.push(end{at: now.Add(rem), t: t, dispatch: t.DispatchSeq})
 	}
 	return f, starts
 }
@@ -288,7 +286,7 @@ func (f *fwd) run() map[string]time.Time {
 				delete(f.total, t)
 				f.fresh[t] = true
 				run := predict(t)
-				heap.Push(&f.ends, end{at: f.vnow.Add(run), id: t.ID, dispatch: t.DispatchSeq, run: run})
+				f.ends.push(end{at: f.vnow.Add(run), t: t, dispatch: t.DispatchSeq, run: run})
 				if f.order != nil {
 					f.order.Started(t, predict)
 				}
@@ -297,7 +295,7 @@ func (f *fwd) run() map[string]time.Time {
 				if t.GraceS > 0 {
 					// It holds its GPUs for its grace, then yields (the
 					// batch below requeues it).
-					heap.Push(&f.ends, end{at: f.vnow.Add(time.Duration(t.GraceS * float64(time.Second))), id: t.ID, dispatch: t.DispatchSeq})
+					f.ends.push(end{at: f.vnow.Add(time.Duration(t.GraceS * float64(time.Second))), t: t, dispatch: t.DispatchSeq})
 					continue
 				}
 				f.apply(events.Preempted{TaskID: t.ID, Node: t.Node})
@@ -344,7 +342,7 @@ func (f *fwd) run() map[string]time.Time {
 				ai++
 				continue
 			}
-			e := heap.Pop(&f.ends).(end)
+			e := f.ends.pop()
 			if e.run > 0 {
 				// Started in the simulation: the pass comes at most
 				// window × its run after its end (see ForwardWindow).
@@ -356,7 +354,7 @@ func (f *fwd) run() map[string]time.Time {
 		}
 		f.vnow = later(first.Add(last.Sub(first)/2), floor)
 		for _, e := range batch {
-			t := sim.Tasks[e.id]
+			t := e.t
 			if t.State == domain.Preempting {
 				f.apply(events.Preempted{TaskID: t.ID, Node: t.Node})
 				f.apply(events.Requeued{TaskID: t.ID, Epoch: sim.Epoch})
@@ -390,30 +388,75 @@ func (f *fwd) apply(e events.Event) {
 }
 
 type end struct {
-	at       time.Time
-	id       string
+	at time.Time
+	// t is the task in the simulation's state (sim.Tasks keeps every
+	// task, its pointer unchanged, once it is there): read directly, not
+	// looked up by ID at every peek and pop.
+	t        *domain.Task
 	dispatch uint64
 	// run is the predicted run of a task started in the simulation (0:
 	// holding GPUs when it began, or yielding).
 	run time.Duration
 }
 
+// endHeap is a min-heap of ends by time, then task ID: container/heap's
+// algorithm (the same order of pops, ties included), without boxing each
+// end in an interface on every push and pop.
 type endHeap []end
 
 func (h endHeap) Len() int { return len(h) }
-func (h endHeap) Less(i, j int) bool {
+func (h endHeap) less(i, j int) bool {
 	if !h[i].at.Equal(h[j].at) {
 		return h[i].at.Before(h[j].at)
 	}
-	return h[i].id < h[j].id
+	return h[i].t.ID < h[j].t.ID
 }
-func (h endHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *endHeap) Push(x any)   { *h = append(*h, x.(end)) }
-func (h *endHeap) Pop() any {
+
+// push is heap.Push.
+func (h *endHeap) push(e end) {
+	*h = append(*h, e)
+	h.up(len(*h) - 1)
+}
+
+// pop is heap.Pop.
+func (h *endHeap) pop() end {
 	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+	n := len(old) - 1
+	old[0], old[n] = old[n], old[0]
+	old.down(0, n)
+	e := old[n]
+	*h = old[:n]
+	return e
+}
+
+func (h endHeap) up(j int) {
+	for {
+		i := (j - 1) / 2 // parent
+		if i == j || !h.less(j, i) {
+			break
+		}
+		h[i], h[j] = h[j], h[i]
+		j = i
+	}
+}
+
+func (h endHeap) down(i0, n int) {
+	i := i0
+	for {
+		j1 := 2*i + 1
+		if j1 >= n || j1 < 0 { // j1 < 0 after int overflow
+			break
+		}
+		j := j1 // left child
+		if j2 := j1 + 1; j2 < n && h.less(j2, j1) {
+			j = j2 // = 2*i + 2  // right child
+		}
+		if !h.less(j, i) {
+			break
+		}
+		h[i], h[j] = h[j], h[i]
+		i = j
+	}
 }
 
 func itoa(n int) string {

@@ -48,6 +48,13 @@ func (e *Estimator) Late(t *domain.Task, now time.Time) (v alarm.Verdict, ok boo
 	if t == nil || t.State != domain.Queued {
 		return v, false
 	}
+	if now.Sub(t.SubmittedAt) <= AlertMinWait {
+		// Within AlertMinWait, which Threshold never goes under: not late
+		// whatever the estimate, so the estimate at submission is not
+		// waited for (with Workers its simulation may still run: the advice
+		// after a submission does not wait for it).
+		return v, false
+	}
 	sub, ok := e.AtSubmit(t.ID)
 	if !ok || sub.Never {
 		return v, false

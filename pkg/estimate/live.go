@@ -37,6 +37,13 @@ type Live struct {
 	// MinInterval: full re-estimates at most this often (wall clock); 0:
 	// after every event that may change an estimate.
 	MinInterval time.Duration
+	// Share bounds the full re-estimates' part of the wall clock: after
+	// one that took d, the next starts at least d/Share after its start
+	// (and MinInterval), so that a queue whose re-estimate takes seconds
+	// leaves the advisor time to fold the log and answer requests; the
+	// advice then follows an event by at most d/Share plus one
+	// re-estimate. 0: MinInterval alone.
+	Share float64
 	// MaxAge: the advice depends on the time too (waits, alerts,
 	// suggestions): a partial update is made only while the log time is
 	// within MaxAge of the last full re-estimate's, else Advise
@@ -58,6 +65,7 @@ type Live struct {
 	adv      []Advice               // every queued task's, in queue order
 	idx      map[string]int         // task → its index in adv
 	lastFull time.Time              // wall clock
+	lastDur  time.Duration          // wall time the last full re-estimate took
 	at       time.Time              // log time of the last full re-estimate
 	full     int
 	partial  int
@@ -78,7 +86,10 @@ type whatIf struct {
 // DefaultLiveInterval, DefaultWhatIfEvery and DefaultWhatIfBudget are the
 // advisor's: at most 5 full re-estimates a second, a what-if at most every
 // 10 minutes, 20 ms of what-ifs per advice.
+// DefaultLiveShare: full re-estimates take at most half the advisor's
+// wall clock.
 const (
+	DefaultLiveShare    = 0.5
 	DefaultLiveInterval = 200 * time.Millisecond
 	DefaultMaxAge       = time.Second
 	DefaultWhatIfEvery  = 10 * time.Minute
@@ -88,7 +99,7 @@ const (
 // NewLive returns a Live for e with the advisor's defaults; its first
 // Advise is a full re-estimate.
 func NewLive(e *Estimator) *Live {
-	return &Live{Est: e, MinInterval: DefaultLiveInterval, MaxAge: DefaultMaxAge, WhatIfEvery: DefaultWhatIfEvery, WhatIfBudget: DefaultWhatIfBudget,
+	return &Live{Est: e, MinInterval: DefaultLiveInterval, Share: DefaultLiveShare, MaxAge: DefaultMaxAge, WhatIfEvery: DefaultWhatIfEvery, WhatIfBudget: DefaultWhatIfBudget,
 		stale: true, dirty: map[string]bool{}, wi: map[string]whatIf{}}
 }
 
@@ -118,8 +129,15 @@ func (l *Live) Saw(st *domain.State, r events.Record) {
 // at Due.
 func (l *Live) Pending() bool { return l.stale || len(l.dirty) > 0 }
 
-// Due is when the pending re-estimate may run.
-func (l *Live) Due() time.Time { return l.lastFull.Add(l.MinInterval) }
+// Due is when the pending re-estimate may run: MinInterval after the
+// last one started, and with a Share, the last one's duration ÷ Share.
+func (l *Live) Due() time.Time {
+	gap := l.MinInterval
+	if l.Share > 0 {
+		gap = max(gap, time.Duration(float64(l.lastDur)/l.Share))
+	}
+	return l.lastFull.Add(gap)
+}
 
 // Counts are the full re-estimates and the partial advices (one task's
 // advice recomputed alone) so far.
@@ -141,8 +159,9 @@ func (l *Live) Advise(st *domain.State, now time.Time) []Advice {
 	if l.ests != nil && (now.Before(l.at) || now.Sub(l.at) > l.MaxAge) {
 		l.stale = true // time moved on: every wait and alert with it
 	}
-	if l.stale && (l.ests == nil || l.MinInterval <= 0 || !wall.Before(l.lastFull.Add(l.MinInterval))) {
+	if l.stale && (l.ests == nil || !wall.Before(l.Due())) {
 		l.stale, l.lastFull, l.at = false, wall, now
+		defer func() { l.lastDur = l.now().Sub(wall) }()
 		l.full++
 		l.ests = e.EstimateAll(st, now)
 		res := e.Pol.With(true).Plan(policy.Input{State: st, Now: now, Predict: e.Pred.ForPolicy(now)})

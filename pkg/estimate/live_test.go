@@ -36,7 +36,7 @@ func TestLiveEqualsFullRecompute(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 99))
 			l := &liveLog{logb: newLog()}
 			l.live = estimate.NewLive(l.est)
-			l.live.MinInterval, l.live.WhatIfEvery, l.live.WhatIfBudget = 0, 0, 0
+			l.live.MinInterval, l.live.Share, l.live.WhatIfEvery, l.live.WhatIfBudget = 0, 0, 0, 0
 			for n := 0; n < 3; n++ {
 				l.node(fmt.Sprintf("n%d", n), 4)
 			}
@@ -139,4 +139,51 @@ func runningOf(st *domain.State) []*domain.Task {
 		}
 	}
 	return out
+}
+
+// With a Share, a full re-estimate that took d is followed by the next
+// no sooner than d/Share after its start: the events meanwhile wait
+// (Pending, Due), then one re-estimate has them all.
+func TestLiveShare(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		share float64
+		took  time.Duration
+		due   time.Duration // after the first re-estimate's start
+	}{
+		{"half the clock", 0.5, 300 * time.Millisecond, 600 * time.Millisecond},
+		{"a tenth", 0.1, 300 * time.Millisecond, 3 * time.Second},
+		{"faster than the interval", 0.5, 10 * time.Millisecond, 100 * time.Millisecond},
+		{"no share", 0, 300 * time.Millisecond, 100 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Unix(0, 0)
+			wall, step := start, tc.took
+			l := &liveLog{logb: newLog()}
+			l.live = estimate.NewLive(l.est)
+			// Each reading of the clock during the first re-estimate moves
+			// it on by took: read at its start and at its end.
+			l.live.Now = func() time.Time { w := wall; wall = wall.Add(step); return w }
+			l.live.MinInterval, l.live.Share, l.live.WhatIfBudget = 100*time.Millisecond, tc.share, 0
+			l.node("n", 8)
+			l.submit(t0, "a", "medium", 8, 1)
+			l.run(t0, "a")
+			l.add(t0, events.Submitted{TaskID: "b", Name: "b", Team: "a", Priority: "medium", GPUs: 8, Hours: 1, Hypothesis: "h", Command: "c", SubmittedAt: t0})
+			l.live.Advise(l.st, t0)
+			step = 0
+			if got, want := l.live.Due(), start.Add(tc.due); !got.Equal(want) {
+				t.Fatalf("due %v after the start, want %v", got.Sub(start), tc.due)
+			}
+			l.add(t0, events.Submitted{TaskID: "c", Name: "c", Team: "a", Priority: "high", GPUs: 8, Hours: 1, Hypothesis: "h", Command: "c", SubmittedAt: t0})
+			l.live.Saw(l.st, events.Record{Event: events.Submitted{TaskID: "c"}})
+			wall = start.Add(tc.due - time.Millisecond)
+			if got := l.live.Advise(l.st, t0); len(got) != 1 || !l.live.Pending() {
+				t.Errorf("before due: %d entries, pending %v; want the old 1 and pending", len(got), l.live.Pending())
+			}
+			wall = start.Add(tc.due)
+			if got := l.live.Advise(l.st, t0); len(got) != 2 || l.live.Pending() {
+				t.Errorf("at due: %d entries, pending %v; want 2, not pending", len(got), l.live.Pending())
+			}
+		})
+	}
 }

@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -242,4 +243,50 @@ func TestEndOrder(t *testing.T) {
 			}
 		})
 	}
+}
+
+// EndOrder read between random sets, moves and removals (each merged in
+// only when read) lists its tasks as sorting every task's end then would:
+// by end, then SubmitSeq.
+func TestPropEndOrderMerges(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		t0 := time.Unix(1000, 0)
+		var tasks []*domain.Task
+		for i := 0; i < rapid.IntRange(1, 12).Draw(t, "tasks"); i++ {
+			tasks = append(tasks, &domain.Task{ID: fmt.Sprint("t", i), SubmitSeq: uint64(100 - i)})
+		}
+		o := policy.NewEndOrder(0)
+		ends := map[*domain.Task]time.Time{}
+		for step := 0; step < 60; step++ {
+			tk := rapid.SampledFrom(tasks).Draw(t, "task")
+			switch rapid.IntRange(0, 3).Draw(t, "op") {
+			case 0, 1:
+				end := t0.Add(time.Duration(rapid.IntRange(0, 5).Draw(t, "end")) * time.Second)
+				o.Set(tk, end)
+				ends[tk] = end
+			case 2:
+				o.Remove(tk)
+				delete(ends, tk)
+			case 3:
+				var want []*domain.Task
+				for k := range ends {
+					want = append(want, k)
+				}
+				sort.Slice(want, func(i, j int) bool {
+					a, b := want[i], want[j]
+					if !ends[a].Equal(ends[b]) {
+						return ends[a].Before(ends[b])
+					}
+					return a.SubmitSeq < b.SubmitSeq
+				})
+				var ids []string
+				for _, k := range want {
+					ids = append(ids, k.ID)
+				}
+				if diff := cmp.Diff(ids, policy.EndOrderIDs(o)); diff != "" {
+					t.Fatalf("step %d: order (-sorted +EndOrder):\n%s", step, diff)
+				}
+			}
+		}
+	})
 }

@@ -58,7 +58,7 @@ func (p *Policy) RefOrder(in Input) []string {
 // EndOrderIDs lists an EndOrder's tasks in order.
 func EndOrderIDs(o *EndOrder) []string {
 	var ids []string
-	for _, e := range o.list {
+	for _, e := range o.sorted() {
 		ids = append(ids, e.t.ID)
 	}
 	return ids

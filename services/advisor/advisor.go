@@ -49,8 +49,18 @@ type Config struct {
 	// AdviseEvery: full re-estimates of every queued task's advice at most
 	// this often (a burst of events is coalesced into one; the advice
 	// follows at most this long after the event plus one re-estimate);
-	// 0: estimate.DefaultLiveInterval, negative: after every batch.
+	// 0: estimate.DefaultLiveInterval, and re-estimates take at most
+	// estimate.DefaultLiveShare of the wall clock (a queue whose
+	// re-estimate takes seconds is re-estimated less often); negative:
+	// after every batch.
 	AdviseEvery time.Duration
+	// EstimateWorkers: goroutines that run the forward simulations of the
+	// estimates at submission (estimate.Estimator.Workers, the same
+	// estimates), so that folding a submission does not wait for its
+	// simulation — the advice after it does not need it (Estimator.Late
+	// reads it only once the task waited AlertMinWait); 0: 2, negative:
+	// none (each simulated in the fold, as before).
+	EstimateWorkers int
 	// SnapshotBudget: a snapshot is also due once the estimator has spent
 	// this long folding the records since the last one (its forward
 	// simulations), however few they were; 0: DefaultSnapshotBudget,
@@ -132,13 +142,20 @@ func newAdvisor(cfg Config) *Advisor {
 	case cfg.AdviseEvery > 0:
 		a.live.MinInterval = cfg.AdviseEvery
 	case cfg.AdviseEvery < 0:
-		a.live.MinInterval = 0
+		a.live.MinInterval, a.live.Share = 0, 0
+	}
+	switch {
+	case cfg.EstimateWorkers == 0:
+		a.est.Workers = 2
+	case cfg.EstimateWorkers > 0:
+		a.est.Workers = cfg.EstimateWorkers
 	}
 	return a
 }
 
 func (a *Advisor) run(ctx context.Context) error {
 	cfg := a.cfg
+	defer a.est.Close()
 	var snaps *service.Snapshots
 	if cfg.JS != nil {
 		snaps = service.OpenSnapshotsIn(ctx, cfg.JS, SnapshotBucket, cfg.Replicas, SnapshotName, cfg.SnapshotEvery, cfg.Logger)
