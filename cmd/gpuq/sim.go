@@ -398,16 +398,8 @@ func runSim(c *cobra.Command, f simFlags) error {
 	}
 
 	// 4. Report.
-	if f.plot != "" {
-		files, err := sim.WritePlots(f.plot, rep, names)
-		if err != nil {
-			return err
-		}
-		if !f.json {
-			for _, p := range files {
-				fmt.Fprintln(os.Stderr, "wrote", p)
-			}
-		}
+	if err := writePlots(f, func() ([]string, error) { return sim.WritePlots(f.plot, rep, names) }); err != nil {
+		return err
 	}
 	if f.json {
 		return printJSON(os.Stdout, rep.Result)
@@ -563,16 +555,8 @@ func runSweep(c *cobra.Command, f simFlags, cfg sim.Config, sizes []int, names [
 		}
 		sw.Sweep = append(sw.Sweep, sim.SweepEntry{Nodes: n, Result: rep.Result})
 	}
-	if f.plot != "" {
-		files, err := sim.WriteSweepPlots(f.plot, sw, names)
-		if err != nil {
-			return err
-		}
-		if !f.json {
-			for _, p := range files {
-				fmt.Fprintln(os.Stderr, "wrote", p)
-			}
-		}
+	if err := writePlots(f, func() ([]string, error) { return sim.WriteSweepPlots(f.plot, sw, names) }); err != nil {
+		return err
 	}
 	if f.json {
 		return printJSON(os.Stdout, sw)
@@ -622,4 +606,22 @@ func printSweep(w io.Writer, sw sim.SweepResult, names []string) {
 		}
 	}
 	tw.Flush()
+}
+
+// writePlots writes the plots with write when --plot names a directory,
+// and says which files it wrote unless the output is JSON.
+func writePlots(f simFlags, write func() ([]string, error)) error {
+	if f.plot == "" {
+		return nil
+	}
+	files, err := write()
+	if err != nil {
+		return err
+	}
+	if !f.json {
+		for _, p := range files {
+			fmt.Fprintln(os.Stderr, "wrote", p)
+		}
+	}
+	return nil
 }
