@@ -98,10 +98,53 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 			return out // decide placements once the loss is folded
 		}
 	}
+	// 1. The protocol's reactions: requeue what yielded, preempt on drained
+	//    and unhealthy GPUs (Protocol, which the advisor's forward
+	//    simulation runs too).
+	out = append(out, Protocol(st)...)
+	// 2. The policy's decisions, on the nodes with a fresh heartbeat.
+	st.SetAway(live.away(st, now))
+	for _, d := range p.Schedule(policy.Input{State: st, Now: now, Predict: predict}) {
+		t := st.Tasks[d.TaskID]
+		switch d.Kind {
+		case policy.Dispatch:
+			out = append(out, Command{
+				Event: events.Dispatched{TaskID: t.ID, Placements: d.Placements, BasedOnSeq: st.Seq,
+					ResumeFrom: t.ResumeFrom, Reason: d.Reason, Backfill: d.Backfill},
+				MsgID:  fmt.Sprintf("dispatch:%s:%d", t.ID, t.LastSeq),
+				Expect: guard(t),
+			})
+		case policy.Preempt:
+			code := events.PreemptByClass
+			if d.Reclaim {
+				code = events.PreemptReclaim
+			}
+			out = append(out, Command{
+				Event: events.PreemptRequested{TaskID: t.ID, For: d.For, Policy: p.Name(), Reason: d.Reason,
+					GraceS: t.GraceS, BasedOnSeq: st.Seq, Code: code},
+				MsgID:  fmt.Sprintf("preempt:%s:%d", t.ID, t.LastSeq),
+				Expect: guard(t),
+			})
+		}
+	}
+	return out
+}
+
+// Protocol is the step of Plan that needs no clock and no heartbeats: a
+// preempted task whose process is gone goes back to the queue; a node
+// drained with --preempt has its preemptible tasks preempted; a task
+// holding a GPU that turned unhealthy is preempted. The scheduler runs it
+// in Plan; the advisor's forward simulation runs it before each of its
+// passes of the policy, so that its future is the scheduler's.
+func Protocol(st *domain.State) []Command {
+	guard := func(t *domain.Task) *events.Expect {
+		return &events.Expect{Filter: events.TaskSubjects(t.ID), LastSeq: t.LastSeq}
+	}
 	// 1. A preempted task whose process is gone goes back to the queue at
 	//    its original place, resuming from its checkpoint.
 	//    (Yielded counts them: none, and the walk over the live tasks is
 	//    skipped.)
+	var out []Command
 	for _, t := range yielded(st) {
 		if !t.HoldsGPUs() {
 			out = append(out, Command{
@@ -152,31 +195,6 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 			}
 			out = append(out, Command{
 				Event:  events.PreemptRequested{TaskID: t.ID, Policy: policy.GPUUnhealthy, Reason: reason, GraceS: t.GraceS, BasedOnSeq: st.Seq, Code: events.PreemptUnhealthy},
-				MsgID:  fmt.Sprintf("preempt:%s:%d", t.ID, t.LastSeq),
-				Expect: guard(t),
-			})
-		}
-	}
-	// 2. The policy's decisions, on the nodes with a fresh heartbeat.
-	st.SetAway(live.away(st, now))
-	for _, d := range p.Schedule(policy.Input{State: st, Now: now, Predict: predict}) {
-		t := st.Tasks[d.TaskID]
-		switch d.Kind {
-		case policy.Dispatch:
-			out = append(out, Command{
-				Event: events.Dispatched{TaskID: t.ID, Placements: d.Placements, BasedOnSeq: st.Seq,
-					ResumeFrom: t.ResumeFrom, Reason: d.Reason, Backfill: d.Backfill},
-				MsgID:  fmt.Sprintf("dispatch:%s:%d", t.ID, t.LastSeq),
-				Expect: guard(t),
-			})
-		case policy.Preempt:
-			code := events.PreemptByClass
-			if d.Reclaim {
-				code = events.PreemptReclaim
-			}
-			out = append(out, Command{
-				Event: events.PreemptRequested{TaskID: t.ID, For: d.For, Policy: p.Name(), Reason: d.Reason,
-					GraceS: t.GraceS, BasedOnSeq: st.Seq, Code: code},
 				MsgID:  fmt.Sprintf("preempt:%s:%d", t.ID, t.LastSeq),
 				Expect: guard(t),
 			})

@@ -3,6 +3,7 @@ package estimate
 import (
 	"time"
 
+	"github.com/gpuq/gpuq/pkg/decide"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/events"
 	"github.com/gpuq/gpuq/pkg/policy"
@@ -122,6 +123,7 @@ type fwd struct {
 	waiting  map[string]bool
 	predict  func(*domain.Task) time.Duration
 	res      policy.Result // the first pass's decisions
+	replan   bool          // the protocol changed the state: the first pass plans on the copy
 	// capped: the simulation stopped at its horizon of maxSteps passes,
 	// at vnow, with tasks still waiting (each starts later than vnow, if
 	// ever).
@@ -223,14 +225,21 @@ func startForward(st *domain.State, pol *policy.Policy, pred *Predictor, now tim
 		f.total[t] = d
 		return d
 	}
+	// 0. The scheduler's protocol first (decide.Protocol: requeue what
+	//    yielded, preempt on drained nodes and unhealthy GPUs), as its next
+	//    pass would. Once: nothing in the simulation drains a node, marks a
+	//    GPU unhealthy or yields but through the simulation's own steps.
+	proto := decide.Protocol(st)
 	// 1. The first pass runs on st itself (a pass modifies nothing): when
 	//    it starts the target, no copy of the state is needed.
-	f.res = pol.Plan(policy.Input{State: st, Now: now, Predict: f.predict})
-	if target != "" {
-		for _, d := range f.res.Decisions {
-			if d.Kind == policy.Dispatch && d.TaskID == target {
-				starts[target] = now
-				return nil, starts
+	if len(proto) == 0 {
+		f.res = pol.Plan(policy.Input{State: st, Now: now, Predict: f.predict})
+		if target != "" {
+			for _, d := range f.res.Decisions {
+				if d.Kind == policy.Dispatch && d.TaskID == target {
+					starts[target] = now
+					return nil, starts
+				}
 			}
 		}
 	}
@@ -254,14 +263,54 @@ func startForward(st *domain.State, pol *policy.Policy, pred *Predictor, now tim
 		}
 		f.ends.push(end{at: now.Add(rem), t: t, dispatch: t.DispatchSeq})
 	}
+	if len(proto) > 0 {
+		f.protocol(proto)
+		f.replan = true // the first pass plans on the state after them
+	}
 	return f, starts
+}
+
+// protocol applies decide.Protocol's commands to the simulation as the
+// scheduler's would land: a requeue puts the task back in the queue; a
+// preemption request (drain, unhealthy GPU) lets the task yield after its
+// grace, as the policy's preemptions do.
+func (f *fwd) protocol(cmds []decide.Command) {
+	for _, c := range cmds {
+		switch e := c.Event.(type) {
+		case events.Requeued:
+			t := f.sim.Tasks[e.TaskID]
+			f.apply(events.Requeued{TaskID: e.TaskID, Epoch: f.sim.Epoch, Code: e.Code})
+			delete(f.total, t) // its next run is predicted afresh
+			f.fresh[t] = true
+		case events.PreemptRequested:
+			t := f.sim.Tasks[e.TaskID]
+			f.apply(events.PreemptRequested{TaskID: e.TaskID, Policy: e.Policy, Code: e.Code, Epoch: f.sim.Epoch})
+			f.yield(t)
+		}
+	}
+}
+
+// yield lets t, asked to stop, hold its GPUs for its grace and then yield
+// (the batch of ends requeues it), or yield now when it has none; it says
+// whether it yielded now (the pass must then be planned again).
+func (f *fwd) yield(t *domain.Task) bool {
+	if t.GraceS > 0 {
+		f.ends.push(end{at: f.vnow.Add(time.Duration(t.GraceS * float64(time.Second))), t: t, dispatch: t.DispatchSeq})
+		return false
+	}
+	f.apply(events.Preempted{TaskID: t.ID, Node: t.Node})
+	f.apply(events.Requeued{TaskID: t.ID, Epoch: f.sim.Epoch})
+	f.unhold(t)
+	delete(f.total, t)
+	f.fresh[t] = true
+	return true
 }
 
 // run plays the simulation from its first pass's decisions on.
 func (f *fwd) run() map[string]time.Time {
 	sim, pol, now, arrivals, window := f.sim, f.pol, f.now, f.arrivals, f.window
 	starts, waiting, predict, res := f.starts, f.waiting, f.predict, f.res
-	planned := true // res holds the first pass's decisions
+	planned := !f.replan // res holds the first pass's decisions
 	ai := 0
 	for step := 0; step < f.maxSteps; step++ {
 		// 3. Let the policy decide at vnow.
@@ -292,18 +341,9 @@ func (f *fwd) run() map[string]time.Time {
 				}
 			case policy.Preempt:
 				f.apply(events.PreemptRequested{TaskID: t.ID, For: d.For, Epoch: sim.Epoch})
-				if t.GraceS > 0 {
-					// It holds its GPUs for its grace, then yields (the
-					// batch below requeues it).
-					f.ends.push(end{at: f.vnow.Add(time.Duration(t.GraceS * float64(time.Second))), t: t, dispatch: t.DispatchSeq})
-					continue
+				if f.yield(t) {
+					replan = true
 				}
-				f.apply(events.Preempted{TaskID: t.ID, Node: t.Node})
-				f.apply(events.Requeued{TaskID: t.ID, Epoch: sim.Epoch})
-				f.unhold(t)
-				delete(f.total, t)
-				f.fresh[t] = true
-				replan = true
 			}
 		}
 		if replan {
