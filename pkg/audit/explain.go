@@ -2,6 +2,7 @@ package audit
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -143,7 +144,7 @@ func Explain(recs []events.Record, pol *policy.Policy, taskID string) (Explanati
 			waiting = false
 			continue
 		}
-		if waiting && (cause != cur.Cause || !same(blocking, cur.Blocking)) {
+		if waiting && (cause != cur.Cause || !slices.Equal(blocking, cur.Blocking)) {
 			ex.flush(&cur)
 		}
 		if !waiting || cur.Cause == "" {
@@ -245,18 +246,6 @@ func nonEmpty(id string) []string {
 		return []string{}
 	}
 	return []string{id}
-}
-
-func same(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func contains(s []string, x string) bool {

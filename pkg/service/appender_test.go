@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -178,7 +179,7 @@ func TestAppender(t *testing.T) {
 			if !ok || a.Busy() {
 				t.Fatalf("Take after the wake: ok %v, busy %v", ok, a.Busy())
 			}
-			if got := l.stored(t); !equal(got, tc.want.stored) {
+			if got := l.stored(t); !slices.Equal(got, tc.want.stored) {
 				t.Errorf("log holds %q, want %q", got, tc.want.stored)
 			}
 			for i, res := range r.Results {
@@ -216,18 +217,6 @@ func TestAppenderContextEnds(t *testing.T) {
 	if !ok || r.Unknown != 1 || r.Results[0].Err == nil || r.Last != 0 {
 		t.Fatalf("after the context ended: ok %v, %+v; want the one message unknown, nothing acked", ok, r)
 	}
-}
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // For any batch and any faults — acks lost before or after the append

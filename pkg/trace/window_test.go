@@ -2,6 +2,7 @@ package trace
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,23 +112,11 @@ func TestSplit(t *testing.T) {
 				names = append(names, p.Name)
 				sizes = append(sizes, len(p.Filter(tc.jobs)))
 			}
-			if strings.Join(names, " ") != strings.Join(tc.names, " ") || !equalInts(sizes, tc.sizes) {
+			if strings.Join(names, " ") != strings.Join(tc.names, " ") || !slices.Equal(sizes, tc.sizes) {
 				t.Errorf("parts %v of %v jobs, want %v of %v", names, sizes, tc.names, tc.sizes)
 			}
 		})
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestSplitPartitions: whatever the jobs and the split, the parts are in
