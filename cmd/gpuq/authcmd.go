@@ -77,7 +77,7 @@ stays where it is:
   jobs-<node>   a new creds/agent-<node>.jobs.nk; the old key is removed from
                 the account, and every job credential it minted stops working.
 nats-auth.conf is rewritten: reload the NATS server (nats-server --signal
-reload, or SIGHUP; gpuq dev: restart it) and the revoked users are
+reload, or SIGHUP; gpuq dev: send it SIGHUP) and the revoked users are
 disconnected; then restart each rotated service with its new file.
 docs/operations.md, "Rotating credentials and tokens".`,
 		Args: cobra.MinimumNArgs(2),

@@ -180,6 +180,12 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 		return err
 	}
 	defer srv.Shutdown()
+	if f.auth != "" {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go reloadOnHangup(ctx, srv, hup, logger)
+	}
 	url := fmt.Sprintf("nats://127.0.0.1:%d", f.port)
 	if !f.natsTLS.Empty() {
 		url = fmt.Sprintf("tls://127.0.0.1:%d", f.port)
@@ -556,4 +562,23 @@ func notifierRole(f devFlags) string {
 		return "notifier"
 	}
 	return "admin"
+}
+
+// reloadOnHangup reloads the server's auth configuration at each signal
+// on hup (SIGHUP), as nats-server does: after gpuq auth rotate, the
+// revoked users' connections close and their files stop working without
+// a restart of gpuq dev.
+func reloadOnHangup(ctx context.Context, srv *embedded.Server, hup <-chan os.Signal, logger zerolog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			if err := srv.Reload(); err != nil {
+				logger.Error().Err(err).Msg("gpuq dev: reloading the auth configuration")
+				continue
+			}
+			logger.Info().Msg("gpuq dev: auth configuration reloaded")
+		}
+	}
 }

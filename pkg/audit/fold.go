@@ -35,9 +35,9 @@ func (f *folder) plan(pol *policy.Policy) policy.Result {
 	return pol.With(true).Plan(policy.Input{State: f.st, Now: now, Predict: f.pred.ForPolicy(now)})
 }
 
-// Fold applies records to a new state, up to and including sequence upto
-// (0: all of them).
-func Fold(recs []events.Record, upto uint64) *domain.State {
+// foldTo applies records to a new folder, up to and including sequence
+// upto (0: all of them).
+func foldTo(recs []events.Record, upto uint64) *folder {
 	f := newFolder()
 	for _, r := range recs {
 		if upto > 0 && r.Seq > upto {
@@ -45,7 +45,7 @@ func Fold(recs []events.Record, upto uint64) *domain.State {
 		}
 		f.apply(r)
 	}
-	return f.st
+	return f
 }
 
 // SeqAt is the sequence of the last record whose log time (Record.At) is

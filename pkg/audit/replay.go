@@ -59,13 +59,7 @@ const ReasonStartable = alarm.ReasonStartable
 // Replay folds the records up to and including sequence upto (0: all)
 // and describes the state there. all includes finished tasks.
 func Replay(recs []events.Record, pol *policy.Policy, upto uint64, all bool) View {
-	f := newFolder()
-	for _, r := range recs {
-		if upto > 0 && r.Seq > upto {
-			break
-		}
-		f.apply(r)
-	}
+	f := foldTo(recs, upto)
 	return describe(f, pol, all)
 }
 

@@ -104,3 +104,11 @@ func ByVC(jobs []Job) map[string][]Job {
 	}
 	return out
 }
+// DroppedTotal is the number of rows dropped for any reason.
+func (r Report) DroppedTotal() int {
+	n := 0
+	for _, c := range r.Dropped {
+		n += c
+	}
+	return n
+}

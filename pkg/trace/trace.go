@@ -77,15 +77,6 @@ type Report struct {
 	Dropped map[DropReason]int
 }
 
-// DroppedTotal is the number of rows dropped for any reason.
-func (r Report) DroppedTotal() int {
-	n := 0
-	for _, c := range r.Dropped {
-		n += c
-	}
-	return n
-}
-
 func (r *Report) drop(why DropReason) {
 	if r.Dropped == nil {
 		r.Dropped = map[DropReason]int{}

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	js "github.com/nats-io/nats.go/jetstream"
@@ -90,15 +88,6 @@ func OpenKV(ctx context.Context, j js.JetStream, replicas int) (*KV, error) {
 		return nil, err
 	}
 	return &KV{state: state, dlv: dlv}, nil
-}
-
-// OpenKVReadOnly opens existing buckets (gpuq notify failed).
-func OpenKVReadOnly(ctx context.Context, j js.JetStream) (*KV, error) {
-	dlv, err := j.KeyValue(ctx, DeliveryBucket)
-	if err != nil {
-		return nil, fmt.Errorf("bucket %s: %w", DeliveryBucket, err)
-	}
-	return &KV{dlv: dlv}, nil
 }
 
 const cursorKey = "cursor"
@@ -193,91 +182,4 @@ func (s *KV) Dead(ctx context.Context, d Delivery) error {
 		return err
 	}
 	return s.dlv.Delete(ctx, d.key("p"))
-}
-
-// Mem is a Store in memory, for tests and for a notifier without
-// JetStream (nothing survives a restart of the process).
-type Mem struct {
-	mu     sync.Mutex
-	cursor *uint64
-	keys   map[string]Delivery
-	events map[string]bool
-}
-
-var _ Store = (*Mem)(nil)
-
-// NewMem returns an empty Mem.
-func NewMem() *Mem { return &Mem{keys: map[string]Delivery{}, events: map[string]bool{}} }
-
-func (m *Mem) Cursor(context.Context) (uint64, bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.cursor == nil {
-		return 0, false, nil
-	}
-	return *m.cursor, true, nil
-}
-
-func (m *Mem) SetCursor(_ context.Context, seq uint64) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.cursor = &seq
-	return nil
-}
-
-func (m *Mem) Recorded(_ context.Context, id string) (bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.events[id], nil
-}
-
-func (m *Mem) Record(_ context.Context, id string, ds []Delivery) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, d := range ds {
-		m.keys[d.key("p")] = d
-	}
-	m.events[id] = true
-	return nil
-}
-
-func (m *Mem) list(prefix string) []Delivery {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []Delivery
-	for k, d := range m.keys {
-		if strings.HasPrefix(k, prefix+".") {
-			out = append(out, d)
-		}
-	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if !out[i].Created.Equal(out[j].Created) {
-			return out[i].Created.Before(out[j].Created)
-		}
-		return out[i].NoticeID < out[j].NoticeID
-	})
-	return out
-}
-
-func (m *Mem) Pending(context.Context) ([]Delivery, error)     { return m.list("p"), nil }
-func (m *Mem) DeadLetters(context.Context) ([]Delivery, error) { return m.list("x"), nil }
-
-func (m *Mem) Retry(_ context.Context, d Delivery) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.keys[d.key("p")] = d
-	return nil
-}
-
-func (m *Mem) Delivered(_ context.Context, d Delivery) error { return m.settle(d, "s") }
-func (m *Mem) Dead(_ context.Context, d Delivery) error      { return m.settle(d, "x") }
-
-// settle keeps d under the kind ("s" sent, "x" dead) and drops it from
-// the pending ones.
-func (m *Mem) settle(d Delivery, kind string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.keys[d.key(kind)] = d
-	delete(m.keys, d.key("p"))
-	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/gpuq/gpuq/pkg/audit"
 	dt "github.com/gpuq/gpuq/pkg/domain/domaintest"
 	"github.com/gpuq/gpuq/pkg/events"
+	"github.com/gpuq/gpuq/pkg/policy"
 )
 
 // TestLiveDigest: the leading scheduler keeps the digest of its fold in
@@ -52,7 +53,7 @@ func TestLiveDigest(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if want := audit.Digest(audit.Fold(recs, v.Seq)); v.Digest != want {
+		if want := audit.Replay(recs, policy.New(policy.DefaultOptions()), v.Seq, false).Digest; v.Digest != want {
 			t.Errorf("live digest after seq %d = %s, a fresh replay's %s", v.Seq, v.Digest, want)
 		}
 		rep := audit.Verify(recs, audit.Options{Live: &v})

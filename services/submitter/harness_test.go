@@ -248,3 +248,9 @@ const (
 	unknownID = "00000000-0000-7000-8000-000000000000"
 	earlyID   = "0190a5b2-3c4d-7e8f-9a0b-1c2d3e4f5a6b"
 )
+
+// catchUp folds every record present in the log now (once).
+func (s *server) catchUp(ctx context.Context) error { return s.m.f.CatchUp(ctx, nil) }
+
+// skipped is the number of records the fold skipped.
+func (m *model) skipped() uint64 { return m.f.Counters.Skipped.Load() }

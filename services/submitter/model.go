@@ -85,9 +85,6 @@ func newModel(log events.Log, logger zerolog.Logger) *model {
 // seq is the last sequence folded.
 func (m *model) seq() uint64 { return m.f.Seq() }
 
-// skipped is the number of records the fold skipped.
-func (m *model) skipped() uint64 { return m.f.Counters.Skipped.Load() }
-
 // waitFor blocks until the fold has reached seq, ctx ends, or bound passes
 // (an *opError with status 503).
 func (m *model) waitFor(ctx context.Context, seq uint64, bound time.Duration) error {

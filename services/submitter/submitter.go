@@ -388,9 +388,6 @@ func waitUntil(done func() bool, d time.Duration) {
 	}
 }
 
-// catchUp folds every record present in the log now (once).
-func (s *server) catchUp(ctx context.Context) error { return s.m.f.CatchUp(ctx, nil) }
-
 // follow runs the runtime's fold (catch-up, then follow, re-opened with
 // backoff when it fails) until ctx ends; caughtUp (may be nil) is closed
 // once the log present at the start has been folded.
