@@ -104,6 +104,7 @@ func ByVC(jobs []Job) map[string][]Job {
 	}
 	return out
 }
+
 // DroppedTotal is the number of rows dropped for any reason.
 func (r Report) DroppedTotal() int {
 	n := 0
