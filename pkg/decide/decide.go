@@ -52,13 +52,23 @@ func (l Liveness) away(st *domain.State, now time.Time) map[string]bool {
 	return out
 }
 
+// Overlay lays the heartbeats over the fold: the nodes without a fresh
+// one are marked away in st (domain.State.SetAway: not schedulable, though
+// the log says they are up), every other node is not. The scheduler calls
+// it on its state before Plan; without Beats it clears every mark. It
+// reports whether a mark changed.
+func (l Liveness) Overlay(st *domain.State, now time.Time) bool {
+	return st.SetAway(l.away(st, now))
+}
+
 // Plan is the scheduler's pure step: protocol reactions to what happened
 // (declare silent nodes lost and requeue their tasks; requeue what was
-// preempted) and the policy's decisions, as events.
+// preempted) and the policy's decisions, as events. It reads st and
+// changes nothing in it: the nodes the policy may use are those st says
+// are schedulable, so a caller with heartbeats lays them over st first
+// (Liveness.Overlay).
 //
 // predict is the policy's run-time prediction (nil: the users' estimates).
-// Plan marks the nodes without a fresh heartbeat away in st (SetAway),
-// the scheduler's live view over the fold.
 func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, predict func(*domain.Task) time.Duration) []Command {
 	var out []Command
 	guard := func(t *domain.Task) *events.Expect {
@@ -102,8 +112,8 @@ func Plan(st *domain.State, p *policy.Policy, now time.Time, live Liveness, pred
 	//    and unhealthy GPUs (Protocol, which the advisor's forward
 	//    simulation runs too).
 	out = append(out, Protocol(st)...)
-	// 2. The policy's decisions, on the nodes with a fresh heartbeat.
-	st.SetAway(live.away(st, now))
+	// 2. The policy's decisions, on the schedulable nodes (with a fresh
+	//    heartbeat, after Overlay).
 	for _, d := range p.Schedule(policy.Input{State: st, Now: now, Predict: predict}) {
 		t := st.Tasks[d.TaskID]
 		switch d.Kind {

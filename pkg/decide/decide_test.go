@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/gpuq/gpuq/pkg/decide"
 	"github.com/gpuq/gpuq/pkg/domain"
@@ -109,6 +110,18 @@ func TestPlan(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			st := fold(tc.log...)
+			// Plan is pure: on a state without the overlay, the state and
+			// its away marks (none) are as they were.
+			bare := fold(tc.log...)
+			before := bare.Clone()
+			decide.Plan(bare, policy.New(policy.Options{}), now, tc.live, nil)
+			if diff := cmp.Diff(before, bare, cmpopts.EquateEmpty(), cmpopts.IgnoreUnexported(domain.State{}, domain.Task{}, domain.Node{})); diff != "" {
+				t.Errorf("Plan changed the state (-before +after):\n%s", diff)
+			}
+			if away := awayNodes(bare); len(away) > 0 {
+				t.Errorf("Plan marked %v away", away)
+			}
+			tc.live.Overlay(st, now)
 			got := summary(decide.Plan(st, policy.New(policy.Options{}), now, tc.live, nil))
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("plan (-want +got):\n%s", diff)
@@ -159,4 +172,15 @@ func TestRequeueNotStarted(t *testing.T) {
 			}
 		})
 	}
+}
+
+// awayNodes lists the nodes marked away (Liveness.Overlay).
+func awayNodes(st *domain.State) []string {
+	var out []string
+	for _, name := range st.NodeNames() {
+		if st.Nodes[name].Away() {
+			out = append(out, name)
+		}
+	}
+	return out
 }

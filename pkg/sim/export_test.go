@@ -53,7 +53,7 @@ func TestReadExportRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Rows != len(tasks) || rep.Kept != len(tasks) || rep.DroppedTotal() != 0 {
+	if rep.Rows != len(tasks) || rep.Kept != len(tasks) || len(rep.Dropped) != 0 {
 		t.Fatalf("report %+v, want %d tasks all kept", rep, len(tasks))
 	}
 	want := make([]trace.Job, len(tasks))

@@ -308,8 +308,10 @@ type plan struct {
 	start time.Time // when the step began (the pass metric)
 }
 
-// decide is the scheduler's step under the fold's lock: decide.Plan on
-// the state as folded; it appends nothing and keeps no pointer into st.
+// decide is the scheduler's step under the fold's lock: its heartbeats
+// laid over the state as folded (decide.Liveness.Overlay, the one thing
+// it marks in st), then decide.Plan, which only reads; it appends nothing
+// and keeps no pointer into st.
 func (s *Scheduler) decide(st *domain.State) plan {
 	start := time.Now()
 	now := s.clock.now()
@@ -324,6 +326,7 @@ func (s *Scheduler) decide(st *domain.State) plan {
 	if s.cfg.NodeTimeout < 0 {
 		live.Timeout = 0
 	}
+	live.Overlay(st, now) // the scheduler's view over the fold: no work for a silent node
 	cmds := decide.Plan(st, s.cfg.Policy, now, live, s.pred.ForPolicy(now))
 	s.mu.Unlock()
 	return plan{cmds: cmds, seq: st.Seq, now: now, start: start}
