@@ -91,31 +91,32 @@ func (a *Appender) Start(ctx context.Context, msgs []events.Msg) bool {
 
 // Take returns the outcome of the batch in flight once it is done, without
 // waiting (ok false: none is done).
-func (a *Appender) Take() (Appended, bool) {
-	if a.done == nil {
-		return Appended{}, false
-	}
-	select {
-	case r := <-a.done:
-		a.done = nil
-		return r, true
-	default:
-		return Appended{}, false
-	}
-}
+func (a *Appender) Take() (Appended, bool) { return a.take(closed) }
 
 // Wait is Take that waits, until the batch is done or ctx ends.
-func (a *Appender) Wait(ctx context.Context) (Appended, bool) {
+func (a *Appender) Wait(ctx context.Context) (Appended, bool) { return a.take(ctx.Done()) }
+
+// closed is a channel closed from the start: take with it does not wait.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// take receives the batch's outcome, waiting until it is done or stop
+// closes (an outcome already there wins over a closed stop).
+func (a *Appender) take(stop <-chan struct{}) (Appended, bool) {
 	if a.done == nil {
 		return Appended{}, false
 	}
+	var r Appended
 	select {
-	case r := <-a.done:
-		a.done = nil
-		return r, true
-	case <-ctx.Done():
-		return Appended{}, false
+	case r = <-a.done:
+	default:
+		select {
+		case r = <-a.done:
+		case <-stop:
+			return Appended{}, false
+		}
 	}
+	a.done = nil
+	return r, true
 }
 
 // unknown reports whether err leaves an append's outcome unknown.

@@ -100,6 +100,18 @@ func queuedView(st *domain.State, p domain.Priority) *domain.State {
 // EstimateMetrics judge one estimator at submission, over tasks whose
 // actual wait was at least 60 s.
 type EstimateMetrics struct {
+	ClassEstimate
+	// ByClass judges the estimator on each class's tasks (the classes they
+	// were submitted in); omitted when every judged task is of one class.
+	ByClass map[string]ClassEstimate `json:"by_class,omitempty"`
+	// Alarms judge the advisor's alarm (gpuq only, with --alarms or
+	// --fault; alarms.go).
+	Alarms *AlarmMetrics `json:"alarms,omitempty"`
+}
+
+// ClassEstimate judges one estimator on a set of tasks: all of them in
+// EstimateMetrics, one class's in its ByClass.
+type ClassEstimate struct {
 	N int `json:"n"`
 	// P90Coverage is the share of tasks that started by the P90 (for a
 	// single-number estimator: by its estimate).
@@ -113,23 +125,6 @@ type EstimateMetrics struct {
 	P50MedianAbsErrS float64 `json:"p50_median_abs_err_s"`
 	// Never counts tasks the estimator said would never start.
 	Never int `json:"never"`
-	// ByClass judges the estimator on each class's tasks (the classes they
-	// were submitted in); omitted when every judged task is of one class.
-	ByClass map[string]ClassEstimate `json:"by_class,omitempty"`
-	// Alarms judge the advisor's alarm (gpuq only, with --alarms or
-	// --fault; alarms.go).
-	Alarms *AlarmMetrics `json:"alarms,omitempty"`
-}
-
-// ClassEstimate judges one estimator on one class's tasks, as
-// EstimateMetrics does on all of them.
-type ClassEstimate struct {
-	N                    int         `json:"n"`
-	P90Coverage          float64     `json:"p90_coverage"`
-	P90CoverageByQuarter [4]*float64 `json:"p90_coverage_by_quarter"`
-	NByQuarter           [4]int      `json:"n_by_quarter"`
-	P50MedianAbsErrS     float64     `json:"p50_median_abs_err_s"`
-	Never                int         `json:"never"`
 }
 
 // WaitEstimate is one judged task's estimate and actual wait (for plots).
@@ -184,13 +179,11 @@ func (e *estimating) judge(tasks []Task, o *outcome) (map[string]EstimateMetrics
 	}
 	out := map[string]EstimateMetrics{}
 	for name, a := range accs {
-		m := a.metrics()
+		m := EstimateMetrics{ClassEstimate: a.metrics()}
 		if cs := classes[name]; len(cs) > 1 {
 			m.ByClass = map[string]ClassEstimate{}
 			for c, ca := range cs {
-				cm := ca.metrics()
-				m.ByClass[c] = ClassEstimate{N: cm.N, P90Coverage: cm.P90Coverage, P90CoverageByQuarter: cm.P90CoverageByQuarter,
-					NByQuarter: cm.NByQuarter, P50MedianAbsErrS: cm.P50MedianAbsErrS, Never: cm.Never}
+				m.ByClass[c] = ca.metrics()
 			}
 		}
 		out[name] = m
@@ -217,8 +210,8 @@ func (a *acc) add(q int, actual, est time.Duration, never bool, coverBy time.Dur
 	a.errs = append(a.errs, math.Abs(actual.Seconds()-est.Seconds()))
 }
 
-func (a *acc) metrics() EstimateMetrics {
-	m := EstimateMetrics{N: a.n, NByQuarter: a.qn, Never: a.never}
+func (a *acc) metrics() ClassEstimate {
+	m := ClassEstimate{N: a.n, NByQuarter: a.qn, Never: a.never}
 	if a.n > 0 {
 		m.P90Coverage = round(float64(a.covered)/float64(a.n), 4)
 		slices.Sort(a.errs)

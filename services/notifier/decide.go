@@ -70,25 +70,20 @@ type seen struct {
 // NewDecider returns a decider with rules (zero fields: DefaultRules').
 func NewDecider(r Rules) *Decider {
 	d := DefaultRules
-	if r.SoonWithin > 0 {
-		d.SoonWithin = r.SoonWithin
-	}
-	if r.SoonRearm > 0 {
-		d.SoonRearm = r.SoonRearm
-	}
-	if r.ETAMin > 0 {
-		d.ETAMin = r.ETAMin
-	}
-	if r.ETAFraction > 0 {
-		d.ETAFraction = r.ETAFraction
-	}
-	if r.SuggestMin > 0 {
-		d.SuggestMin = r.SuggestMin
-	}
-	if r.DeadlineMargin > 0 {
-		d.DeadlineMargin = r.DeadlineMargin
-	}
+	override(&d.SoonWithin, r.SoonWithin)
+	override(&d.SoonRearm, r.SoonRearm)
+	override(&d.ETAMin, r.ETAMin)
+	override(&d.ETAFraction, r.ETAFraction)
+	override(&d.SuggestMin, r.SuggestMin)
+	override(&d.DeadlineMargin, r.DeadlineMargin)
 	return &Decider{rules: d, tasks: map[string]*track{}, advice: map[string]*seen{}, fresh: map[string]bool{}}
+}
+
+// override sets *dst to v when v is positive (a rule given).
+func override[T int | float64 | time.Duration](dst *T, v T) {
+	if v > 0 {
+		*dst = v
+	}
 }
 
 // Record folds one applied record (st already holds it) and returns the
