@@ -199,9 +199,9 @@ func (v *verifier) before(r events.Record) {
 						v.pending = append(v.pending, Violation{r.Seq, DispatchWithoutCapacity, t.ID, fmt.Sprintf("GPU %s is not on node %s", g, p.Node)})
 					case !gpu.Healthy:
 						v.pending = append(v.pending, Violation{r.Seq, DispatchWithoutCapacity, t.ID, fmt.Sprintf("GPU %s is unhealthy", g)})
-					case t.GPUModel != "" && !strings.Contains(strings.ToLower(gpu.Model), strings.ToLower(t.GPUModel)):
+					case !policy.ModelFits(t, gpu):
 						v.pending = append(v.pending, Violation{r.Seq, DispatchWithoutCapacity, t.ID, fmt.Sprintf("GPU %s is a %s, not a %s", g, gpu.Model, t.GPUModel)})
-					case t.MinGPUMemMiB > 0 && gpu.MemoryMiB < t.MinGPUMemMiB:
+					case !policy.MemoryFits(t, gpu):
 						v.pending = append(v.pending, Violation{r.Seq, DispatchWithoutCapacity, t.ID, fmt.Sprintf("GPU %s has %d MiB, the task needs %d", g, gpu.MemoryMiB, t.MinGPUMemMiB)})
 					}
 				}

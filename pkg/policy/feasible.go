@@ -379,10 +379,17 @@ func (f *freeMap) take(ps []events.Placement) {
 }
 
 // gpuFits reports whether one GPU satisfies the task's constraints.
-func gpuFits(t *domain.Task, g domain.GPU) bool {
-	if t.GPUModel != "" && !strings.Contains(strings.ToLower(g.Model), strings.ToLower(t.GPUModel)) {
-		return false
-	}
+func gpuFits(t *domain.Task, g domain.GPU) bool { return ModelFits(t, g) && MemoryFits(t, g) }
+
+// ModelFits reports whether the GPU is of the model the task asks for
+// (--gpu-model: a case-insensitive part of NVML's name; none: any).
+func ModelFits(t *domain.Task, g domain.GPU) bool {
+	return t.GPUModel == "" || strings.Contains(strings.ToLower(g.Model), strings.ToLower(t.GPUModel))
+}
+
+// MemoryFits reports whether the GPU has the memory the task asks for
+// (--min-gpu-mem; none: any).
+func MemoryFits(t *domain.Task, g domain.GPU) bool {
 	return t.MinGPUMemMiB == 0 || g.MemoryMiB >= t.MinGPUMemMiB
 }
 
