@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -104,6 +105,26 @@ type Advisor struct {
 	timer  *time.Timer
 	last   map[string]estimate.Advice
 	alerts map[alarm.Cause]int // alerts raised (transitions into alert) by cause, for operators
+	// stats is what /metrics reads (the estimator's figures and the alerts
+	// by cause), published from the fold's lock at most once a second so
+	// that a scrape never waits for a re-estimate holding the lock.
+	stats atomic.Pointer[published]
+}
+
+// published is the advisor's figures as of its last publication.
+type published struct {
+	at     time.Time
+	stats  estimate.Stats
+	alerts map[alarm.Cause]int
+}
+
+// publishStats refreshes the figures /metrics reads (the fold's lock held)
+// when they are older than a second.
+func (a *Advisor) publishStats(now time.Time) {
+	if p := a.stats.Load(); p != nil && now.Sub(p.at) < time.Second && now.After(p.at) {
+		return
+	}
+	a.stats.Store(&published{at: now, stats: a.est.Stats(), alerts: maps.Clone(a.alerts)})
 }
 
 // Run blocks until ctx ends.
@@ -173,9 +194,12 @@ func (a *Advisor) run(ctx context.Context) error {
 	}
 	if cfg.Metrics != nil {
 		metrics.Fold(cfg.Metrics, "advisor", func() *service.Fold { return a.fold }, cfg.Log.LastSeq)
-		metrics.Advisor(cfg.Metrics, func() (s estimate.Stats, alerts map[alarm.Cause]int) {
-			a.fold.Read(func(*domain.State) { s, alerts = a.est.Stats(), maps.Clone(a.alerts) })
-			return s, alerts
+		metrics.Advisor(cfg.Metrics, func() (estimate.Stats, map[alarm.Cause]int) {
+			p := a.stats.Load()
+			if p == nil {
+				return estimate.Stats{}, nil
+			}
+			return p.stats, p.alerts
 		})
 	}
 	if _, err := events.EnsureStream(ctx, cfg.JS, events.AdviceStream(cfg.Replicas)); err != nil {
@@ -250,7 +274,9 @@ func (a *Advisor) publish(ctx context.Context) {
 	var out []estimate.Advice
 	var due time.Time
 	a.fold.Read(func(st *domain.State) {
-		out = a.changed(st, a.cfg.Now())
+		now := a.cfg.Now()
+		out = a.changed(st, now)
+		a.publishStats(now)
 		if a.live.Pending() {
 			due = a.live.Due()
 		}
