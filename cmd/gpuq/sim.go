@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bufio"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,8 +22,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuq/gpuq/pkg/audit"
 	"github.com/gpuq/gpuq/pkg/domain"
 	"github.com/gpuq/gpuq/pkg/estimate"
+	"github.com/gpuq/gpuq/pkg/policy"
 	"github.com/gpuq/gpuq/pkg/policy/policyflag"
 	"github.com/gpuq/gpuq/pkg/sim"
 	"github.com/gpuq/gpuq/pkg/trace"
@@ -45,6 +50,7 @@ type simFlags struct {
 	progressModel          string
 	policyProgress         bool
 	cpuProfile             string         // --cpuprofile
+	export                 string         // --export
 	window                 simWindowFlags // --from, --until, --split (simwindow.go)
 }
 
@@ -142,6 +148,7 @@ smallest first, and --plot draws queueing delay and JCT against size.
 	fl.IntVar(&f.limit, "limit", 0, "simulate only the first N jobs of the trace, in submit order (quick runs)")
 	fl.BoolVar(&f.times, "timings", false, "print wall and CPU times to stderr: the load, each policy's run, and where the gpuq run's time goes")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the simulation to this file (go tool pprof)")
+	fl.StringVar(&f.export, "export", "", "write the gpuq policy's simulated log to this file as gpuq audit export writes it (JSON Lines): gpuq audit verify --file checks it, gpuq sim --format audit-export replays it; one cluster size, not with --split")
 	fl.BoolVar(&f.progress, "progress", false, "report each policy's progress on stderr")
 	fl.BoolVar(&f.alarms, "alarms", false, "measure the advisor's alarm on the gpuq run (estimates.gpuq.alarms: rate, the share of judged tasks alarmed; on a healthy run every alarm is false)")
 	fl.StringArrayVar(&f.faults, "fault", nil, "inject a fault in one more gpuq run, judged against the run without it (implies --alarms; repeatable): stall@OFFSET+DURATION (the scheduler decides nothing, e.g. stall@240h+3h) or nodes-down@OFFSET+DURATION:N (N nodes lost, their tasks requeued, e.g. nodes-down@240h+6h:8); OFFSET from the first submission")
@@ -227,6 +234,17 @@ func runSim(c *cobra.Command, f simFlags) error {
 	slices.Sort(sizes)
 	if err := checkSimWindowFlags(f, sizes); err != nil {
 		return err
+	}
+	var export *os.File
+	if f.export != "" {
+		if len(sizes) > 1 || f.window.split != "" {
+			return invalid("export", "writes one run's log: give one --nodes, without --split")
+		}
+		var err error
+		if export, err = os.Create(f.export); err != nil { // before the run, not after it
+			return invalid("export", err.Error())
+		}
+		defer export.Close()
 	}
 	if fromLog {
 		// The log has the tasks' own estimates, classes and
@@ -400,6 +418,11 @@ func runSim(c *cobra.Command, f simFlags) error {
 	// 4. Report.
 	if err := writePlots(f, func() ([]string, error) { return sim.WritePlots(f.plot, rep, names) }); err != nil {
 		return err
+	}
+	if f.export != "" {
+		if err := exportSim(c.Context(), export, cfg, tasks); err != nil {
+			return err
+		}
 	}
 	if f.json {
 		return printJSON(os.Stdout, rep.Result)
@@ -624,4 +647,28 @@ func writePlots(f simFlags, write func() ([]string, error)) error {
 		}
 	}
 	return nil
+}
+
+// exportSim writes the gpuq policy's log of a healthy run of cfg over
+// tasks (sim.Log: the agents' and submitters' records and the scheduler's
+// decisions, in order) to path as audit lines, the format of gpuq audit
+// export (the caller closes out on an error).
+func exportSim(ctx context.Context, out *os.File, cfg sim.Config, tasks []sim.Task) error {
+	recs, err := sim.Log(ctx, cfg, policy.New(cfg.Options), tasks)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(out, 1<<16)
+	for _, m := range recs {
+		b, err := json.Marshal(audit.LineOf(m))
+		if err != nil {
+			return err
+		}
+		w.Write(b)
+		w.WriteByte('\n')
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return out.Close()
 }
