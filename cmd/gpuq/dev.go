@@ -186,10 +186,7 @@ func runDev(ctx context.Context, f devFlags, opts policy.Options) error {
 		defer signal.Stop(hup)
 		go reloadOnHangup(ctx, srv, hup, logger)
 	}
-	url := fmt.Sprintf("nats://127.0.0.1:%d", f.port)
-	if !f.natsTLS.Empty() {
-		url = fmt.Sprintf("tls://127.0.0.1:%d", f.port)
-	}
+	url := srv.URL() // nats:// or tls://, at the port it listens on
 	logger.Info().Str("nats", url).Str("data", data).Bool("auth", f.auth != "").Msg("gpuq dev: NATS with JetStream ready")
 
 	// Every service gets its own connection as its own role with --auth
