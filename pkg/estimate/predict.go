@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpuq/gpuq/pkg/domain"
@@ -270,8 +271,13 @@ func (f *ratioFn) learned(q float64) float64 {
 // priorLogRatio: before any history, the user's estimate is the median and
 // a factor of 3 the P90 (users' estimates are famously loose).
 func priorLogRatio(q float64) float64 {
-	return math.Log(3) / 1.2816 * normQuantile(q)
+	return priorScale * normQuantile(q)
 }
+
+// priorScale is priorLogRatio's factor: log 3 over the standard normal's
+// P90 (math.Log(3) / 1.2816, the same float64 as computed in the
+// expression).
+var priorScale = math.Log(3) / 1.2816
 
 // Total is the q-quantile of t's whole run time.
 func (p *Predictor) Total(t *domain.Task, q float64) time.Duration {
@@ -361,18 +367,90 @@ func (p *Predictor) Remaining(t *domain.Task, elapsed time.Duration, q float64) 
 }
 
 // cdf inverts the log-ratio quantile function by bisection (it is
-// monotone in q).
+// monotone in q): cdfSteps halvings of [0, 1]. The points it tries are
+// the nodes of a fixed binary tree (the first ½, then ¼ or ¾, …: node j's
+// children are 2j and 2j+1), so the prior's normal quantile at the nodes
+// of its first bisectTabDepth levels is read from a table
+// (bisectNormQuantile) instead of computed: the same float64 values, so the
+// same comparisons and the same result, bit for bit (TestRatioFnExact,
+// TestBisectTable).
 func (f *ratioFn) cdf(x float64) float64 {
+	tab := bisectTable()
 	lo, hi := 0.0, 1.0
-	for i := 0; i < 20; i++ {
+	j := 1
+	for i := 0; i < cdfSteps; i++ {
 		mid := (lo + hi) / 2
-		if f.at(mid) < x {
+		var v float64
+		if j < len(tab) {
+			v = f.atNormQuantile(mid, tab[j])
+		} else {
+			v = f.at(mid)
+		}
+		if v < x {
 			lo = mid
+			j = 2*j + 1
 		} else {
 			hi = mid
+			j = 2 * j
 		}
 	}
 	return (lo + hi) / 2
+}
+
+// cdfSteps is the bisection's halvings in cdf.
+const cdfSteps = 20
+
+// bisectTabDepth is how many of the bisection's levels bisectTable holds
+// (2^bisectTabDepth float64s): the first levels, which every bisection
+// visits; the deeper ones compute the quantile (a table of all 20 levels
+// is 8 MiB, whose deep levels miss the caches and cost more than the
+// arithmetic).
+const bisectTabDepth = 12
+
+var (
+	bisectOnce sync.Once
+	bisectTab  []float64
+)
+
+// bisectTable is normQuantile at the bisection tree's nodes: index j (1 the
+// root, 2j and 2j+1 its children below and above) holds it at the point
+// cdf tries there; index 0 is unused.
+func bisectTable() []float64 {
+	bisectOnce.Do(func() {
+		tab := make([]float64, 1<<bisectTabDepth)
+		var fill func(j int, lo, hi float64)
+		fill = func(j int, lo, hi float64) {
+			if j >= len(tab) {
+				return
+			}
+			mid := (lo + hi) / 2
+			tab[j] = normQuantile(mid)
+			fill(2*j, lo, mid)
+			fill(2*j+1, mid, hi)
+		}
+		fill(1, 0, 1)
+		bisectTab = tab
+	})
+	return bisectTab
+}
+
+// atNormQuantile is at(q) given nq = normQuantile(q) (the priors are
+// multiples of it).
+func (f *ratioFn) atNormQuantile(q, nq float64) float64 {
+	if f.prog {
+		if f.prior {
+			return progressPriorScale * nq
+		}
+		return f.wl*f.learned(q) + f.wp*(progressPriorScale*nq)
+	}
+	if f.prior {
+		return priorScale * nq
+	}
+	v := f.learned(q)
+	if f.wp == 0 {
+		return v
+	}
+	return f.wl*v + f.wp*(priorScale*nq)
 }
 
 // maxPredictS bounds every prediction, in seconds (ten years): beyond

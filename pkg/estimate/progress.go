@@ -45,8 +45,11 @@ const DefaultProgressWeight = 0.5
 // progressPrior is the prior of the extrapolation's log error: centred
 // (the report is taken at its word), a factor of 1.5 at the P90.
 func progressPrior(q float64) float64 {
-	return math.Log(1.5) / 1.2816 * normQuantile(q)
+	return progressPriorScale * normQuantile(q)
 }
+
+// progressPriorScale is progressPrior's factor (math.Log(1.5) / 1.2816).
+var progressPriorScale = math.Log(1.5) / 1.2816
 
 // progressTotal is t's whole run, in seconds, extrapolated from its
 // latest progress report: ok only for a task holding GPUs whose report
