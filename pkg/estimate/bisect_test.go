@@ -4,7 +4,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
+	"github.com/gpuq/gpuq/pkg/domain"
 	"pgregory.net/rapid"
 )
 
@@ -138,3 +140,66 @@ func BenchmarkCdf(b *testing.B) {
 	}
 	_ = s
 }
+
+// noMemo is p without its memo: every bisection computes (the path
+// TestRatioFnExact and TestCdfTableExact hold to the reference).
+func noMemo(p *Predictor) *Predictor {
+	c := *p
+	c.memo, c.snap = nil, nil
+	return &c
+}
+
+// drawProgressTask is a task with a team and a name, and maybe a
+// progress report: completed (for Observe) or running (for Remaining).
+func drawProgressTask(t *rapid.T, label string, completed bool) *domain.Task {
+	task := drawTask(t, label)
+	start := memoT0.Add(time.Duration(rapid.Int64Range(0, 1e13).Draw(t, label+".start")))
+	task.StartedAt, task.DispatchedAt = start, start
+	task.State = domain.Running
+	if rapid.Bool().Draw(t, label+".progress") {
+		task.ProgressAt = start.Add(time.Duration(rapid.Int64Range(0, 1e13).Draw(t, label+".at")))
+		task.ProgressFraction = rapid.Float64Range(0, 1.2).Draw(t, label+".fraction")
+	}
+	if completed {
+		task.State = domain.Completed
+		task.EndedAt = start.Add(time.Duration(task.RunSeconds * float64(time.Second)))
+	}
+	return task
+}
+
+// TestCdfMemoExact: with the bisection's memo (shared by a predictor and
+// its snapshots, across changes of what they learned), Remaining gives bit
+// for bit what it gives without it, on the predictor and on snapshots
+// taken at any point, stale ones included, progress reports included.
+func TestCdfMemoExact(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		p := NewPredictor(rapid.IntRange(4, 60).Draw(t, "window"))
+		p.PriorRuns = rapid.SampledFrom([]float64{0, 1, DefaultPriorRuns}).Draw(t, "prior")
+		preds := []*Predictor{p}
+		for range rapid.IntRange(1, 200).Draw(t, "ops") {
+			switch rapid.IntRange(0, 3).Draw(t, "op") {
+			case 0:
+				p.Observe(drawProgressTask(t, "obs", true))
+			case 1:
+				preds = append(preds, p.Snapshot())
+			default:
+				q := rapid.SampledFrom(preds).Draw(t, "pred")
+				if rapid.IntRange(0, 20).Draw(t, "priorchange") == 0 {
+					q.PriorRuns = rapid.SampledFrom([]float64{0, 1, DefaultPriorRuns}).Draw(t, "prior2")
+				}
+				task := drawProgressTask(t, "q", false)
+				now := task.StartedAt.Add(time.Duration(rapid.Int64Range(0, 1e13).Draw(t, "el")))
+				el := now.Sub(task.StartedAt)
+				qq := rapid.SampledFrom([]float64{0.5, 0.9, 0.1}).Draw(t, "quantile")
+				if a, b := q.Remaining(task, el, qq), noMemo(q).Remaining(task, el, qq); a != b {
+					t.Fatalf("Remaining(%+v, %v, %v) = %v, want %v", task, el, qq, a, b)
+				}
+				if a, b := q.PolicyRun(task, now), noMemo(q).PolicyRun(task, now); a != b {
+					t.Fatalf("PolicyRun(%+v, %v) = %v, want %v", task, now, a, b)
+				}
+			}
+		}
+	})
+}
+
+var memoT0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
