@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpuq/gpuq/pkg/domain"
@@ -41,6 +42,12 @@ type Predictor struct {
 	pteam   map[string]*ring
 	pprefix map[string]*ring
 	snap    *Predictor // Snapshot's copy, until the predictor learns again
+	// memo is the quantile functions' values at the bisection's points
+	// (cdfMemo), shared by the predictor and its snapshots; memoGen is
+	// this one's generation in it (a new one at each change). nil for a
+	// predictor made without NewPredictor: every bisection computes.
+	memo    *cdfMemo
+	memoGen uint64
 }
 
 // Shrink is the pseudo-count of the shrinkage toward the global ratios: a
@@ -60,7 +67,16 @@ func NewPredictor(window int) *Predictor {
 		window = 2000
 	}
 	return &Predictor{PriorRuns: DefaultPriorRuns, window: window, global: ring{max: window}, team: map[string]*ring{}, prefix: map[string]*ring{},
-		pglobal: ring{max: window}, pteam: map[string]*ring{}, pprefix: map[string]*ring{}}
+		pglobal: ring{max: window}, pteam: map[string]*ring{}, pprefix: map[string]*ring{}, memo: &cdfMemo{gen: 1}, memoGen: 1}
+}
+
+// changed is told that the predictor's learned windows changed: its
+// snapshot and the bisection values it remembers are stale.
+func (p *Predictor) changed() {
+	p.snap = nil
+	if p.memo != nil {
+		p.memoGen = p.memo.next()
+	}
 }
 
 // MinEstimateS is the least user estimate, in seconds, the predictor
@@ -94,7 +110,7 @@ func (p *Predictor) Observe(t *domain.Task) {
 		return
 	}
 	r := math.Log(t.RunSeconds / est)
-	p.snap = nil
+	p.changed()
 	p.global.add(r)
 	p.group(p.team, t.Team).add(r)
 	p.group(p.prefix, Prefix(t.Name)).add(r)
@@ -109,7 +125,8 @@ func (p *Predictor) Snapshot() *Predictor {
 	}
 	c := &Predictor{Exact: p.Exact, PriorRuns: p.PriorRuns, window: p.window, global: p.global.clone(),
 		team: cloneGroups(p.team), prefix: cloneGroups(p.prefix),
-		pglobal: p.pglobal.clone(), pteam: cloneGroups(p.pteam), pprefix: cloneGroups(p.pprefix)}
+		pglobal: p.pglobal.clone(), pteam: cloneGroups(p.pteam), pprefix: cloneGroups(p.pprefix),
+		memo: p.memo, memoGen: p.memoGen}
 	c.snap = c
 	p.snap = c
 	return c
@@ -198,6 +215,11 @@ func (p *Predictor) Samples() int { return p.global.n() }
 // value the caller keeps (on its stack), so nothing is allocated and
 // nothing is remembered across calls, which Observe would make stale.
 func (p *Predictor) ratioOf(t *domain.Task, f *ratioFn) {
+	p.ratioOfPrefix(t, Prefix(t.Name), f)
+}
+
+// ratioOfPrefix is ratioOf given t's name's Prefix.
+func (p *Predictor) ratioOfPrefix(t *domain.Task, prefix string, f *ratioFn) {
 	if p.global.n() == 0 {
 		f.prior = true
 		return
@@ -206,7 +228,7 @@ func (p *Predictor) ratioOf(t *domain.Task, f *ratioFn) {
 	n := float64(p.global.n())
 	f.wl = n / (n + max(p.PriorRuns, 0))
 	f.wp = 1 - f.wl
-	for _, r := range [2]*ring{p.team[t.Team], p.prefix[Prefix(t.Name)]} {
+	for _, r := range [2]*ring{p.team[t.Team], p.prefix[prefix]} {
 		if r != nil && r.n() > 0 {
 			f.groups[f.n] = r.sorted
 			w := float64(r.n()) / float64(r.n()+Shrink)
@@ -270,8 +292,13 @@ func (f *ratioFn) learned(q float64) float64 {
 // priorLogRatio: before any history, the user's estimate is the median and
 // a factor of 3 the P90 (users' estimates are famously loose).
 func priorLogRatio(q float64) float64 {
-	return math.Log(3) / 1.2816 * normQuantile(q)
+	return priorScale * normQuantile(q)
 }
+
+// priorScale is priorLogRatio's factor: log 3 over the standard normal's
+// P90 (math.Log(3) / 1.2816, the same float64 as computed in the
+// expression).
+var priorScale = math.Log(3) / 1.2816
 
 // Total is the q-quantile of t's whole run time.
 func (p *Predictor) Total(t *domain.Task, q float64) time.Duration {
@@ -344,15 +371,16 @@ func (p *Predictor) Remaining(t *domain.Task, elapsed time.Duration, q float64) 
 	// u = P(total ≤ done); the conditional q-quantile is at u + q(1-u).
 	x := math.Log(done / est)
 	var f ratioFn
-	p.ratioOf(t, &f)
-	u := f.cdf(x)
+	prefix := Prefix(t.Name)
+	p.ratioOfPrefix(t, prefix, &f)
+	u := p.cdf(&f, memoKey{team: t.Team, prefix: prefix}, x)
 	qq := u + q*(1-u)
 	if qq > 0.995 {
 		qq = 0.995
 	}
 	rem := est*math.Exp(f.at(qq)) - done
 	if tot, ok := progressTotal(t); ok && !p.NoProgress {
-		rem = p.withProgress(t, &f, tot, done, q, rem)
+		rem = p.withProgress(t, prefix, &f, tot, done, q, rem)
 	}
 	if min := math.Max(5, 0.1*elapsed.Seconds()); rem < min {
 		rem = min
@@ -361,18 +389,175 @@ func (p *Predictor) Remaining(t *domain.Task, elapsed time.Duration, q float64) 
 }
 
 // cdf inverts the log-ratio quantile function by bisection (it is
-// monotone in q).
+// monotone in q): cdfSteps halvings of [0, 1]. The points it tries are
+// the nodes of a fixed binary tree (the first ½, then ¼ or ¾, …: node j's
+// children are 2j and 2j+1), so the prior's normal quantile at the nodes
+// of its first bisectTabDepth levels is read from a table
+// (bisectNormQuantile) instead of computed: the same float64 values, so the
+// same comparisons and the same result, bit for bit (TestRatioFnExact,
+// TestBisectTable).
 func (f *ratioFn) cdf(x float64) float64 {
+	return f.cdfMemo(x, nil, 0)
+}
+
+// cdfMemo is cdf reading and filling m's values of f at the bisection
+// tree's nodes stamped gen (m nil: none).
+func (f *ratioFn) cdfMemo(x float64, m []memoNode, gen uint64) float64 {
+	tab := bisectTable()
 	lo, hi := 0.0, 1.0
-	for i := 0; i < 20; i++ {
+	j := 1
+	for i := 0; i < cdfSteps; i++ {
 		mid := (lo + hi) / 2
-		if f.at(mid) < x {
+		var v float64
+		switch {
+		case j < len(m) && m[j].gen == gen:
+			v = m[j].v
+		case j < len(tab):
+			v = f.atNormQuantile(mid, tab[j])
+		default:
+			v = f.at(mid)
+		}
+		if j < len(m) {
+			m[j] = memoNode{gen: gen, v: v}
+		}
+		if v < x {
 			lo = mid
+			j = 2*j + 1
 		} else {
 			hi = mid
+			j = 2 * j
 		}
 	}
 	return (lo + hi) / 2
+}
+
+// cdf is f.cdf(x) for f, the quantile function of the tasks of key's
+// groups in p (ratioOfPrefix, progressFn): the values at the bisection's
+// first memoDepth levels are remembered for the next bisection of the
+// same function — the running tasks of a team and family share one, and
+// the scheduler's passes and the forward simulations ask it for each
+// holder at each instant. The same values, so the same result, bit for
+// bit (TestCdfMemoExact). Without the memo (a predictor made without
+// NewPredictor, or another goroutine using it now) it computes them.
+func (p *Predictor) cdf(f *ratioFn, key memoKey, x float64) float64 {
+	m := p.memo
+	if m == nil || !m.mu.TryLock() {
+		return f.cdf(x)
+	}
+	defer m.mu.Unlock()
+	key.prog, key.priorRuns = f.prog, p.PriorRuns
+	fn := m.fns[key]
+	if fn == nil {
+		if len(m.fns) >= memoFns {
+			return f.cdf(x)
+		}
+		if m.fns == nil {
+			m.fns = map[memoKey][]memoNode{}
+		}
+		fn = make([]memoNode, 1<<memoDepth)
+		m.fns[key] = fn
+	}
+	return f.cdfMemo(x, fn, p.memoGen)
+}
+
+// cdfMemo remembers quantile functions' values at the bisection's points
+// (Predictor.cdf), by the groups that make the function, each value
+// stamped with the generation of the predictor that computed it: a
+// predictor and its snapshots share one, each reading only its own
+// generation's values (the windows it learned from), so a snapshot taken
+// before a change never reads values of the windows after it.
+type cdfMemo struct {
+	mu  sync.Mutex
+	gen uint64 // the last generation handed out
+	fns map[memoKey][]memoNode
+}
+
+// next is a new generation, for a predictor whose windows changed.
+func (m *cdfMemo) next() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.gen++
+	return m.gen
+}
+
+// memoKey is what a quantile function is made from besides the windows:
+// the task's team and name prefix (its groups), the kind of function
+// (run-time ratio or progress error) and the prior's pseudo-count.
+type memoKey struct {
+	team, prefix string
+	prog         bool
+	priorRuns    float64
+}
+
+// memoNode is a remembered value at one node of the bisection tree (index
+// as bisectTable's), valid for the generation gen (0: none yet).
+type memoNode struct {
+	gen uint64
+	v   float64
+}
+
+// memoDepth is how many of the bisection's levels a cdfMemo keeps (16
+// bytes a node: 256 KiB a function), and memoFns how many functions it
+// keeps at most (16 MiB; beyond, the bisections compute).
+const (
+	memoDepth = 14
+	memoFns   = 64
+)
+
+// cdfSteps is the bisection's halvings in cdf.
+const cdfSteps = 20
+
+// bisectTabDepth is how many of the bisection's levels bisectTable holds
+// (2^bisectTabDepth float64s): the first levels, which every bisection
+// visits; the deeper ones compute the quantile (a table of all 20 levels
+// is 8 MiB, whose deep levels miss the caches and cost more than the
+// arithmetic).
+const bisectTabDepth = 12
+
+var (
+	bisectOnce sync.Once
+	bisectTab  []float64
+)
+
+// bisectTable is normQuantile at the bisection tree's nodes: index j (1 the
+// root, 2j and 2j+1 its children below and above) holds it at the point
+// cdf tries there; index 0 is unused.
+func bisectTable() []float64 {
+	bisectOnce.Do(func() {
+		tab := make([]float64, 1<<bisectTabDepth)
+		var fill func(j int, lo, hi float64)
+		fill = func(j int, lo, hi float64) {
+			if j >= len(tab) {
+				return
+			}
+			mid := (lo + hi) / 2
+			tab[j] = normQuantile(mid)
+			fill(2*j, lo, mid)
+			fill(2*j+1, mid, hi)
+		}
+		fill(1, 0, 1)
+		bisectTab = tab
+	})
+	return bisectTab
+}
+
+// atNormQuantile is at(q) given nq = normQuantile(q) (the priors are
+// multiples of it).
+func (f *ratioFn) atNormQuantile(q, nq float64) float64 {
+	if f.prog {
+		if f.prior {
+			return progressPriorScale * nq
+		}
+		return f.wl*f.learned(q) + f.wp*(progressPriorScale*nq)
+	}
+	if f.prior {
+		return priorScale * nq
+	}
+	v := f.learned(q)
+	if f.wp == 0 {
+		return v
+	}
+	return f.wl*v + f.wp*(priorScale*nq)
 }
 
 // maxPredictS bounds every prediction, in seconds (ten years): beyond

@@ -15,7 +15,7 @@ import (
 
 func (p *Predictor) refRatioOf(t *domain.Task) func(q float64) float64 {
 	if p.global.n() == 0 {
-		return priorLogRatio
+		return refPriorLogRatio
 	}
 	var groups [2]*ring
 	n := 0
@@ -43,8 +43,14 @@ func (p *Predictor) refRatioOf(t *domain.Task) func(q float64) float64 {
 		if wl == 1 {
 			return learned(q)
 		}
-		return wl*learned(q) + (1-wl)*priorLogRatio(q)
+		return wl*learned(q) + (1-wl)*refPriorLogRatio(q)
 	}
+}
+
+// refPriorLogRatio is priorLogRatio as it was written, its factor computed
+// in the expression.
+func refPriorLogRatio(q float64) float64 {
+	return math.Log(3) / 1.2816 * normQuantile(q)
 }
 
 func refCdf(ratio func(float64) float64, x float64) float64 {

@@ -45,8 +45,11 @@ const DefaultProgressWeight = 0.5
 // progressPrior is the prior of the extrapolation's log error: centred
 // (the report is taken at its word), a factor of 1.5 at the P90.
 func progressPrior(q float64) float64 {
-	return math.Log(1.5) / 1.2816 * normQuantile(q)
+	return progressPriorScale * normQuantile(q)
 }
+
+// progressPriorScale is progressPrior's factor (math.Log(1.5) / 1.2816).
+var progressPriorScale = math.Log(1.5) / 1.2816
 
 // progressTotal is t's whole run, in seconds, extrapolated from its
 // latest progress report: ok only for a task holding GPUs whose report
@@ -82,13 +85,13 @@ func (p *Predictor) observeProgress(t *domain.Task) {
 	if math.IsNaN(e) || math.IsInf(e, 0) {
 		return
 	}
+	defer p.changed()
 	if p.pglobal.max == 0 { // a predictor made without NewPredictor
 		p.pglobal.max = max(p.window, 1)
 	}
 	if p.pteam == nil {
 		p.pteam, p.pprefix = map[string]*ring{}, map[string]*ring{}
 	}
-	p.snap = nil
 	p.pglobal.add(e)
 	p.group(p.pteam, t.Team).add(e)
 	p.group(p.pprefix, Prefix(t.Name)).add(e)
@@ -98,6 +101,11 @@ func (p *Predictor) observeProgress(t *domain.Task) {
 // ratioOf does the ratio's, and returns the errors learned in t's larger
 // group.
 func (p *Predictor) progressFn(t *domain.Task, f *ratioFn) (groupN int) {
+	return p.progressFnPrefix(t, Prefix(t.Name), f)
+}
+
+// progressFnPrefix is progressFn given t's name's Prefix.
+func (p *Predictor) progressFnPrefix(t *domain.Task, prefix string, f *ratioFn) (groupN int) {
 	f.prog = true
 	if p.pglobal.n() == 0 {
 		f.prior = true
@@ -107,7 +115,7 @@ func (p *Predictor) progressFn(t *domain.Task, f *ratioFn) (groupN int) {
 	n := float64(p.pglobal.n())
 	f.wl = n / (n + ProgressPriorRuns)
 	f.wp = 1 - f.wl
-	for _, r := range [2]*ring{p.pteam[t.Team], p.pprefix[Prefix(t.Name)]} {
+	for _, r := range [2]*ring{p.pteam[t.Team], p.pprefix[prefix]} {
 		if r != nil && r.n() > 0 {
 			f.groups[f.n] = r.sorted
 			w := float64(r.n()) / float64(r.n()+Shrink)
@@ -140,10 +148,10 @@ func progressWeight(lf, pf *ratioFn, n int) float64 {
 // seconds into its run, with the q-quantile of what remains of tot, the
 // run extrapolated from its progress, conditioned as Remaining's on the
 // run so far. lf is t's learned log-ratio function.
-func (p *Predictor) withProgress(t *domain.Task, lf *ratioFn, tot, done, q, rem float64) float64 {
+func (p *Predictor) withProgress(t *domain.Task, prefix string, lf *ratioFn, tot, done, q, rem float64) float64 {
 	var pf ratioFn
-	n := p.progressFn(t, &pf)
-	u := pf.cdf(math.Log(done / tot))
+	n := p.progressFnPrefix(t, prefix, &pf)
+	u := p.cdf(&pf, memoKey{team: t.Team, prefix: prefix}, math.Log(done/tot))
 	qq := min(u+q*(1-u), 0.995)
 	remP := tot*math.Exp(pf.at(qq)) - done
 	w := progressWeight(lf, &pf, n)

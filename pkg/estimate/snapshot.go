@@ -76,7 +76,7 @@ func (p *Predictor) UnmarshalBinary(b []byte) error {
 	}
 	p.global, p.team, p.prefix = global, team, prefix
 	p.pglobal, p.pteam, p.pprefix = pglobal, pteam, pprefix
-	p.snap = nil
+	p.changed()
 	return nil
 }
 
