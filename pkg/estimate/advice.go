@@ -32,23 +32,6 @@ const (
 	AlertMinWait = 30 * time.Second
 )
 
-// Advise is the advice for every queued task, in queue order: when (P50
-// and P90 from one forward simulation of the real policy), why (the
-// policy's own explanation), what to do meanwhile (the first undone
-// playbook item), an alert when the wait passed 2× the estimate made at
-// submission, and suggestions.
-func (e *Estimator) Advise(st *domain.State, now time.Time) []Advice {
-	ests := e.EstimateAll(st, now)
-	res := e.Pol.With(true).Plan(policy.Input{State: st, Now: now, Predict: e.Pred.ForPolicy(now)})
-	e.Watch(st, res, now)
-	why := res.Waiting
-	var out []Advice
-	for i, t := range st.Queued() {
-		out = append(out, e.advise(st, t, i+1, ests[t.ID], why[t.ID], now))
-	}
-	return out
-}
-
 // AdviseOne is the advice for one task (queued or not).
 func (e *Estimator) AdviseOne(st *domain.State, id string, now time.Time) (Advice, bool) {
 	t := st.Tasks[id]

@@ -45,7 +45,7 @@ type Estimator struct {
 	// Arrivals: model work that may still arrive ahead of a task from the
 	// recent arrival rate of higher classes (default on).
 	NoArrivals bool
-	// Coarse is the forward simulation's step window (ForwardWindow):
+	// Coarse is the forward simulation's step window (forward's window):
 	// events within Coarse × (time ahead) of each other are planned in one
 	// pass (default DefaultCoarse; negative: one pass per event).
 	Coarse float64
@@ -154,7 +154,7 @@ func NewEstimator(pol *policy.Policy) *Estimator {
 }
 
 // DefaultCoarse is the default forward-simulation window; see
-// ForwardWindow and docs/performance.md for what it costs in accuracy (on
+// forward and docs/performance.md for what it costs in accuracy (on
 // the standard Philly scenario 0.2 gave a median P50 error of 773 s, 0.1
 // gives 729 s for 10 % more time).
 const DefaultCoarse = 0.1

@@ -19,54 +19,6 @@ type Arrival struct {
 	Team     string
 }
 
-// Forward runs the real policy forward from st at now, with run times at
-// the q-quantile of pred, applying its decisions as the scheduler and the
-// agents would (dispatch → start; preempt → checkpoint at once, requeue;
-// a task ends at its predicted end), until target starts. It returns the
-// predicted start; ok is false when target never starts (it cannot fit,
-// or the horizon of maxSteps is reached). st is not modified: the
-// simulation runs on st.CloneLive().
-func Forward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, target string, q float64, arrivals []Arrival) (time.Time, bool) {
-	return ForwardWindow(st, pol, pred, now, target, q, arrivals, 0)
-}
-
-// ForwardWindow is Forward with coarser steps: the events (ends, arrivals)
-// within window × (time ahead) of the next one are taken together and the
-// policy plans once, at the middle of the span they cover, instead of once
-// per event. A start an hour ahead is then placed to within a few minutes,
-// at a fraction of the passes: the number of passes grows with the
-// logarithm of the horizon instead of the number of tasks ending before
-// it. The error is symmetric (an end in the first half of a span is taken
-// late, in the second half early) and small beside run-time prediction
-// errors; the estimator's calibration absorbs what remains. window 0 is
-// one pass per event, as the scheduler would decide.
-//
-// The end of a task started in the simulation also bounds its batch to
-// 2 × window × its predicted run after that end, so the pass that reuses
-// its GPUs comes at most window × its run after it: without the bound, a
-// queue of short tasks ran one wave per span of window × (time ahead),
-// its GPUs idle for most of each, and the predicted wait grew with the
-// number of waves ahead (Alibaba at 3 nodes: 63–160 days predicted
-// against 17–22 actual; 36–43 with the bound, docs/performance.md).
-func ForwardWindow(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, target string, q float64, arrivals []Arrival, window float64) (time.Time, bool) {
-	starts, _ := forward(st, pol, pred, now, target, q, arrivals, forwardSteps, window)
-	at, ok := starts[target]
-	return at, ok
-}
-
-// ForwardAll is Forward for every queued task at once — one simulation
-// until all of them started — which is what re-estimating the whole queue
-// after an event costs. Tasks missing from the result never start.
-func ForwardAll(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, q float64, arrivals []Arrival) map[string]time.Time {
-	return ForwardAllWindow(st, pol, pred, now, q, arrivals, 0)
-}
-
-// ForwardAllWindow is ForwardAll with ForwardWindow's coarser steps.
-func ForwardAllWindow(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, q float64, arrivals []Arrival, window float64) map[string]time.Time {
-	starts, _ := forward(st, pol, pred, now, "", q, arrivals, forwardAllSteps, window)
-	return starts
-}
-
 // forwardAllSteps is the horizon of a forward simulation of the whole
 // queue, in passes.
 const forwardAllSteps = 1000000
@@ -162,9 +114,34 @@ func wakeAt(res policy.Result, vnow time.Time) (at time.Time, wake bool) {
 	return res.PatientUntil, true
 }
 
-// forward simulates on a copy of st; st itself is only read. f is the
-// simulation when it went past its first pass (nil otherwise): f.capped
-// tells whether it stopped at its horizon.
+// forward runs the real policy forward from st at now, with run times at
+// the q-quantile of pred, applying its decisions as the scheduler and the
+// agents would (dispatch → start; preempt → checkpoint at once, requeue;
+// a task ends at its predicted end), until target starts (target "":
+// until every queued task started) or the horizon of maxSteps passes, and
+// returns the predicted starts (a task missing never starts). st is not
+// modified: the simulation runs on st.CloneLive().
+//
+// window coarsens the steps: the events (ends, arrivals) within window ×
+// (time ahead) of the next one are taken together and the policy plans
+// once, at the middle of the span they cover, instead of once per event. A start an hour ahead is then placed to within a few minutes,
+// at a fraction of the passes: the number of passes grows with the
+// logarithm of the horizon instead of the number of tasks ending before
+// it. The error is symmetric (an end in the first half of a span is taken
+// late, in the second half early) and small beside run-time prediction
+// errors; the estimator's calibration absorbs what remains. Window 0 is
+// one pass per event, as the scheduler would decide.
+//
+// The end of a task started in the simulation also bounds its batch to
+// 2 × window × its predicted run after that end, so the pass that reuses
+// its GPUs comes at most window × its run after it: without the bound, a
+// queue of short tasks ran one wave per span of window × (time ahead),
+// its GPUs idle for most of each, and the predicted wait grew with the
+// number of waves ahead (Alibaba at 3 nodes: 63–160 days predicted
+// against 17–22 actual; 36–43 with the bound, docs/performance.md).
+//
+// f is the simulation when it went past its first pass (nil otherwise):
+// f.capped tells whether it stopped at its horizon.
 func forward(st *domain.State, pol *policy.Policy, pred *Predictor, now time.Time, target string, q float64, arrivals []Arrival, maxSteps int, window float64) (map[string]time.Time, *fwd) {
 	f, starts := startForward(st, pol, pred, now, target, q, arrivals, maxSteps, window)
 	if f == nil {
@@ -385,7 +362,7 @@ func (f *fwd) run() map[string]time.Time {
 			e := f.ends.pop()
 			if e.run > 0 {
 				// Started in the simulation: the pass comes at most
-				// window × its run after its end (see ForwardWindow).
+				// window × its run after its end (see forward).
 				if u := e.at.Add(time.Duration(2 * window * float64(e.run))); u.Before(until) {
 					until = u
 				}

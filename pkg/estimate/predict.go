@@ -207,9 +207,6 @@ func runs(n int) string {
 	return fmt.Sprintf("%d runs", n)
 }
 
-// Samples reports how many ratios the predictor has learned.
-func (p *Predictor) Samples() int { return p.global.n() }
-
 // ratioOf resolves t's groups once into f, its log-ratio quantile
 // function (for the bisection in cdf, which evaluates it many times): a
 // value the caller keeps (on its stack), so nothing is allocated and
