@@ -221,18 +221,28 @@ func (p *Predictor) ratioOfPrefix(t *domain.Task, prefix string, f *ratioFn) {
 		f.prior = true
 		return
 	}
-	f.global = p.global.sorted
-	n := float64(p.global.n())
-	f.wl = n / (n + max(p.PriorRuns, 0))
+	f.setLearned(&p.global, max(p.PriorRuns, 0), p.team[t.Team], p.prefix[prefix])
+}
+
+// setLearned sets f to the learned quantile function: global's ratios
+// weighed against the prior by n/(n+priorRuns), and each group (team,
+// prefix) that has ratios blended in by n/(n+Shrink). It returns the
+// largest group's count.
+func (f *ratioFn) setLearned(global *ring, priorRuns float64, team, prefix *ring) (groupN int) {
+	f.global = global.sorted
+	n := float64(global.n())
+	f.wl = n / (n + priorRuns)
 	f.wp = 1 - f.wl
-	for _, r := range [2]*ring{p.team[t.Team], p.prefix[prefix]} {
+	for _, r := range [2]*ring{team, prefix} {
 		if r != nil && r.n() > 0 {
 			f.groups[f.n] = r.sorted
 			w := float64(r.n()) / float64(r.n()+Shrink)
 			f.w[f.n], f.w1[f.n] = w, 1-w
 			f.n++
+			groupN = max(groupN, r.n())
 		}
 	}
+	return groupN
 }
 
 // ratioFn is a task's log-ratio quantile function (ratioOf): the prior

@@ -111,20 +111,7 @@ func (p *Predictor) progressFnPrefix(t *domain.Task, prefix string, f *ratioFn) 
 		f.prior = true
 		return 0
 	}
-	f.global = p.pglobal.sorted
-	n := float64(p.pglobal.n())
-	f.wl = n / (n + ProgressPriorRuns)
-	f.wp = 1 - f.wl
-	for _, r := range [2]*ring{p.pteam[t.Team], p.pprefix[prefix]} {
-		if r != nil && r.n() > 0 {
-			f.groups[f.n] = r.sorted
-			w := float64(r.n()) / float64(r.n()+Shrink)
-			f.w[f.n], f.w1[f.n] = w, 1-w
-			f.n++
-			groupN = max(groupN, r.n())
-		}
-	}
-	return groupN
+	return f.setLearned(&p.pglobal, ProgressPriorRuns, p.pteam[t.Team], p.pprefix[prefix])
 }
 
 // progressWeight is the progress's weight in t's prediction, given its
