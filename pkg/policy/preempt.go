@@ -495,7 +495,7 @@ func (pc *pass) searchNode(t *domain.Task, s *nodeSearch, node string, free []do
 	if len(free)+sum < t.GPUs {
 		return // even every free GPU there is not enough
 	}
-	have := pc.free.usableCount(t, free, time.Time{})
+	have := pc.free.usableCount(t, free, pc.free.hasRes(node), time.Time{})
 	if have+sum < t.GPUs {
 		return
 	}
@@ -556,13 +556,14 @@ func (pc *pass) searchNode(t *domain.Task, s *nodeSearch, node string, free []do
 // healthy, fitting t's constraints, reserved for nobody.
 func (pc *pass) gainOn(t, v *domain.Task, node string) int {
 	n := pc.s.Nodes[node]
+	res := pc.free.hasRes(node)
 	k := 0
 	for _, p := range v.Placements {
 		if p.Node != node {
 			continue
 		}
 		for _, id := range p.GPUs {
-			if _, r := pc.free.reserved[id]; r {
+			if _, r := pc.free.reserved[id]; res && r {
 				continue
 			}
 			for _, g := range n.GPUs {
