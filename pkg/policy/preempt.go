@@ -397,26 +397,71 @@ func (pc *pass) fewestVictims(t *domain.Task, cands []*victim) ([]*victim, []eve
 
 // setCost orders victim sets of one size: the classes, highest first,
 // compared in turn; then the total cost (work lost, or time since the
-// starts: victim.cost).
+// starts: victim.cost). For sets of one size, comparing the classes
+// sorted highest first in turn is comparing how many victims each class
+// has, from CRITICAL down (fewer first): the first place where the sorted
+// lists differ holds, in the one that is less, a lower class than the
+// other's, which has one more of its class there and the same of every
+// higher class. So the counts are kept, not the sorted list (no
+// allocation, no sort: searchNode costs every feasible set); a class
+// outside LOW..CRITICAL (no fold makes one) keeps the list (classes).
 type setCost struct {
-	classes []domain.Priority // descending
+	n       [domain.Critical + 1]int32 // victims by class
 	lost    float64
+	classes []domain.Priority // descending; only with a class outside n
 }
 
-func costOf(vs []*victim) setCost {
-	c := setCost{classes: make([]domain.Priority, len(vs))}
-	for i, v := range vs {
-		c.classes[i] = v.t.Priority
+// costOf is the cost of the victims ls[i] for i in idx, the cost summed
+// in idx's order.
+func costOf(ls []local, idx []int) setCost {
+	var c setCost
+	odd := false
+	for _, i := range idx {
+		v := ls[i].v
+		if p := v.t.Priority; p >= 0 && p <= domain.Critical {
+			c.n[p]++
+		} else {
+			odd = true
+		}
 		c.lost += v.cost
 	}
-	sort.Slice(c.classes, func(i, j int) bool { return c.classes[i] > c.classes[j] })
+	if odd {
+		c.n = [domain.Critical + 1]int32{}
+		c.classes = make([]domain.Priority, 0, len(idx))
+		for _, i := range idx {
+			c.classes = append(c.classes, ls[i].v.t.Priority)
+		}
+		slices.SortFunc(c.classes, func(a, b domain.Priority) int { return cmp.Compare(b, a) })
+	}
 	return c
 }
 
+// sorted appends c's classes, highest first, to out.
+func (c setCost) sorted(out []domain.Priority) []domain.Priority {
+	if c.classes != nil {
+		return append(out, c.classes...)
+	}
+	for p := domain.Critical; p >= 0; p-- {
+		for range c.n[p] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 func (a setCost) less(b setCost) bool {
-	for i := range a.classes {
-		if a.classes[i] != b.classes[i] {
-			return a.classes[i] < b.classes[i]
+	if a.classes != nil || b.classes != nil {
+		ac, bc := a.sorted(nil), b.sorted(nil)
+		for i := range ac {
+			if ac[i] != bc[i] {
+				return ac[i] < bc[i]
+			}
+		}
+		return a.lost < b.lost
+	}
+	for p := domain.Critical; p >= 0; p-- {
+		if a.n[p] != b.n[p] {
+			return a.n[p] < b.n[p]
 		}
 	}
 	return a.lost < b.lost
@@ -506,6 +551,7 @@ func (pc *pass) searchNode(t *domain.Task, s *nodeSearch, node string, free []do
 	// Subsets by size, each size in lexicographic order of the
 	// preference order; the first feasible size wins on this node.
 	idx := make([]int, 0, maxK)
+	trial := make([]*victim, 0, maxK) // a set lendersKeep checks, copied when kept
 	for k := 1; k <= maxK; k++ {
 		var nodeBest []*victim
 		var nodeCost setCost
@@ -519,14 +565,15 @@ func (pc *pass) searchNode(t *domain.Task, s *nodeSearch, node string, free []do
 				g += ls[i].gain
 			}
 			if g >= t.GPUs {
-				vs := make([]*victim, k)
-				for j, i := range idx {
-					vs[j] = ls[i].v
-				}
-				if pc.lendersKeep(t, vs) {
-					c := costOf(vs)
-					if nodeBest == nil || c.less(nodeCost) {
-						nodeBest, nodeCost = vs, c
+				// Kept iff lendersKeep and it costs less than the best:
+				// the cheaper test first.
+				if c := costOf(ls, idx); nodeBest == nil || c.less(nodeCost) {
+					trial = trial[:k]
+					for j, i := range idx {
+						trial[j] = ls[i].v
+					}
+					if pc.lendersKeep(t, trial) {
+						nodeBest, nodeCost = slices.Clone(trial), c
 					}
 				}
 			}
