@@ -127,6 +127,7 @@ type victim struct {
 	// taken (pool): chosen in this pass. A pool member is running, so
 	// pass.preempting holds it iff it was chosen in this pass.
 	taken bool
+	pos   int // (pool) its place in victimPool.vs
 }
 
 // victimPool is every task a preemption in this pass may ever choose, and
@@ -168,17 +169,28 @@ func (pc *pass) victimPool() *victimPool {
 	}
 	p := &victimPool{vs: make([]*victim, 0, pc.s.Victims())}
 	buf := make([]victim, 0, pc.s.Victims())
+	// Where each member holds GPUs is read as the holders are walked (the
+	// task just read), with i its place in buf, mapped to its place in
+	// the pool once sorted.
+	p.on = make([]victimOn, 0, pc.s.Victims()+pc.s.Victims()/8)
+	var nc nodeCache
 	for i, n := 0, pc.s.Holders(); i < n; i++ {
 		v := pc.s.Holder(i)
 		if !v.Preemptible || v.Priority == domain.Critical || v.State != domain.Running {
 			continue
 		}
+		p.on = pc.victimNodes(p.on, len(buf), v, &nc)
 		buf = append(buf, pc.newVictim(v))
-		p.vs = append(p.vs, &buf[len(buf)-1])
+	}
+	for i := range buf {
+		p.vs = append(p.vs, &buf[i])
 	}
 	slices.SortFunc(p.vs, victimOrder)
 	for i, v := range p.vs {
-		p.on = pc.victimNodes(p.on, i, v.t)
+		v.pos = i
+	}
+	for k := range p.on {
+		p.on[k].i = buf[p.on[k].i].pos
 	}
 	slices.SortFunc(p.on, func(a, b victimOn) int {
 		if c := strings.Compare(a.node, b.node); c != 0 {
@@ -219,12 +231,12 @@ func victimOrder(a, b *victim) int {
 // schedulable node with GPUs among its placements (once), with the
 // node's healthy GPUs its placements there name (gainOn's count for a
 // task without constraints when none of them is reserved).
-func (pc *pass) victimNodes(out []victimOn, i int, v *domain.Task) []victimOn {
+func (pc *pass) victimNodes(out []victimOn, i int, v *domain.Task, nc *nodeCache) []victimOn {
 	for k, p := range v.Placements {
 		if slices.ContainsFunc(v.Placements[:k], func(q events.Placement) bool { return q.Node == p.Node }) {
 			continue
 		}
-		n := pc.s.Nodes[p.Node]
+		n := nc.get(pc.s, p.Node)
 		if n == nil || !n.Schedulable() || len(n.GPUs) == 0 {
 			continue // not in freeMap.nodes: no search looks at it
 		}
@@ -247,6 +259,21 @@ func (pc *pass) victimNodes(out []victimOn, i int, v *domain.Task) []victimOn {
 		out = append(out, victimOn{p.Node, i, healthy})
 	}
 	return out
+}
+
+// nodeCache is the last node looked up by name (State.Nodes): holders
+// sharing a node are often walked one after another.
+type nodeCache struct {
+	name string
+	n    *domain.Node
+	ok   bool
+}
+
+func (c *nodeCache) get(s *domain.State, name string) *domain.Node {
+	if !c.ok || c.name != name {
+		c.name, c.n, c.ok = name, s.Nodes[name], true
+	}
+	return c.n
 }
 
 // candidates lists the victims t may preempt, in preference order, and the
