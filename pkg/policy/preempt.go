@@ -128,6 +128,10 @@ type victim struct {
 	// pass.preempting holds it iff it was chosen in this pass.
 	taken bool
 	pos   int // (pool) its place in victimPool.vs
+	// prio and seq are t's Priority and SubmitSeq, copied: the pool's
+	// sort reads them without a load of each task.
+	prio domain.Priority
+	seq  uint64
 }
 
 // victimPool is every task a preemption in this pass may ever choose, and
@@ -204,7 +208,7 @@ func (pc *pass) victimPool() *victimPool {
 
 // newVictim is v as a candidate, its cost by Options.Victims.
 func (pc *pass) newVictim(v *domain.Task) victim {
-	c := victim{t: v, n: gpuCount(v), lost: pc.lostWork(v)}
+	c := victim{t: v, n: gpuCount(v), lost: pc.lostWork(v), prio: v.Priority, seq: v.SubmitSeq}
 	c.cost = c.lost
 	if pc.opts.Victims == Newest {
 		c.cost = 0
@@ -218,13 +222,13 @@ func (pc *pass) newVictim(v *domain.Task) victim {
 // victimOrder is preempt's preference: the lower class, then the lower
 // cost (the less work lost, or the newer), then the later submitted.
 func victimOrder(a, b *victim) int {
-	if a.t.Priority != b.t.Priority {
-		return cmp.Compare(a.t.Priority, b.t.Priority)
+	if a.prio != b.prio {
+		return cmp.Compare(a.prio, b.prio)
 	}
 	if a.cost != b.cost {
 		return cmp.Compare(a.cost, b.cost)
 	}
-	return cmp.Compare(b.t.SubmitSeq, a.t.SubmitSeq)
+	return cmp.Compare(b.seq, a.seq)
 }
 
 // victimNodes appends where v, the pool's member i, holds GPUs: each
