@@ -641,8 +641,10 @@ func (pc *pass) gainOn(t, v *domain.Task, node string) int {
 			continue
 		}
 		for _, id := range p.GPUs {
-			if _, r := pc.free.reserved[id]; res && r {
-				continue
+			if res {
+				if _, r := pc.free.reserved[id]; r {
+					continue
+				}
 			}
 			for _, g := range n.GPUs {
 				if g.UUID == id && g.Healthy && gpuFits(t, g) {
