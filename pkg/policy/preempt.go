@@ -443,13 +443,14 @@ type setCost struct {
 }
 
 // costOf is the cost of the victims ls[i] for i in idx, the cost summed
-// in idx's order.
+// in idx's order. It reads the victims only (prio: their tasks' classes),
+// not their tasks: searchNode costs many sets.
 func costOf(ls []local, idx []int) setCost {
 	var c setCost
 	odd := false
 	for _, i := range idx {
 		v := ls[i].v
-		if p := v.t.Priority; p >= 0 && p <= domain.Critical {
+		if p := v.prio; p >= 0 && p <= domain.Critical {
 			c.n[p]++
 		} else {
 			odd = true
@@ -460,7 +461,7 @@ func costOf(ls []local, idx []int) setCost {
 		c.n = [domain.Critical + 1]int32{}
 		c.classes = make([]domain.Priority, 0, len(idx))
 		for _, i := range idx {
-			c.classes = append(c.classes, ls[i].v.t.Priority)
+			c.classes = append(c.classes, ls[i].v.prio)
 		}
 		slices.SortFunc(c.classes, func(a, b domain.Priority) int { return cmp.Compare(b, a) })
 	}

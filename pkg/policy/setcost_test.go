@@ -47,7 +47,8 @@ func TestPropSetCostSameOrder(t *testing.T) {
 			n := k + rapid.IntRange(0, 3).Draw(t, name+" extra")
 			ls := make([]local, n)
 			for i := range ls {
-				ls[i] = local{v: &victim{t: &domain.Task{Priority: class.Draw(t, name+" class")}, cost: cost.Draw(t, name+" cost")}}
+				p := class.Draw(t, name+" class")
+				ls[i] = local{v: &victim{t: &domain.Task{Priority: p}, prio: p, cost: cost.Draw(t, name+" cost")}}
 			}
 			perm := rapid.Permutation(func() []int {
 				p := make([]int, n)
