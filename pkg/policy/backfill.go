@@ -374,7 +374,7 @@ func (pc *pass) reserve(t *domain.Task) {
 	pc.hasRes = true
 	for _, p := range ps {
 		for _, g := range p.GPUs {
-			pc.free.reserved[g] = at
+			pc.free.reserve(p.Node, g, at)
 			pc.owner[g] = t.ID
 			pc.noteReserved(g)
 		}
@@ -490,7 +490,7 @@ func gangFits(g int, f *freeMap) bool {
 func (pc *pass) holdReserved(t *domain.Task, ps []events.Placement) {
 	for _, p := range ps {
 		for _, g := range p.GPUs {
-			pc.free.reserved[g] = time.Time{}
+			pc.free.reserve(p.Node, g, time.Time{})
 			pc.owner[g] = t.ID
 			pc.noteReserved(g)
 		}

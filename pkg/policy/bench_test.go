@@ -199,3 +199,33 @@ func BenchmarkPreemptAttempt(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPreemptPass is one pass that preempts on a busy cluster of
+// preemptible tasks (half of them): a CRITICAL task of 8 GPUs queued, so
+// the pass builds its victim pool (every running preemptible task, its
+// nodes, sorted) and searches every node for the fewest victims. The
+// decisions are not applied: every iteration is the same pass, as the
+// advisor's forward simulation runs one per simulated event.
+// -policy.bench-full adds 10,000 nodes.
+func BenchmarkPreemptPass(b *testing.B) {
+	sizes := []int{benchNodes}
+	if *benchFull {
+		sizes = append(sizes, 10*benchNodes) // the advisor's benchmark's cluster
+	}
+	for _, nodes := range sizes {
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(5, 6))
+			c := cluster(b)
+			busyCluster(c, rng, nodes, true)
+			c.submit(task{id: "crit", class: domain.Critical, gpus: 8})
+			p := policy.New(policy.Options{})
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if r := p.Plan(c.input()); len(r.Decisions) == 0 {
+					b.Fatal("no decision, want a preemption")
+				}
+			}
+		})
+	}
+}

@@ -240,20 +240,29 @@ func (o *EndOrder) sorted() []endAt {
 		}
 		return 1
 	})
+	// The list's runs between the gone entries and the adds' places are
+	// copied whole: an add goes before the first entry it is before (the
+	// gone ones too: the order is total, so the first such entry kept
+	// is the same), found by binary search, not by comparing every entry.
 	out := o.spare[:0]
-	g, a := 0, 0
-	for i, e := range o.list {
-		if g < len(o.gone) && o.gone[g] == i {
+	g, i := 0, 0
+	keep := func(hi int) { // list[i:hi] less the gone entries
+		for g < len(o.gone) && o.gone[g] < hi {
+			if o.gone[g] >= i { // (always: one entry per changed task)
+				out = append(out, o.list[i:o.gone[g]]...)
+				i = o.gone[g] + 1
+			}
 			g++
-			continue
 		}
-		for a < len(o.adds) && endAtBefore(o.adds[a], e) {
-			out = append(out, o.adds[a])
-			a++
-		}
+		out = append(out, o.list[i:hi]...)
+		i = hi
+	}
+	for _, e := range o.adds {
+		at := i + sort.Search(len(o.list)-i, func(k int) bool { return endAtBefore(e, o.list[i+k]) })
+		keep(at)
 		out = append(out, e)
 	}
-	out = append(out, o.adds[a:]...)
+	keep(len(o.list))
 	clear(o.list) // no pointers kept in the spare buffer
 	o.list, o.spare = out, o.list[:0]
 	return o.list

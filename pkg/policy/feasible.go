@@ -38,7 +38,14 @@ type freeMap struct {
 	maxLen int
 	// reserved GPUs may only be used by a task predicted to end by the
 	// time given (the reservation's start); zero time: not at all.
+	// Written only by reserve, which keeps resNodes.
 	reserved map[string]time.Time
+	// resNodes is the sorted names of the nodes with a GPU in reserved
+	// (the node of the placement that reserved it; a GPU UUID names one
+	// GPU of one node, as the fold's Owner index assumes): a node not in
+	// it has no reserved GPU, so its usable GPUs need no lookup in
+	// reserved (usableAt). A pass reserves GPUs on a few nodes only.
+	resNodes []string
 	// bufs is where avail and gpus came from, if from the pool; used is
 	// the most entries they ever held (release clears those).
 	bufs *freeBufs
@@ -255,7 +262,19 @@ func (f *freeMap) cloneUnheld() *freeMap {
 	if !held {
 		return c
 	}
+	// Only the nodes in resNodes may have a held GPU (both lists sorted).
+	r := 0
 	for i := 0; i < len(c.avail); {
+		for r < len(f.resNodes) && f.resNodes[r] < c.avail[i] {
+			r++
+		}
+		if r == len(f.resNodes) {
+			break
+		}
+		if f.resNodes[r] != c.avail[i] {
+			i++
+			continue
+		}
 		gs := c.gpus[i]
 		rest := gs[:0:0]
 		for _, g := range gs {
@@ -287,7 +306,25 @@ func (f *freeMap) cloneReserved() *freeMap {
 	for g, at := range f.reserved {
 		c.reserved[g] = at
 	}
+	c.resNodes = append([]string(nil), f.resNodes...)
 	return c
+}
+
+// reserve reserves GPU g of node from at on (zero: for good).
+func (f *freeMap) reserve(node, g string, at time.Time) {
+	f.reserved[g] = at
+	if i, ok := slices.BinarySearch(f.resNodes, node); !ok {
+		f.resNodes = slices.Insert(f.resNodes, i, node)
+	}
+}
+
+// hasRes reports whether a GPU of node may be reserved (resNodes).
+func (f *freeMap) hasRes(node string) bool {
+	if len(f.resNodes) == 0 {
+		return false
+	}
+	_, ok := slices.BinarySearch(f.resNodes, node)
+	return ok
 }
 
 // add returns GPUs to the map (a what-if: a task ends or is preempted).
@@ -397,16 +434,20 @@ func MemoryFits(t *domain.Task, g domain.GPU) bool {
 // constraints, and either unreserved or reserved from a time after end
 // (end zero: no reserved GPU at all).
 func (f *freeMap) usable(t *domain.Task, node string, end time.Time) []domain.GPU {
-	return f.usableOf(t, f.on(node), end)
+	return f.usableAt(t, f.on(node), f.hasRes(node), end)
 }
 
-// usableOf is usable on a node's free GPUs gs.
+// usableAt is usable on a node's free GPUs gs, res whether the node has
+// reserved GPUs (hasRes): without, only t's constraints filter.
 // The result shares gs when every GPU is usable (callers only read it).
-func (f *freeMap) usableOf(t *domain.Task, gs []domain.GPU, end time.Time) []domain.GPU {
+func (f *freeMap) usableAt(t *domain.Task, gs []domain.GPU, res bool, end time.Time) []domain.GPU {
+	if t.GPUModel == "" && t.MinGPUMemMiB == 0 && !res {
+		return gs
+	}
 	var out []domain.GPU
 	for i, g := range gs {
 		ok := gpuFits(t, g)
-		if ok && len(f.reserved) > 0 {
+		if ok && res {
 			if r, held := f.reserved[g.UUID]; held && (end.IsZero() || r.IsZero() || end.After(r)) {
 				ok = false
 			}
@@ -424,15 +465,15 @@ func (f *freeMap) usableOf(t *domain.Task, gs []domain.GPU, end time.Time) []dom
 	return out
 }
 
-// usableCount is len(usableOf(t, gs, end)), without the list.
-func (f *freeMap) usableCount(t *domain.Task, gs []domain.GPU, end time.Time) int {
-	if t.GPUModel == "" && t.MinGPUMemMiB == 0 && len(f.reserved) == 0 {
+// usableCount is len(usableAt(t, gs, res, end)), without the list.
+func (f *freeMap) usableCount(t *domain.Task, gs []domain.GPU, res bool, end time.Time) int {
+	if t.GPUModel == "" && t.MinGPUMemMiB == 0 && !res {
 		return len(gs)
 	}
 	k := 0
 	for _, g := range gs {
 		ok := gpuFits(t, g)
-		if ok && len(f.reserved) > 0 {
+		if ok && res {
 			if r, held := f.reserved[g.UUID]; held && (end.IsZero() || r.IsZero() || end.After(r)) {
 				ok = false
 			}
@@ -463,15 +504,6 @@ func (f *freeMap) nodeSize(t *domain.Task, s *domain.State) int {
 		}
 	}
 	return best
-}
-
-// usableFast is usableOf without a copy when nothing filters: no
-// constraints and no reservations (the common case).
-func (f *freeMap) usableFast(t *domain.Task, gs []domain.GPU, end time.Time) []domain.GPU {
-	if t.GPUModel == "" && t.MinGPUMemMiB == 0 && len(f.reserved) == 0 {
-		return gs
-	}
-	return f.usableOf(t, gs, end)
 }
 
 // capacity answers "could this task ever run here": on all nodes that exist

@@ -90,8 +90,9 @@ func TestPropFreeMapLens(t *testing.T) {
 				}
 				f.add(s, []events.Placement{{Node: ps[0].Node, GPUs: back}})
 			case 2:
-				for _, g := range some("hold")[0].GPUs {
-					f.reserved[g] = time.Time{}
+				h := some("hold")[0]
+				for _, g := range h.GPUs {
+					f.reserve(h.Node, g, time.Time{})
 				}
 				check(f.cloneUnheld(), "cloneUnheld")
 			case 3:

@@ -82,14 +82,19 @@ func place(t *domain.Task, f *freeMap, s *domain.State, end time.Time) ([]events
 
 	// 1. Best fit on one node: the fitting node with the fewest usable GPUs.
 	//    (A node with fewer free GPUs than asked is skipped without a look.)
+	//    Both avail and resNodes are sorted: r walks resNodes along.
 	best, bestN := "", 0
 	var bestGPUs []domain.GPU
+	r := 0
 	for i, n := range f.avail {
 		gs := f.gpus[i]
 		if len(gs) < t.GPUs || (best != "" && len(gs) >= bestN && bestN == t.GPUs) {
 			continue
 		}
-		u := f.usableFast(t, gs, end)
+		for r < len(f.resNodes) && f.resNodes[r] < n {
+			r++
+		}
+		u := f.usableAt(t, gs, r < len(f.resNodes) && f.resNodes[r] == n, end)
 		if len(u) >= t.GPUs && (best == "" || len(u) < bestN) {
 			best, bestN, bestGPUs = n, len(u), u
 		}
@@ -107,8 +112,12 @@ func place(t *domain.Task, f *freeMap, s *domain.State, end time.Time) ([]events
 		healthy int // the node's
 	}
 	var cands []cand
+	r = 0
 	for i, n := range f.avail {
-		if u := f.usableFast(t, f.gpus[i], end); len(u) > 0 {
+		for r < len(f.resNodes) && f.resNodes[r] < n {
+			r++
+		}
+		if u := f.usableAt(t, f.gpus[i], r < len(f.resNodes) && f.resNodes[r] == n, end); len(u) > 0 {
 			cands = append(cands, cand{n, u, f.healthy[i]})
 		}
 	}

@@ -359,10 +359,10 @@ func (pc *pass) explain(t *domain.Task, pos, tier int) {
 	}
 	// Free GPUs would fit it, but they are reserved for another task.
 	if pc.hasRes {
-		saved := pc.free.reserved
-		pc.free.reserved = map[string]time.Time{}
+		saved, savedNodes := pc.free.reserved, pc.free.resNodes
+		pc.free.reserved, pc.free.resNodes = map[string]time.Time{}, nil
 		ps, ok := place(t, pc.free, pc.s, time.Time{})
-		pc.free.reserved = saved
+		pc.free.reserved, pc.free.resNodes = saved, savedNodes
 		if ok {
 			seen := map[string]bool{}
 			var bl []string

@@ -127,6 +127,11 @@ type victim struct {
 	// taken (pool): chosen in this pass. A pool member is running, so
 	// pass.preempting holds it iff it was chosen in this pass.
 	taken bool
+	pos   int // (pool) its place in victimPool.vs
+	// prio and seq are t's Priority and SubmitSeq, copied: the pool's
+	// sort reads them without a load of each task.
+	prio domain.Priority
+	seq  uint64
 }
 
 // victimPool is every task a preemption in this pass may ever choose, and
@@ -168,17 +173,28 @@ func (pc *pass) victimPool() *victimPool {
 	}
 	p := &victimPool{vs: make([]*victim, 0, pc.s.Victims())}
 	buf := make([]victim, 0, pc.s.Victims())
+	// Where each member holds GPUs is read as the holders are walked (the
+	// task just read), with i its place in buf, mapped to its place in
+	// the pool once sorted.
+	p.on = make([]victimOn, 0, pc.s.Victims()+pc.s.Victims()/8)
+	var nc nodeCache
 	for i, n := 0, pc.s.Holders(); i < n; i++ {
 		v := pc.s.Holder(i)
 		if !v.Preemptible || v.Priority == domain.Critical || v.State != domain.Running {
 			continue
 		}
+		p.on = pc.victimNodes(p.on, len(buf), v, &nc)
 		buf = append(buf, pc.newVictim(v))
-		p.vs = append(p.vs, &buf[len(buf)-1])
+	}
+	for i := range buf {
+		p.vs = append(p.vs, &buf[i])
 	}
 	slices.SortFunc(p.vs, victimOrder)
 	for i, v := range p.vs {
-		p.on = pc.victimNodes(p.on, i, v.t)
+		v.pos = i
+	}
+	for k := range p.on {
+		p.on[k].i = buf[p.on[k].i].pos
 	}
 	slices.SortFunc(p.on, func(a, b victimOn) int {
 		if c := strings.Compare(a.node, b.node); c != 0 {
@@ -192,7 +208,7 @@ func (pc *pass) victimPool() *victimPool {
 
 // newVictim is v as a candidate, its cost by Options.Victims.
 func (pc *pass) newVictim(v *domain.Task) victim {
-	c := victim{t: v, n: gpuCount(v), lost: pc.lostWork(v)}
+	c := victim{t: v, n: gpuCount(v), lost: pc.lostWork(v), prio: v.Priority, seq: v.SubmitSeq}
 	c.cost = c.lost
 	if pc.opts.Victims == Newest {
 		c.cost = 0
@@ -206,25 +222,25 @@ func (pc *pass) newVictim(v *domain.Task) victim {
 // victimOrder is preempt's preference: the lower class, then the lower
 // cost (the less work lost, or the newer), then the later submitted.
 func victimOrder(a, b *victim) int {
-	if a.t.Priority != b.t.Priority {
-		return cmp.Compare(a.t.Priority, b.t.Priority)
+	if a.prio != b.prio {
+		return cmp.Compare(a.prio, b.prio)
 	}
 	if a.cost != b.cost {
 		return cmp.Compare(a.cost, b.cost)
 	}
-	return cmp.Compare(b.t.SubmitSeq, a.t.SubmitSeq)
+	return cmp.Compare(b.seq, a.seq)
 }
 
 // victimNodes appends where v, the pool's member i, holds GPUs: each
 // schedulable node with GPUs among its placements (once), with the
 // node's healthy GPUs its placements there name (gainOn's count for a
 // task without constraints when none of them is reserved).
-func (pc *pass) victimNodes(out []victimOn, i int, v *domain.Task) []victimOn {
+func (pc *pass) victimNodes(out []victimOn, i int, v *domain.Task, nc *nodeCache) []victimOn {
 	for k, p := range v.Placements {
 		if slices.ContainsFunc(v.Placements[:k], func(q events.Placement) bool { return q.Node == p.Node }) {
 			continue
 		}
-		n := pc.s.Nodes[p.Node]
+		n := nc.get(pc.s, p.Node)
 		if n == nil || !n.Schedulable() || len(n.GPUs) == 0 {
 			continue // not in freeMap.nodes: no search looks at it
 		}
@@ -247,6 +263,21 @@ func (pc *pass) victimNodes(out []victimOn, i int, v *domain.Task) []victimOn {
 		out = append(out, victimOn{p.Node, i, healthy})
 	}
 	return out
+}
+
+// nodeCache is the last node looked up by name (State.Nodes): holders
+// sharing a node are often walked one after another.
+type nodeCache struct {
+	name string
+	n    *domain.Node
+	ok   bool
+}
+
+func (c *nodeCache) get(s *domain.State, name string) *domain.Node {
+	if !c.ok || c.name != name {
+		c.name, c.n, c.ok = name, s.Nodes[name], true
+	}
+	return c.n
 }
 
 // candidates lists the victims t may preempt, in preference order, and the
@@ -397,26 +428,72 @@ func (pc *pass) fewestVictims(t *domain.Task, cands []*victim) ([]*victim, []eve
 
 // setCost orders victim sets of one size: the classes, highest first,
 // compared in turn; then the total cost (work lost, or time since the
-// starts: victim.cost).
+// starts: victim.cost). For sets of one size, comparing the classes
+// sorted highest first in turn is comparing how many victims each class
+// has, from CRITICAL down (fewer first): the first place where the sorted
+// lists differ holds, in the one that is less, a lower class than the
+// other's, which has one more of its class there and the same of every
+// higher class. So the counts are kept, not the sorted list (no
+// allocation, no sort: searchNode costs every feasible set); a class
+// outside LOW..CRITICAL (no fold makes one) keeps the list (classes).
 type setCost struct {
-	classes []domain.Priority // descending
+	n       [domain.Critical + 1]int32 // victims by class
 	lost    float64
+	classes []domain.Priority // descending; only with a class outside n
 }
 
-func costOf(vs []*victim) setCost {
-	c := setCost{classes: make([]domain.Priority, len(vs))}
-	for i, v := range vs {
-		c.classes[i] = v.t.Priority
+// costOf is the cost of the victims ls[i] for i in idx, the cost summed
+// in idx's order. It reads the victims only (prio: their tasks' classes),
+// not their tasks: searchNode costs many sets.
+func costOf(ls []local, idx []int) setCost {
+	var c setCost
+	odd := false
+	for _, i := range idx {
+		v := ls[i].v
+		if p := v.prio; p >= 0 && p <= domain.Critical {
+			c.n[p]++
+		} else {
+			odd = true
+		}
 		c.lost += v.cost
 	}
-	sort.Slice(c.classes, func(i, j int) bool { return c.classes[i] > c.classes[j] })
+	if odd {
+		c.n = [domain.Critical + 1]int32{}
+		c.classes = make([]domain.Priority, 0, len(idx))
+		for _, i := range idx {
+			c.classes = append(c.classes, ls[i].v.prio)
+		}
+		slices.SortFunc(c.classes, func(a, b domain.Priority) int { return cmp.Compare(b, a) })
+	}
 	return c
 }
 
+// sorted appends c's classes, highest first, to out.
+func (c setCost) sorted(out []domain.Priority) []domain.Priority {
+	if c.classes != nil {
+		return append(out, c.classes...)
+	}
+	for p := domain.Critical; p >= 0; p-- {
+		for range c.n[p] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 func (a setCost) less(b setCost) bool {
-	for i := range a.classes {
-		if a.classes[i] != b.classes[i] {
-			return a.classes[i] < b.classes[i]
+	if a.classes != nil || b.classes != nil {
+		ac, bc := a.sorted(nil), b.sorted(nil)
+		for i := range ac {
+			if ac[i] != bc[i] {
+				return ac[i] < bc[i]
+			}
+		}
+		return a.lost < b.lost
+	}
+	for p := domain.Critical; p >= 0; p-- {
+		if a.n[p] != b.n[p] {
+			return a.n[p] < b.n[p]
 		}
 	}
 	return a.lost < b.lost
@@ -495,7 +572,7 @@ func (pc *pass) searchNode(t *domain.Task, s *nodeSearch, node string, free []do
 	if len(free)+sum < t.GPUs {
 		return // even every free GPU there is not enough
 	}
-	have := pc.free.usableCount(t, free, time.Time{})
+	have := pc.free.usableCount(t, free, pc.free.hasRes(node), time.Time{})
 	if have+sum < t.GPUs {
 		return
 	}
@@ -506,6 +583,7 @@ func (pc *pass) searchNode(t *domain.Task, s *nodeSearch, node string, free []do
 	// Subsets by size, each size in lexicographic order of the
 	// preference order; the first feasible size wins on this node.
 	idx := make([]int, 0, maxK)
+	trial := make([]*victim, 0, maxK) // a set lendersKeep checks, copied when kept
 	for k := 1; k <= maxK; k++ {
 		var nodeBest []*victim
 		var nodeCost setCost
@@ -519,14 +597,15 @@ func (pc *pass) searchNode(t *domain.Task, s *nodeSearch, node string, free []do
 				g += ls[i].gain
 			}
 			if g >= t.GPUs {
-				vs := make([]*victim, k)
-				for j, i := range idx {
-					vs[j] = ls[i].v
-				}
-				if pc.lendersKeep(t, vs) {
-					c := costOf(vs)
-					if nodeBest == nil || c.less(nodeCost) {
-						nodeBest, nodeCost = vs, c
+				// Kept iff lendersKeep and it costs less than the best:
+				// the cheaper test first.
+				if c := costOf(ls, idx); nodeBest == nil || c.less(nodeCost) {
+					trial = trial[:k]
+					for j, i := range idx {
+						trial[j] = ls[i].v
+					}
+					if pc.lendersKeep(t, trial) {
+						nodeBest, nodeCost = slices.Clone(trial), c
 					}
 				}
 			}
@@ -556,14 +635,17 @@ func (pc *pass) searchNode(t *domain.Task, s *nodeSearch, node string, free []do
 // healthy, fitting t's constraints, reserved for nobody.
 func (pc *pass) gainOn(t, v *domain.Task, node string) int {
 	n := pc.s.Nodes[node]
+	res := pc.free.hasRes(node)
 	k := 0
 	for _, p := range v.Placements {
 		if p.Node != node {
 			continue
 		}
 		for _, id := range p.GPUs {
-			if _, r := pc.free.reserved[id]; r {
-				continue
+			if res {
+				if _, r := pc.free.reserved[id]; r {
+					continue
+				}
 			}
 			for _, g := range n.GPUs {
 				if g.UUID == id && g.Healthy && gpuFits(t, g) {

@@ -144,6 +144,47 @@ func (pc *pass) refUnheld() *freeMap {
 	return c
 }
 
+// refUsableOf is freeMap.usableAt as it was before resNodes: every GPU
+// looked up among the reservations.
+func refUsableOf(f *freeMap, t *domain.Task, gs []domain.GPU, end time.Time) []domain.GPU {
+	var out []domain.GPU
+	for _, g := range gs {
+		ok := gpuFits(t, g)
+		if ok && len(f.reserved) > 0 {
+			if r, held := f.reserved[g.UUID]; held && (end.IsZero() || r.IsZero() || end.After(r)) {
+				ok = false
+			}
+		}
+		if ok {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// refResNodes is what freeMap.resNodes keeps: the nodes of the reserved
+// GPUs, sorted, found by scanning every node's GPUs.
+func refResNodes(s *domain.State, f *freeMap) []string {
+	var out []string
+	for g := range f.reserved {
+		for name, n := range s.Nodes {
+			if slices.ContainsFunc(n.GPUs, func(x domain.GPU) bool { return x.UUID == g }) && !slices.Contains(out, name) {
+				out = append(out, name)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func gpuIDs(gs []domain.GPU) []string {
+	out := []string{}
+	for _, g := range gs {
+		out = append(out, g.UUID)
+	}
+	return out
+}
+
 func nodeOf(f *freeMap, gpu string) string {
 	for i, gs := range f.gpus {
 		for _, g := range gs {
@@ -282,6 +323,16 @@ func (pc *pass) checkPass(t *domain.Task, tier int) []string {
 		ps, ok := pc.place(t, end)
 		rps, rok := place(t, pc.free, pc.s, end)
 		differ(fmt.Sprintf("the memo (end %v)", end), fmt.Sprint(ok, ps), fmt.Sprint(rok, rps))
+	}
+	differ("the nodes with reserved GPUs", pc.free.resNodes, refResNodes(pc.s, pc.free))
+	for i, node := range pc.free.avail {
+		gs := pc.free.gpus[i]
+		for _, end := range ends {
+			u := pc.free.usableAt(t, gs, pc.free.hasRes(node), end)
+			ru := refUsableOf(pc.free, t, gs, end)
+			differ(fmt.Sprintf("the usable GPUs on %s (end %v)", node, end), gpuIDs(u), gpuIDs(ru))
+			differ(fmt.Sprintf("the usable count on %s (end %v)", node, end), pc.free.usableCount(t, gs, pc.free.hasRes(node), end), len(ru))
+		}
 	}
 	differ("the end walk", pc.walk(), pc.refWalk())
 	u, ru := pc.free.cloneUnheld(), pc.refUnheld()
