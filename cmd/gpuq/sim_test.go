@@ -34,21 +34,7 @@ func TestSimCLI(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "vcs.csv"), []byte("vc,nodes,gpus_per_node\na,1,8\nb,1,8\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run := func(args ...string) ([]byte, []byte, int) {
-		t.Helper()
-		var stdout, stderr bytes.Buffer
-		cmd := exec.Command(bin, append([]string{"sim"}, args...)...)
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		var ee *exec.ExitError
-		switch {
-		case errors.As(err, &ee):
-			return stdout.Bytes(), stderr.Bytes(), ee.ExitCode()
-		case err != nil:
-			t.Fatal(err)
-		}
-		return stdout.Bytes(), stderr.Bytes(), 0
-	}
+	run := simRunner(t, bin)
 	base := []string{"--trace", tr, "--format", "philly", "--nodes", "2", "--compare", "fifo-strict,sjf-oracle,gpuq,gpuq-spf", "--teams", "vc"}
 
 	a, errA, code := run(append(base, "--json")...)
@@ -123,21 +109,7 @@ func TestSimCLI(t *testing.T) {
 func TestSimWorkloadCLI(t *testing.T) {
 	bin := buildCLI(t)
 	dir := t.TempDir()
-	run := func(args ...string) ([]byte, []byte, int) {
-		t.Helper()
-		var stdout, stderr bytes.Buffer
-		cmd := exec.Command(bin, append([]string{"sim"}, args...)...)
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		var ee *exec.ExitError
-		switch {
-		case errors.As(err, &ee):
-			return stdout.Bytes(), stderr.Bytes(), ee.ExitCode()
-		case err != nil:
-			t.Fatal(err)
-		}
-		return stdout.Bytes(), stderr.Bytes(), 0
-	}
+	run := simRunner(t, bin)
 	const workload = "synthetic:jobs=120,seed=1,gpus=16"
 	base := []string{"--workload", workload, "--compare", "fifo-strict,gpuq", "--class-mix", "high=0.5,low=0.5,seed=1"}
 
@@ -261,5 +233,25 @@ func TestSimWorkloadCLI(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want exit %d naming %q", code, stderr, exitInvalid, tt.field)
 			}
 		})
+	}
+}
+
+// simRunner runs `bin sim ARGS…` and returns its stdout, stderr and exit
+// code.
+func simRunner(t *testing.T, bin string) func(args ...string) ([]byte, []byte, int) {
+	return func(args ...string) ([]byte, []byte, int) {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		cmd := exec.Command(bin, append([]string{"sim"}, args...)...)
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee):
+			return stdout.Bytes(), stderr.Bytes(), ee.ExitCode()
+		case err != nil:
+			t.Fatal(err)
+		}
+		return stdout.Bytes(), stderr.Bytes(), 0
 	}
 }

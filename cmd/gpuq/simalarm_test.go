@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -16,21 +13,7 @@ import (
 // --alarms flags exit 2 naming the flag and the rule.
 func TestSimFaultCLI(t *testing.T) {
 	bin := buildCLI(t)
-	run := func(args ...string) ([]byte, []byte, int) {
-		t.Helper()
-		var stdout, stderr bytes.Buffer
-		cmd := exec.Command(bin, append([]string{"sim"}, args...)...)
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		var ee *exec.ExitError
-		switch {
-		case errors.As(err, &ee):
-			return stdout.Bytes(), stderr.Bytes(), ee.ExitCode()
-		case err != nil:
-			t.Fatal(err)
-		}
-		return stdout.Bytes(), stderr.Bytes(), 0
-	}
+	run := simRunner(t, bin)
 	base := []string{"--workload", "synthetic:jobs=200,seed=3", "--nodes", "4", "--compare", "gpuq"}
 	out, errOut, code := run(append(base, "--fault", "stall@24h+2h", "--json")...)
 	if code != 0 {

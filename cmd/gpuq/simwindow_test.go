@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -37,21 +35,7 @@ func TestSimWindowCLI(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "vcs.csv"), []byte("vc,nodes,gpus_per_node\na,1,8\nb,1,8\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run := func(args ...string) ([]byte, []byte, int) {
-		t.Helper()
-		var stdout, stderr bytes.Buffer
-		cmd := exec.Command(bin, append([]string{"sim"}, args...)...)
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		var ee *exec.ExitError
-		switch {
-		case errors.As(err, &ee):
-			return stdout.Bytes(), stderr.Bytes(), ee.ExitCode()
-		case err != nil:
-			t.Fatal(err)
-		}
-		return stdout.Bytes(), stderr.Bytes(), 0
-	}
+	run := simRunner(t, bin)
 	ok := func(args ...string) []byte {
 		t.Helper()
 		out, stderr, code := run(args...)
