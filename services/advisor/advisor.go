@@ -119,9 +119,9 @@ type published struct {
 }
 
 // publishStats refreshes the figures /metrics reads (the fold's lock held)
-// when they are older than a second.
+// when they are older than a second or an alert was raised since.
 func (a *Advisor) publishStats(now time.Time) {
-	if p := a.stats.Load(); p != nil && now.Sub(p.at) < time.Second && now.After(p.at) {
+	if p := a.stats.Load(); p != nil && now.Sub(p.at) < time.Second && now.After(p.at) && maps.Equal(p.alerts, a.alerts) {
 		return
 	}
 	a.stats.Store(&published{at: now, stats: a.est.Stats(), alerts: maps.Clone(a.alerts)})
