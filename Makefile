@@ -58,7 +58,7 @@ test-faults: ## Process-level fault scenarios, no Docker (kill -9, SIGSTOP, pois
 	$(GO) build -tags faults -o "$$bin/gpuq-natsd" ./tests/faults/natsd && \
 	start=$$(date +%s); rc=0; \
 	GPUQ_FAULTS_BIN="$$bin" GPUQ_FAULTS_SUMMARY="$$bin/summary" \
-	  $(GO) test -tags faults -count=1 -timeout 25m -v -run '$(FAULTS)' ./tests/faults/ || rc=$$?; \
+	  $(GO) test -tags faults -count=1 -timeout 40m -v -run '$(FAULTS)' ./tests/faults/ || rc=$$?; \
 	echo "== fault scenarios ($$(( $$(date +%s) - start )) s)"; cat "$$bin/summary" 2>/dev/null; exit $$rc
 
 # The hostile suite (tests/hostile, build tag hostile): what a hostile or
