@@ -30,6 +30,12 @@ type AdvisorOptions struct {
 	// Workers run the estimates at submission as the advisor does
 	// (advisor.Config.EstimateWorkers): 0: 2, negative: in the fold.
 	Workers int
+	// Fresh is how long (wall clock) events arrive, one every FreshGap,
+	// at an advisor that re-estimates as the service does (estimate.Live
+	// with its defaults: MinInterval, Share), to measure how old the
+	// advice is when it reflects an event (0: not measured).
+	Fresh    time.Duration
+	FreshGap time.Duration
 }
 
 // AdvisorResult is one Advisor run.
@@ -79,6 +85,18 @@ type AdvisorResult struct {
 	// re-estimates and the events that needed none.
 	Full        int `json:"full_reestimates"`
 	Incremental int `json:"incremental"`
+	// Freshness under the service's own budget (AdvisorOptions.Fresh):
+	// for each event, from its arrival to the end of the first full
+	// re-estimate that began after it was folded (the advice that
+	// reflects it is then published); events arrive while a re-estimate
+	// holds the fold, as they do in the advisor.
+	FreshEvents  int     `json:"fresh_events,omitempty"`
+	FreshFull    int     `json:"fresh_full_reestimates,omitempty"`
+	FreshRateHz  float64 `json:"fresh_event_rate_per_s,omitempty"`
+	FreshP50S    float64 `json:"advice_delay_p50_s,omitempty"`
+	FreshP99S    float64 `json:"advice_delay_p99_s,omitempty"`
+	FreshMaxS    float64 `json:"advice_delay_max_s,omitempty"`
+	FreshEstAvgS float64 `json:"fresh_reestimate_avg_s,omitempty"`
 }
 
 // Advisor measures the advisor's work at scale, in-process (no server):
@@ -94,6 +112,10 @@ type AdvisorResult struct {
 //     then the advice kept current by estimate.Live: the time from the
 //     event's arrival to every changed advice computed.
 //  3. The heap of the fold, the estimator and the advice.
+//  4. With o.Fresh: events every o.FreshGap for o.Fresh of wall clock at
+//     an estimate.Live with the advisor's defaults (full re-estimates at
+//     most every MinInterval and within Share of the wall clock): how
+//     long after its arrival each event's advice was computed.
 func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 	res := AdvisorResult{Nodes: o.Nodes, GPUs: o.Nodes * o.PerNode, Queued: o.Queued, Events: o.Events}
 	heap := func() uint64 {
@@ -262,6 +284,11 @@ func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 	}
 	full, incr := live.Counts()
 	res.Full, res.Incremental = full, incr
+	if o.Fresh > 0 {
+		if err := fresh(ctx, o, &res, est, f, observe, pol, &running, rng); err != nil {
+			return res, err
+		}
+	}
 	slices.Sort(lat)
 	slices.Sort(tlat)
 	slices.Sort(folded)
@@ -273,6 +300,104 @@ func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 	}
 	res.P50Ms, res.P99Ms, res.MaxMs = ms(res.P50), ms(res.P99), ms(res.Max)
 	return res, nil
+}
+
+// fresh is Advisor's step 4: events arrive on the wall clock, one every
+// o.FreshGap, alternately a completion (with the scheduler's dispatches)
+// and a submission, and a Live with the advisor's defaults re-estimates
+// when it is due, as the service's timer wakes it. An event that arrives
+// while a re-estimate runs is folded after it (the service holds the
+// fold's lock as long). Each event's delay is from its arrival to the end
+// of the first full re-estimate that began after it was folded.
+func fresh(ctx context.Context, o AdvisorOptions, res *AdvisorResult, est *estimate.Estimator, f *folder, observe func(events.Event),
+	pol *policy.Policy, running *[]string, rng *rand.Rand) error {
+	gap := o.FreshGap
+	if gap <= 0 {
+		gap = 100 * time.Millisecond
+	}
+	live := estimate.NewLive(est) // the advisor's defaults
+	live.Advise(f.st, f.now)      // the advice as it stands
+	see := func(e events.Event) {
+		observe(e)
+		live.Saw(f.st, events.Record{Seq: f.seq, Envelope: events.Envelope{Type: e.EventType(), Time: f.now}, Event: e})
+	}
+	var (
+		delays  []time.Duration
+		folded  []time.Time // arrivals folded, not yet in a re-estimate
+		spent   time.Duration
+		n, full int
+	)
+	start := time.Now()
+	next := start
+	for i := 0; ; i++ {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		now := time.Now()
+		if now.Sub(start) >= o.Fresh && len(folded) == 0 {
+			break
+		}
+		// Fold every event that has arrived (none after the window).
+		for !next.After(now) && next.Sub(start) < o.Fresh {
+			f.now = f.now.Add(gap)
+			if n%2 == 1 || len(*running) == 0 {
+				see(newSubmission(rng, o.Queued+o.Events+n, f.now))
+			} else {
+				r := *running
+				j := rng.IntN(len(r))
+				id := r[j]
+				r[j] = r[len(r)-1]
+				*running = r[:len(r)-1]
+				see(events.Completed{TaskID: id, Node: f.st.Tasks[id].Node})
+				pr := pol.Plan(policy.Input{State: f.st, Now: f.now, Predict: est.Pred.ForPolicy(f.now)})
+				for _, d := range pr.Decisions {
+					if d.Kind == policy.Dispatch {
+						see(events.Dispatched{TaskID: d.TaskID, Placements: d.Placements, BasedOnSeq: f.seq})
+						see(events.Started{TaskID: d.TaskID, Node: d.Placements[0].Node, PID: 1})
+						*running = append(*running, d.TaskID)
+					}
+				}
+			}
+			folded = append(folded, next)
+			n++
+			next = next.Add(gap)
+		}
+		if live.Pending() && !time.Now().Before(live.Due()) {
+			began := time.Now()
+			before, _ := live.Counts()
+			live.Advise(f.st, f.now)
+			if after, _ := live.Counts(); after > before {
+				done := time.Now()
+				spent += done.Sub(began)
+				full++
+				for _, a := range folded {
+					delays = append(delays, done.Sub(a))
+				}
+				folded = folded[:0]
+			}
+			continue
+		}
+		// Sleep until the next arrival or the re-estimate's due time.
+		wake := next
+		if live.Pending() && live.Due().Before(wake) {
+			wake = live.Due()
+		}
+		if next.Sub(start) >= o.Fresh && live.Pending() {
+			wake = live.Due()
+		}
+		time.Sleep(max(time.Until(wake), 0))
+	}
+	slices.Sort(delays)
+	res.FreshEvents, res.FreshFull = n, full
+	res.FreshRateHz = float64(n) / o.Fresh.Seconds()
+	if len(delays) > 0 {
+		res.FreshP50S, res.FreshP99S = quantile(delays, 0.5).Seconds(), quantile(delays, 0.99).Seconds()
+		res.FreshMaxS = delays[len(delays)-1].Seconds()
+	}
+	if full > 0 {
+		res.FreshEstAvgS = (spent / time.Duration(full)).Seconds()
+	}
+	return nil
 }
 
 // newSubmission is the i-th queued task of Advisor: 1–8 GPUs (powers of

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/gpuq/gpuq/pkg/estimate"
 )
 
 // Config sizes a run. Full and Quick are the two that `gpuq bench` runs.
@@ -56,7 +58,7 @@ const namedOnly = "stream"
 
 // AdvisorFull is the advisor's measurement at the scale of the issue:
 // 100,000 queued on 10,000 × 8 busy GPUs.
-var AdvisorFull = AdvisorOptions{Nodes: 10_000, PerNode: 8, Queued: 100_000, Events: 40}
+var AdvisorFull = AdvisorOptions{Nodes: 10_000, PerNode: 8, Queued: 100_000, Events: 40, Fresh: time.Minute, FreshGap: 100 * time.Millisecond}
 
 func (c Config) runs(group string) bool { return runs(c.Only, group) }
 
@@ -88,7 +90,7 @@ func Quick() Config {
 	return Config{Quick: true, RawMsgs: 30_000, IngestMsgs: 30_000, LogEvents: 50_000, LogNodes: 125, Rounds: 1,
 		Lifecycle: LifecycleOptions{Tasks: 5_000, Nodes: 125},
 		Placement: PlacementOptions{Nodes: 1000, PerNode: 8, Queued: 100_000, Events: 100},
-		R3Msgs:    10_000, R3Tasks: 2_000, Advisor: AdvisorOptions{Nodes: 1000, PerNode: 8, Queued: 10_000, Events: 20},
+		R3Msgs:    10_000, R3Tasks: 2_000, Advisor: AdvisorOptions{Nodes: 1000, PerNode: 8, Queued: 10_000, Events: 20, Fresh: 5 * time.Second, FreshGap: 100 * time.Millisecond},
 		StreamRun: StreamOptions{Followers: 1000, Events: 200, Rate: 100}}
 }
 
@@ -600,6 +602,10 @@ func (r *Result) WriteTable(w io.Writer) error {
 		row("advice_after_event_p99_ms", fmt.Sprintf("%.1f", r.AdviceAfterEventP99Ms), fmt.Sprintf("%d events (completions with their dispatches, submissions): p50 %.1f ms, max %.1f ms; thread cpu p50 %.1f ms, p99 %.1f ms; %d full re-estimates, %d partial",
 			a.Events, a.P50Ms, a.MaxMs, a.P50CPUMs, a.P99CPUMs, a.Full, a.Incremental))
 		row("advisor_heap_bytes", fmt.Sprintf("%d", r.AdvisorHeapBytes), "live heap of the fold, the estimator and every queued task's advice (in-process)")
+		if a.FreshEvents > 0 {
+			row("advice_delay_p99_s", fmt.Sprintf("%.2f", a.FreshP99S), fmt.Sprintf("the service's budget (re-estimates at most every %v and half the wall clock): %d events at %.0f/s, %d full re-estimates of %.2f s on average; each event's advice p50 %.2f s, max %.2f s after it arrived",
+				estimate.DefaultLiveInterval, a.FreshEvents, a.FreshRateHz, a.FreshFull, a.FreshEstAvgS, a.FreshP50S, a.FreshMaxS))
+		}
 	}
 	if s := d.Stream; s != nil {
 		row("stream_p99_ms", fmt.Sprintf("%.1f", r.StreamP99Ms), fmt.Sprintf("%d followers × %d records at %.0f/s: delivered %d, missing %d, behind at the end %d; p50 %.1f ms, max %.1f ms; connected in %.2f s; cpu %.1f s (%.2f µs per delivery, all in one process)",

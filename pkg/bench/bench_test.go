@@ -332,6 +332,27 @@ func TestAdvisor(t *testing.T) {
 	}
 }
 
+// The freshness step: events on the wall clock, every one of them
+// reflected by a full re-estimate begun after it, within the run; the
+// re-estimates are coalesced (fewer than the events) by the service's
+// budget, so each event's delay is at least one re-estimate.
+func TestAdvisorFresh(t *testing.T) {
+	r, err := Advisor(context.Background(), AdvisorOptions{Nodes: 20, PerNode: 8, Queued: 400, Events: 2,
+		Fresh: 600 * time.Millisecond, FreshGap: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.FreshEvents < 2 || r.FreshFull < 1 || r.FreshFull > r.FreshEvents || r.FreshEstAvgS <= 0 ||
+		r.FreshP50S <= 0 || r.FreshP99S < r.FreshP50S || r.FreshMaxS < r.FreshP99S || r.FreshMaxS < r.FreshEstAvgS/2 {
+		t.Errorf("freshness %+v", r)
+	}
+	// Without Fresh nothing of it is reported.
+	r, err = Advisor(context.Background(), AdvisorOptions{Nodes: 20, PerNode: 8, Queued: 400, Events: 2})
+	if err != nil || r.FreshEvents != 0 || r.FreshP99S != 0 {
+		t.Errorf("no Fresh: %+v, %v", r, err)
+	}
+}
+
 // The advisor is measured on the cluster as the scheduler leaves it: the
 // folded state has CRITICAL tasks queued with victims running, which the
 // scheduler's passes preempt before the measurement (Unsettled keeps
