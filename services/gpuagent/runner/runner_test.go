@@ -270,6 +270,7 @@ func TestStop(t *testing.T) {
 		name       string
 		command    string
 		first      syscall.Signal
+		grace      time.Duration // 0: 300 ms (the cases that must be forced)
 		wantForced bool
 		want       Result
 		wantLog    string
@@ -277,7 +278,7 @@ func TestStop(t *testing.T) {
 		{
 			name:    "exits on the first signal",
 			command: `trap 'echo checkpointed; exit 0' USR1; ` + loop,
-			first:   syscall.SIGUSR1, want: Result{ExitCode: 0}, wantLog: "checkpointed",
+			first:   syscall.SIGUSR1, grace: 30 * time.Second, want: Result{ExitCode: 0}, wantLog: "checkpointed",
 		},
 		{
 			name:    "ignores USR1, dies on TERM",
@@ -294,22 +295,27 @@ func TestStop(t *testing.T) {
 		{
 			name:    "TERM first, trapped",
 			command: `trap 'exit 7' TERM; ` + loop,
-			first:   syscall.SIGTERM, want: Result{ExitCode: 7},
+			first:   syscall.SIGTERM, grace: 30 * time.Second, want: Result{ExitCode: 7},
 		},
 	}
+	// A job that exits on its signal has a grace far beyond what it
+	// needs (it exits at once: the test stays fast), so that a loaded
+	// machine (-race, CI) does not force it; only the cases that must be
+	// forced have a short one. No case fails on how long Stop took: a
+	// Stop that hangs is the test binary's timeout.
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			grace := tc.grace
+			if grace == 0 {
+				grace = 300 * time.Millisecond
+			}
 			log := filepath.Join(t.TempDir(), "task.log")
 			p := start(t, Spec{Command: tc.command, LogPath: log})
 			p.TermTimeout = 300 * time.Millisecond
 			waitFile(t, log, "ready")
-			begin := time.Now()
-			forced := p.Stop(300*time.Millisecond, tc.first)
+			forced := p.Stop(grace, tc.first)
 			if forced != tc.wantForced {
 				t.Errorf("Stop forced = %v, want %v", forced, tc.wantForced)
-			}
-			if el := time.Since(begin); el > 5*time.Second {
-				t.Errorf("Stop took %v", el)
 			}
 			if !p.Exited() {
 				t.Fatal("Stop returned before the process exited")
