@@ -103,13 +103,14 @@ func freeOf(s *State, n *Node) []GPU {
 	if n == nil || !n.Schedulable() {
 		return nil
 	}
-	// One owner lookup per GPU: the free ones of a node of up to 64 GPUs
-	// are marked in a bit mask on the first walk (a bigger node looks
-	// them up again).
+	// One owner read per GPU: the free ones of a node of up to 64 GPUs
+	// are marked in a bit mask on the first walk (a bigger node reads
+	// them again).
+	cells := s.cellsOf(n)
 	k, small := 0, len(n.GPUs) <= 64
 	var mask uint64
-	for i, g := range n.GPUs {
-		if g.Healthy && s.Owner[g.UUID] == "" {
+	for i := range n.GPUs {
+		if n.GPUs[i].Healthy && s.ownerAt(n, cells, i) == "" {
 			k++
 			if small {
 				mask |= 1 << uint(i)
@@ -120,13 +121,13 @@ func freeOf(s *State, n *Node) []GPU {
 		return nil
 	}
 	out := make([]GPU, 0, k)
-	for i, g := range n.GPUs {
+	for i := range n.GPUs {
 		if small {
 			if mask&(1<<uint(i)) != 0 {
-				out = append(out, g)
+				out = append(out, n.GPUs[i])
 			}
-		} else if g.Healthy && s.Owner[g.UUID] == "" {
-			out = append(out, g)
+		} else if n.GPUs[i].Healthy && s.ownerAt(n, cells, i) == "" {
+			out = append(out, n.GPUs[i])
 		}
 	}
 	return out
@@ -405,6 +406,9 @@ func (s *State) IndexMismatch() string {
 		return sprint("free count", want.freeCount, got.freeCount)
 	case want.unhealthy != got.unhealthy:
 		return sprint("unhealthy GPUs", want.unhealthy, got.unhealthy)
+	}
+	if m := s.ownerCellsMismatch(); m != "" {
+		return m
 	}
 	for n, g := range want.free {
 		if !slices.Equal(g, got.free[n]) {
