@@ -105,3 +105,17 @@ func (s *State) OwnerSlots() (map[string][]string, []string) {
 	}
 	return out, slices.Clone(s.own)
 }
+
+// FreeOnMismatch compares FreeOn of every node (and of one not known)
+// with freeOfRef, computed afresh from Owner (holds while no UUID is on
+// two nodes: see TestPropOwnerCells).
+func (s *State) FreeOnMismatch() string {
+	for _, name := range append(slices.Sorted(maps.Keys(s.Nodes)), "ghost") {
+		want := freeOfRef(s, s.Nodes[name])
+		got := s.FreeOn(name)
+		if !slices.Equal(want, got) || len(got) != cap(got) || (len(want) == 0) != (got == nil) {
+			return sprint("FreeOn("+name+")", want, got)
+		}
+	}
+	return ""
+}

@@ -170,3 +170,22 @@ func TestPropOwnerCells(t *testing.T) {
 		}
 	})
 }
+
+// FreeOn (a search of the free index) equals the free GPUs computed from
+// Owner, after every record of the usual random logs, and through a Clone.
+func TestPropFreeOn(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		rs := genLog(t)
+		st := domain.NewState()
+		k := rapid.IntRange(0, len(rs)).Draw(t, "k")
+		for i, r := range rs {
+			if i == k {
+				st = st.Clone()
+			}
+			st.Apply(r)
+			if m := st.FreeOnMismatch(); m != "" {
+				t.Fatalf("after record %d (%s %+v): %s", i, r.Event.EventType(), r.Event, m)
+			}
+		}
+	})
+}

@@ -24,17 +24,19 @@ type NodeTotals struct {
 
 // nodeIndex is derived from Nodes and Owner. Slices other than freeNames,
 // freeLists and freeHealthy are never modified in place (a change replaces
-// them), so clones share them.
+// them), so clones share them. The free GPUs of a node are found by a
+// binary search of freeNames (FreeOn), not by a map: a change costs one
+// search instead of map reads and writes, a clone no map copy.
 type nodeIndex struct {
 	names  []string // every node, sorted
 	sched  []string // schedulable nodes with GPUs, sorted
 	totals NodeTotals
-	// free maps a schedulable node to its healthy GPUs no task holds, in
-	// the node's order (by index); only nodes with some. Each slice has
-	// cap == len, so an append by a reader copies.
-	free      map[string][]GPU
-	freeNames []string // the keys of free, sorted (owned: Clone copies it)
-	freeLists [][]GPU  // free[freeNames[i]] at i (owned: Clone copies it)
+	// freeNames: the schedulable nodes with healthy GPUs no task holds,
+	// sorted; freeLists[i]: those GPUs of freeNames[i], in the node's
+	// order (by index). Each list has cap == len, so an append by a reader
+	// copies. (Both owned: Clone copies them.)
+	freeNames []string
+	freeLists [][]GPU
 	// freeHealthy[i] is the healthy GPUs, free or held, of the node
 	// freeNames[i] (owned: Clone copies it).
 	freeHealthy []int
@@ -45,7 +47,7 @@ type nodeIndex struct {
 
 // buildNodeIndex computes the node index from scratch.
 func buildNodeIndex(s *State) *nodeIndex {
-	x := &nodeIndex{free: map[string][]GPU{}}
+	x := &nodeIndex{}
 	x.names = make([]string, 0, len(s.Nodes))
 	for n := range s.Nodes {
 		x.names = append(x.names, n)
@@ -54,7 +56,6 @@ func buildNodeIndex(s *State) *nodeIndex {
 	x.nodesChanged(s)
 	for _, n := range x.sched {
 		if g := freeOf(s, s.Nodes[n]); len(g) > 0 {
-			x.free[n] = g
 			x.freeNames = append(x.freeNames, n)
 			x.freeLists = append(x.freeLists, g)
 			x.freeHealthy = append(x.freeHealthy, healthyOf(s.Nodes[n]))
@@ -146,15 +147,18 @@ func healthyOf(n *Node) int {
 
 // refreshFree recomputes one node's free GPUs (and its healthy count).
 func (x *nodeIndex) refreshFree(s *State, name string) {
-	g := freeOf(s, s.Nodes[name])
-	old, had := x.free[name]
+	n := s.Nodes[name]
+	g := freeOf(s, n)
+	i, had := slices.BinarySearch(x.freeNames, name)
+	var old []GPU
+	if had {
+		old = x.freeLists[i]
+	}
 	x.freeCount += len(g) - len(old)
 	switch {
 	case len(g) > 0:
-		x.free[name] = g
-		h := healthyOf(s.Nodes[name])
-		i, found := slices.BinarySearch(x.freeNames, name)
-		if found {
+		h := healthyOf(n)
+		if had {
 			x.freeLists[i] = g
 			x.freeHealthy[i] = h
 		} else {
@@ -163,22 +167,15 @@ func (x *nodeIndex) refreshFree(s *State, name string) {
 			x.freeHealthy = slices.Insert(x.freeHealthy, i, h)
 		}
 	case had:
-		delete(x.free, name)
-		if i, ok := slices.BinarySearch(x.freeNames, name); ok {
-			x.freeNames = slices.Delete(x.freeNames, i, i+1)
-			x.freeLists = slices.Delete(x.freeLists, i, i+1)
-			x.freeHealthy = slices.Delete(x.freeHealthy, i, i+1)
-		}
+		x.freeNames = slices.Delete(x.freeNames, i, i+1)
+		x.freeLists = slices.Delete(x.freeLists, i, i+1)
+		x.freeHealthy = slices.Delete(x.freeHealthy, i, i+1)
 	}
 }
 
 // clone copies what is modified in place and shares the rest.
 func (x *nodeIndex) clone() *nodeIndex {
 	c := *x
-	c.free = make(map[string][]GPU, len(x.free))
-	for k, v := range x.free {
-		c.free[k] = v
-	}
 	c.freeNames = slices.Clone(x.freeNames)
 	c.freeLists = slices.Clone(x.freeLists)
 	c.freeHealthy = slices.Clone(x.freeHealthy)
@@ -268,7 +265,13 @@ func (s *State) FreeHealthy() []int { return s.nodeIndex().freeHealthy }
 // FreeOn returns the healthy GPUs no task holds of a schedulable node, in
 // the node's order (by index); nil for another node. The slice is shared
 // and has no spare capacity: do not modify it (appending copies).
-func (s *State) FreeOn(node string) []GPU { return s.nodeIndex().free[node] }
+func (s *State) FreeOn(node string) []GPU {
+	x := s.nodeIndex()
+	if i, ok := slices.BinarySearch(x.freeNames, node); ok {
+		return x.freeLists[i]
+	}
+	return nil
+}
 
 // FreeCount is the number of healthy GPUs no task holds on schedulable
 // nodes.
@@ -410,19 +413,14 @@ func (s *State) IndexMismatch() string {
 	if m := s.ownerCellsMismatch(); m != "" {
 		return m
 	}
-	for n, g := range want.free {
-		if !slices.Equal(g, got.free[n]) {
-			return sprint("free GPUs of "+n, g, got.free[n])
+	for i, n := range want.freeNames {
+		if !slices.Equal(want.freeLists[i], got.freeLists[i]) {
+			return sprint("free GPUs of "+n, want.freeLists[i], got.freeLists[i])
 		}
 	}
-	for i, n := range got.freeNames {
-		if !slices.Equal(got.freeLists[i], got.free[n]) {
-			return sprint("free list of "+n, got.free[n], got.freeLists[i])
-		}
-	}
-	for n, g := range got.free {
+	for i, g := range got.freeLists {
 		if len(g) != cap(g) {
-			return sprint("spare capacity of free GPUs of "+n, len(g), cap(g))
+			return sprint("spare capacity of free GPUs of "+got.freeNames[i], len(g), cap(g))
 		}
 	}
 	team := map[string]int{}

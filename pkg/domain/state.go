@@ -52,7 +52,7 @@ type State struct {
 // NewState returns an empty state.
 func NewState() *State {
 	return &State{Tasks: map[string]*Task{}, Nodes: map[string]*Node{}, Owner: map[string]string{}, Idem: map[string]string{},
-		live: map[string]*Task{}, nx: &nodeIndex{free: map[string][]GPU{}}, cx: newCellIndex()}
+		live: map[string]*Task{}, nx: &nodeIndex{}, cx: newCellIndex()}
 }
 
 // IdemKey is the key of the idempotency index.
