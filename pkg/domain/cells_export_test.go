@@ -119,3 +119,51 @@ func (s *State) FreeOnMismatch() string {
 	}
 	return ""
 }
+
+// nodesChangedRef is nodesChanged as it was, reading every node by name.
+func nodesChangedRef(s *State, names []string) (sched []string, tot NodeTotals, unhealthy int) {
+	for _, name := range names {
+		n := s.Nodes[name]
+		tot.GPUs += len(n.GPUs)
+		tot.MaxGPUs = max(tot.MaxGPUs, len(n.GPUs))
+		for _, g := range n.GPUs {
+			if !g.Healthy {
+				unhealthy++
+			}
+		}
+		if !n.Schedulable() {
+			continue
+		}
+		h := 0
+		for _, g := range n.GPUs {
+			if g.Healthy {
+				h++
+			}
+		}
+		tot.Healthy += h
+		tot.MaxHealthy = max(tot.MaxHealthy, h)
+		if len(n.GPUs) > 0 {
+			sched = append(sched, name)
+		}
+	}
+	return sched, tot, unhealthy
+}
+
+// NodeTotalsMismatch compares the index's schedulable names, totals and
+// unhealthy count with nodesChangedRef over every node.
+func (s *State) NodeTotalsMismatch() string {
+	names := slices.Sorted(maps.Keys(s.Nodes))
+	sched, tot, unhealthy := nodesChangedRef(s, names)
+	x := s.nx
+	switch {
+	case !slices.Equal(names, x.names):
+		return sprint("names", names, x.names)
+	case !slices.Equal(sched, x.sched):
+		return sprint("schedulable", sched, x.sched)
+	case tot != x.totals:
+		return sprint("totals", tot, x.totals)
+	case unhealthy != x.unhealthy:
+		return sprint("unhealthy", unhealthy, x.unhealthy)
+	}
+	return ""
+}

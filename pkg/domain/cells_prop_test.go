@@ -172,8 +172,10 @@ func TestPropOwnerCells(t *testing.T) {
 }
 
 // FreeOn (a search of the free index) equals the free GPUs computed from
-// Owner, after every record of the usual random logs, and through a Clone.
-func TestPropFreeOn(t *testing.T) {
+// Owner, and the schedulable names and totals (kept from per-node sums)
+// equal the map-based computation, after every record of the usual random
+// logs, and through a Clone.
+func TestPropNodeIndexReference(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		rs := genLog(t)
 		st := domain.NewState()
@@ -184,6 +186,9 @@ func TestPropFreeOn(t *testing.T) {
 			}
 			st.Apply(r)
 			if m := st.FreeOnMismatch(); m != "" {
+				t.Fatalf("after record %d (%s %+v): %s", i, r.Event.EventType(), r.Event, m)
+			}
+			if m := st.NodeTotalsMismatch(); m != "" {
 				t.Fatalf("after record %d (%s %+v): %s", i, r.Event.EventType(), r.Event, m)
 			}
 		}

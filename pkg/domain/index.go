@@ -28,8 +28,9 @@ type NodeTotals struct {
 // binary search of freeNames (FreeOn), not by a map: a change costs one
 // search instead of map reads and writes, a clone no map copy.
 type nodeIndex struct {
-	names  []string // every node, sorted
-	sched  []string // schedulable nodes with GPUs, sorted
+	names  []string  // every node, sorted
+	sums   []nodeSum // sums[i]: what the node names[i] adds to the totals
+	sched  []string  // schedulable nodes with GPUs, sorted
 	totals NodeTotals
 	// freeNames: the schedulable nodes with healthy GPUs no task holds,
 	// sorted; freeLists[i]: those GPUs of freeNames[i], in the node's
@@ -53,7 +54,11 @@ func buildNodeIndex(s *State) *nodeIndex {
 		x.names = append(x.names, n)
 	}
 	sort.Strings(x.names)
-	x.nodesChanged(s)
+	x.sums = make([]nodeSum, len(x.names))
+	for i, name := range x.names {
+		x.sums[i] = sumOf(s.Nodes[name])
+	}
+	x.nodesChanged()
 	for _, n := range x.sched {
 		if g := freeOf(s, s.Nodes[n]); len(g) > 0 {
 			x.freeNames = append(x.freeNames, n)
@@ -65,34 +70,44 @@ func buildNodeIndex(s *State) *nodeIndex {
 	return x
 }
 
+// nodeSum is what one node adds to the totals: its GPUs, healthy and
+// unhealthy, and whether it is schedulable.
+type nodeSum struct {
+	gpus, healthy, unhealthy int32
+	schedulable              bool
+}
+
+func sumOf(n *Node) nodeSum {
+	var m nodeSum
+	for _, g := range n.GPUs {
+		if g.Healthy {
+			m.healthy++
+		} else {
+			m.unhealthy++
+		}
+	}
+	m.gpus, m.schedulable = int32(len(n.GPUs)), n.Schedulable()
+	return m
+}
+
 // nodesChanged recomputes what depends on every node: the schedulable
-// names and the totals (a node event; rare).
-func (x *nodeIndex) nodesChanged(s *State) {
+// names and the totals (a node event; rare), from the nodes' sums (no
+// node is looked up by name).
+func (x *nodeIndex) nodesChanged() {
 	var sched []string
 	var tot NodeTotals
 	unhealthy := 0
-	for _, name := range x.names {
-		n := s.Nodes[name]
-		tot.GPUs += len(n.GPUs)
-		tot.MaxGPUs = max(tot.MaxGPUs, len(n.GPUs))
-		for _, g := range n.GPUs {
-			if !g.Healthy {
-				unhealthy++
-			}
-		}
-		if !n.Schedulable() {
+	for i, m := range x.sums {
+		tot.GPUs += int(m.gpus)
+		tot.MaxGPUs = max(tot.MaxGPUs, int(m.gpus))
+		unhealthy += int(m.unhealthy)
+		if !m.schedulable {
 			continue
 		}
-		h := 0
-		for _, g := range n.GPUs {
-			if g.Healthy {
-				h++
-			}
-		}
-		tot.Healthy += h
-		tot.MaxHealthy = max(tot.MaxHealthy, h)
-		if len(n.GPUs) > 0 {
-			sched = append(sched, name)
+		tot.Healthy += int(m.healthy)
+		tot.MaxHealthy = max(tot.MaxHealthy, int(m.healthy))
+		if m.gpus > 0 {
+			sched = append(sched, x.names[i])
 		}
 	}
 	x.sched, x.totals, x.unhealthy = sched, tot, unhealthy
@@ -197,12 +212,20 @@ func (s *State) nodeEvent(name string) {
 		s.nx = buildNodeIndex(s)
 		return
 	}
+	// names and sums are shared with clones: replaced, not modified.
+	m := sumOf(s.Nodes[name])
 	if i, ok := slices.BinarySearch(s.nx.names, name); !ok {
 		names := make([]string, 0, len(s.nx.names)+1)
 		names = append(append(append(names, s.nx.names[:i]...), name), s.nx.names[i:]...)
-		s.nx.names = names
+		sums := make([]nodeSum, 0, len(s.nx.sums)+1)
+		sums = append(append(append(sums, s.nx.sums[:i]...), m), s.nx.sums[i:]...)
+		s.nx.names, s.nx.sums = names, sums
+	} else {
+		sums := slices.Clone(s.nx.sums)
+		sums[i] = m
+		s.nx.sums = sums
 	}
-	s.nx.nodesChanged(s)
+	s.nx.nodesChanged()
 	s.nx.refreshFree(s, name)
 }
 
@@ -395,6 +418,8 @@ func (s *State) IndexMismatch() string {
 	switch {
 	case !slices.Equal(want.names, got.names):
 		return sprint("sorted names", want.names, got.names)
+	case !slices.Equal(want.sums, got.sums):
+		return sprint("node sums", want.sums, got.sums)
 	case !slices.Equal(want.sched, got.sched):
 		return sprint("schedulable names", want.sched, got.sched)
 	case want.totals != got.totals:
