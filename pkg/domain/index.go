@@ -94,7 +94,8 @@ func sumOf(n *Node) nodeSum {
 // names and the totals (a node event; rare), from the nodes' sums (no
 // node is looked up by name).
 func (x *nodeIndex) nodesChanged() {
-	var sched []string
+	// One allocation: an event adds at most one schedulable node.
+	sched := make([]string, 0, min(len(x.sched)+1, len(x.names)))
 	var tot NodeTotals
 	unhealthy := 0
 	for i, m := range x.sums {
@@ -109,6 +110,9 @@ func (x *nodeIndex) nodesChanged() {
 		if m.gpus > 0 {
 			sched = append(sched, x.names[i])
 		}
+	}
+	if len(sched) == 0 {
+		sched = nil // as before: none is nil
 	}
 	x.sched, x.totals, x.unhealthy = sched, tot, unhealthy
 }
