@@ -24,17 +24,20 @@ type NodeTotals struct {
 
 // nodeIndex is derived from Nodes and Owner. Slices other than freeNames,
 // freeLists and freeHealthy are never modified in place (a change replaces
-// them), so clones share them.
+// them), so clones share them. The free GPUs of a node are found by a
+// binary search of freeNames (FreeOn), not by a map: a change costs one
+// search instead of map reads and writes, a clone no map copy.
 type nodeIndex struct {
-	names  []string // every node, sorted
-	sched  []string // schedulable nodes with GPUs, sorted
+	names  []string  // every node, sorted
+	sums   []nodeSum // sums[i]: what the node names[i] adds to the totals
+	sched  []string  // schedulable nodes with GPUs, sorted
 	totals NodeTotals
-	// free maps a schedulable node to its healthy GPUs no task holds, in
-	// the node's order (by index); only nodes with some. Each slice has
-	// cap == len, so an append by a reader copies.
-	free      map[string][]GPU
-	freeNames []string // the keys of free, sorted (owned: Clone copies it)
-	freeLists [][]GPU  // free[freeNames[i]] at i (owned: Clone copies it)
+	// freeNames: the schedulable nodes with healthy GPUs no task holds,
+	// sorted; freeLists[i]: those GPUs of freeNames[i], in the node's
+	// order (by index). Each list has cap == len, so an append by a reader
+	// copies. (Both owned: Clone copies them.)
+	freeNames []string
+	freeLists [][]GPU
 	// freeHealthy[i] is the healthy GPUs, free or held, of the node
 	// freeNames[i] (owned: Clone copies it).
 	freeHealthy []int
@@ -45,16 +48,19 @@ type nodeIndex struct {
 
 // buildNodeIndex computes the node index from scratch.
 func buildNodeIndex(s *State) *nodeIndex {
-	x := &nodeIndex{free: map[string][]GPU{}}
+	x := &nodeIndex{}
 	x.names = make([]string, 0, len(s.Nodes))
 	for n := range s.Nodes {
 		x.names = append(x.names, n)
 	}
 	sort.Strings(x.names)
-	x.nodesChanged(s)
+	x.sums = make([]nodeSum, len(x.names))
+	for i, name := range x.names {
+		x.sums[i] = sumOf(s.Nodes[name])
+	}
+	x.nodesChanged()
 	for _, n := range x.sched {
 		if g := freeOf(s, s.Nodes[n]); len(g) > 0 {
-			x.free[n] = g
 			x.freeNames = append(x.freeNames, n)
 			x.freeLists = append(x.freeLists, g)
 			x.freeHealthy = append(x.freeHealthy, healthyOf(s.Nodes[n]))
@@ -64,35 +70,49 @@ func buildNodeIndex(s *State) *nodeIndex {
 	return x
 }
 
+// nodeSum is what one node adds to the totals: its GPUs, healthy and
+// unhealthy, and whether it is schedulable.
+type nodeSum struct {
+	gpus, healthy, unhealthy int32
+	schedulable              bool
+}
+
+func sumOf(n *Node) nodeSum {
+	var m nodeSum
+	for _, g := range n.GPUs {
+		if g.Healthy {
+			m.healthy++
+		} else {
+			m.unhealthy++
+		}
+	}
+	m.gpus, m.schedulable = int32(len(n.GPUs)), n.Schedulable()
+	return m
+}
+
 // nodesChanged recomputes what depends on every node: the schedulable
-// names and the totals (a node event; rare).
-func (x *nodeIndex) nodesChanged(s *State) {
-	var sched []string
+// names and the totals (a node event; rare), from the nodes' sums (no
+// node is looked up by name).
+func (x *nodeIndex) nodesChanged() {
+	// One allocation: an event adds at most one schedulable node.
+	sched := make([]string, 0, min(len(x.sched)+1, len(x.names)))
 	var tot NodeTotals
 	unhealthy := 0
-	for _, name := range x.names {
-		n := s.Nodes[name]
-		tot.GPUs += len(n.GPUs)
-		tot.MaxGPUs = max(tot.MaxGPUs, len(n.GPUs))
-		for _, g := range n.GPUs {
-			if !g.Healthy {
-				unhealthy++
-			}
-		}
-		if !n.Schedulable() {
+	for i, m := range x.sums {
+		tot.GPUs += int(m.gpus)
+		tot.MaxGPUs = max(tot.MaxGPUs, int(m.gpus))
+		unhealthy += int(m.unhealthy)
+		if !m.schedulable {
 			continue
 		}
-		h := 0
-		for _, g := range n.GPUs {
-			if g.Healthy {
-				h++
-			}
+		tot.Healthy += int(m.healthy)
+		tot.MaxHealthy = max(tot.MaxHealthy, int(m.healthy))
+		if m.gpus > 0 {
+			sched = append(sched, x.names[i])
 		}
-		tot.Healthy += h
-		tot.MaxHealthy = max(tot.MaxHealthy, h)
-		if len(n.GPUs) > 0 {
-			sched = append(sched, name)
-		}
+	}
+	if len(sched) == 0 {
+		sched = nil // as before: none is nil
 	}
 	x.sched, x.totals, x.unhealthy = sched, tot, unhealthy
 }
@@ -103,13 +123,14 @@ func freeOf(s *State, n *Node) []GPU {
 	if n == nil || !n.Schedulable() {
 		return nil
 	}
-	// One owner lookup per GPU: the free ones of a node of up to 64 GPUs
-	// are marked in a bit mask on the first walk (a bigger node looks
-	// them up again).
+	// One owner read per GPU: the free ones of a node of up to 64 GPUs
+	// are marked in a bit mask on the first walk (a bigger node reads
+	// them again).
+	cells := s.cellsOf(n)
 	k, small := 0, len(n.GPUs) <= 64
 	var mask uint64
-	for i, g := range n.GPUs {
-		if g.Healthy && s.Owner[g.UUID] == "" {
+	for i := range n.GPUs {
+		if n.GPUs[i].Healthy && s.ownerAt(n, cells, i) == "" {
 			k++
 			if small {
 				mask |= 1 << uint(i)
@@ -120,13 +141,13 @@ func freeOf(s *State, n *Node) []GPU {
 		return nil
 	}
 	out := make([]GPU, 0, k)
-	for i, g := range n.GPUs {
+	for i := range n.GPUs {
 		if small {
 			if mask&(1<<uint(i)) != 0 {
-				out = append(out, g)
+				out = append(out, n.GPUs[i])
 			}
-		} else if g.Healthy && s.Owner[g.UUID] == "" {
-			out = append(out, g)
+		} else if n.GPUs[i].Healthy && s.ownerAt(n, cells, i) == "" {
+			out = append(out, n.GPUs[i])
 		}
 	}
 	return out
@@ -145,15 +166,18 @@ func healthyOf(n *Node) int {
 
 // refreshFree recomputes one node's free GPUs (and its healthy count).
 func (x *nodeIndex) refreshFree(s *State, name string) {
-	g := freeOf(s, s.Nodes[name])
-	old, had := x.free[name]
+	n := s.Nodes[name]
+	g := freeOf(s, n)
+	i, had := slices.BinarySearch(x.freeNames, name)
+	var old []GPU
+	if had {
+		old = x.freeLists[i]
+	}
 	x.freeCount += len(g) - len(old)
 	switch {
 	case len(g) > 0:
-		x.free[name] = g
-		h := healthyOf(s.Nodes[name])
-		i, found := slices.BinarySearch(x.freeNames, name)
-		if found {
+		h := healthyOf(n)
+		if had {
 			x.freeLists[i] = g
 			x.freeHealthy[i] = h
 		} else {
@@ -162,22 +186,15 @@ func (x *nodeIndex) refreshFree(s *State, name string) {
 			x.freeHealthy = slices.Insert(x.freeHealthy, i, h)
 		}
 	case had:
-		delete(x.free, name)
-		if i, ok := slices.BinarySearch(x.freeNames, name); ok {
-			x.freeNames = slices.Delete(x.freeNames, i, i+1)
-			x.freeLists = slices.Delete(x.freeLists, i, i+1)
-			x.freeHealthy = slices.Delete(x.freeHealthy, i, i+1)
-		}
+		x.freeNames = slices.Delete(x.freeNames, i, i+1)
+		x.freeLists = slices.Delete(x.freeLists, i, i+1)
+		x.freeHealthy = slices.Delete(x.freeHealthy, i, i+1)
 	}
 }
 
 // clone copies what is modified in place and shares the rest.
 func (x *nodeIndex) clone() *nodeIndex {
 	c := *x
-	c.free = make(map[string][]GPU, len(x.free))
-	for k, v := range x.free {
-		c.free[k] = v
-	}
 	c.freeNames = slices.Clone(x.freeNames)
 	c.freeLists = slices.Clone(x.freeLists)
 	c.freeHealthy = slices.Clone(x.freeHealthy)
@@ -199,12 +216,20 @@ func (s *State) nodeEvent(name string) {
 		s.nx = buildNodeIndex(s)
 		return
 	}
+	// names and sums are shared with clones: replaced, not modified.
+	m := sumOf(s.Nodes[name])
 	if i, ok := slices.BinarySearch(s.nx.names, name); !ok {
 		names := make([]string, 0, len(s.nx.names)+1)
 		names = append(append(append(names, s.nx.names[:i]...), name), s.nx.names[i:]...)
-		s.nx.names = names
+		sums := make([]nodeSum, 0, len(s.nx.sums)+1)
+		sums = append(append(append(sums, s.nx.sums[:i]...), m), s.nx.sums[i:]...)
+		s.nx.names, s.nx.sums = names, sums
+	} else {
+		sums := slices.Clone(s.nx.sums)
+		sums[i] = m
+		s.nx.sums = sums
 	}
-	s.nx.nodesChanged(s)
+	s.nx.nodesChanged()
 	s.nx.refreshFree(s, name)
 }
 
@@ -267,7 +292,13 @@ func (s *State) FreeHealthy() []int { return s.nodeIndex().freeHealthy }
 // FreeOn returns the healthy GPUs no task holds of a schedulable node, in
 // the node's order (by index); nil for another node. The slice is shared
 // and has no spare capacity: do not modify it (appending copies).
-func (s *State) FreeOn(node string) []GPU { return s.nodeIndex().free[node] }
+func (s *State) FreeOn(node string) []GPU {
+	x := s.nodeIndex()
+	if i, ok := slices.BinarySearch(x.freeNames, node); ok {
+		return x.freeLists[i]
+	}
+	return nil
+}
 
 // FreeCount is the number of healthy GPUs no task holds on schedulable
 // nodes.
@@ -391,6 +422,8 @@ func (s *State) IndexMismatch() string {
 	switch {
 	case !slices.Equal(want.names, got.names):
 		return sprint("sorted names", want.names, got.names)
+	case !slices.Equal(want.sums, got.sums):
+		return sprint("node sums", want.sums, got.sums)
 	case !slices.Equal(want.sched, got.sched):
 		return sprint("schedulable names", want.sched, got.sched)
 	case want.totals != got.totals:
@@ -406,19 +439,17 @@ func (s *State) IndexMismatch() string {
 	case want.unhealthy != got.unhealthy:
 		return sprint("unhealthy GPUs", want.unhealthy, got.unhealthy)
 	}
-	for n, g := range want.free {
-		if !slices.Equal(g, got.free[n]) {
-			return sprint("free GPUs of "+n, g, got.free[n])
+	if m := s.ownerCellsMismatch(); m != "" {
+		return m
+	}
+	for i, n := range want.freeNames {
+		if !slices.Equal(want.freeLists[i], got.freeLists[i]) {
+			return sprint("free GPUs of "+n, want.freeLists[i], got.freeLists[i])
 		}
 	}
-	for i, n := range got.freeNames {
-		if !slices.Equal(got.freeLists[i], got.free[n]) {
-			return sprint("free list of "+n, got.free[n], got.freeLists[i])
-		}
-	}
-	for n, g := range got.free {
+	for i, g := range got.freeLists {
 		if len(g) != cap(g) {
-			return sprint("spare capacity of free GPUs of "+n, len(g), cap(g))
+			return sprint("spare capacity of free GPUs of "+got.freeNames[i], len(g), cap(g))
 		}
 	}
 	team := map[string]int{}

@@ -34,6 +34,9 @@ type Node struct {
 	// away: the scheduler has no fresh heartbeat of the node (SetAway);
 	// not a fact of the log, never in a snapshot.
 	away bool
+	// cells: the owner cell of each of GPUs (cells.go); never modified in
+	// place, so copies share it.
+	cells []int32
 }
 
 // Schedulable reports whether new work may be placed on the node: it is

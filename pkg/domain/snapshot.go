@@ -422,6 +422,7 @@ func (s *State) rebuildIndexes(tasks []Task) {
 	for _, t := range queued {
 		s.q.add(t)
 	}
+	s.buildCells()
 	s.nx = buildNodeIndex(s)
 }
 

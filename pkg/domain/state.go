@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -37,6 +38,8 @@ type State struct {
 	hold []*Task          // tasks holding GPUs, in no order (Task.holdAt is the position)
 
 	nx      *nodeIndex       // free GPUs per node, sorted names, totals (index.go)
+	cx      *cellIndex       // owner cell of every GPU UUID (cells.go); nil: none kept
+	own     []string         // own[c]: Owner of the UUID of cell c (cells.go)
 	team    map[string]int   // GPUs held per team
 	pre     map[string]*Task // tasks holding GPUs in state Preempting
 	victims int              // running preemptible non-CRITICAL tasks holding GPUs
@@ -49,7 +52,7 @@ type State struct {
 // NewState returns an empty state.
 func NewState() *State {
 	return &State{Tasks: map[string]*Task{}, Nodes: map[string]*Node{}, Owner: map[string]string{}, Idem: map[string]string{},
-		live: map[string]*Task{}, nx: &nodeIndex{free: map[string][]GPU{}}}
+		live: map[string]*Task{}, nx: &nodeIndex{}, cx: newCellIndex()}
 }
 
 // IdemKey is the key of the idempotency index.
@@ -154,6 +157,7 @@ func (s *State) applyAvailable(e events.Available) string {
 	n := s.node(e.Node)
 	n.GPUs = gpusFromEvent(e.GPUs)
 	sort.SliceStable(n.GPUs, func(i, j int) bool { return n.GPUs[i].Index < n.GPUs[j].Index })
+	s.assignCells(n)
 	n.BootID = e.BootID
 	if n.State != NodeDrained {
 		n.State = NodeUp
@@ -301,8 +305,9 @@ func (s *State) applyDispatched(t *Task, seq uint64, at time.Time, e events.Disp
 	t.Reason, t.ReasonCode = e.Reason, ""
 	t.PreemptFor, t.PreemptPolicy, t.PreemptAt = "", "", time.Time{}
 	for _, p := range e.Placements {
+		n := s.Nodes[p.Node]
 		for _, g := range p.GPUs {
-			s.Owner[g] = t.ID
+			s.setOwner(n, g, t.ID)
 		}
 	}
 	s.placementsChanged(t.Placements)
@@ -562,9 +567,21 @@ func (s *State) endRun(t *Task, at time.Time) {
 
 func (s *State) release(t *Task) {
 	for _, p := range t.Placements {
+		n := s.Nodes[p.Node]
 		for _, g := range p.GPUs {
-			if s.Owner[g] == t.ID {
+			// Owner[g], read through its cell when it has one.
+			c := s.cellOf(n, g)
+			var o string
+			if c >= 0 {
+				o = s.own[c]
+			} else {
+				o = s.Owner[g]
+			}
+			if o == t.ID {
 				delete(s.Owner, g)
+				if c >= 0 {
+					s.own[c] = ""
+				}
 			}
 		}
 	}
@@ -585,8 +602,9 @@ func (s *State) canPlace(ps []events.Placement) bool {
 		if n == nil || len(p.GPUs) == 0 {
 			return false
 		}
+		cells := s.cellsOf(n)
 		for _, g := range p.GPUs {
-			if s.Owner[g] != "" || !n.hasGPU(g) {
+			if i := n.gpuAt(g); i < 0 || s.ownerAt(n, cells, i) != "" {
 				return false
 			}
 		}
@@ -625,13 +643,14 @@ func repeats(ps []events.Placement, total int) bool {
 	return false
 }
 
-func (n *Node) hasGPU(uuid string) bool {
-	for _, g := range n.GPUs {
-		if g.UUID == uuid {
-			return true
+// gpuAt returns the position of uuid in n.GPUs, -1 when n lacks it.
+func (n *Node) gpuAt(uuid string) int {
+	for i := range n.GPUs {
+		if n.GPUs[i].UUID == uuid {
+			return i
 		}
 	}
-	return false
+	return -1
 }
 
 func (s *State) node(name string) *Node {
@@ -646,8 +665,9 @@ func (s *State) node(name string) *Node {
 // FreeGPUs lists the node's healthy GPUs that no task holds, by index.
 func (s *State) FreeGPUs(n *Node) []GPU {
 	var out []GPU
-	for _, g := range n.GPUs {
-		if g.Healthy && s.Owner[g.UUID] == "" {
+	cells := s.cellsOf(n)
+	for i, g := range n.GPUs {
+		if g.Healthy && s.ownerAt(n, cells, i) == "" {
 			out = append(out, g)
 		}
 	}
@@ -820,6 +840,10 @@ func (s *State) cloneIndexes(c *State) {
 	}
 	if s.nx != nil {
 		c.nx = s.nx.clone()
+	}
+	if s.cx != nil {
+		s.cx.shared.Store(true) // either state copies it before adding to it
+		c.cx, c.own = s.cx, slices.Clone(s.own)
 	}
 	if s.team != nil {
 		c.team = maps.Clone(s.team)
