@@ -187,6 +187,9 @@ func (pc *pass) victimPool() *victimPool {
 		buf = append(buf, pc.newVictim(v))
 	}
 	for i := range buf {
+		// A member chosen by an earlier search of this pass without the
+		// pool (onFreeNodes) is taken.
+		buf[i].taken = pc.victimsNow > 0 && pc.preempting[buf[i].t.ID]
 		p.vs = append(p.vs, &buf[i])
 	}
 	slices.SortFunc(p.vs, victimOrder)
@@ -313,11 +316,14 @@ func (pc *pass) preempt(t *domain.Task, tier int) bool {
 	if pc.stalled || !pc.mayPreempt(t, tier) {
 		return false
 	}
-	cands, avail := pc.candidates(t)
-	if avail < t.GPUs || len(cands) == 0 {
-		return false
+	victims, ps, ok, done := pc.onFreeNodes(t)
+	if !done {
+		cands, avail := pc.candidates(t)
+		if avail < t.GPUs || len(cands) == 0 {
+			return false
+		}
+		victims, ps, ok = pc.fewestVictims(t, cands)
 	}
-	victims, ps, ok := pc.fewestVictims(t, cands)
 	if !ok {
 		return false
 	}
@@ -549,6 +555,117 @@ func (pc *pass) fewestOnOneNode(t *domain.Task, cands []*victim) ([]*victim, []e
 		return nil, nil, false
 	}
 	return s.best, pc.onNode(t, s.bestNode, s.best), true
+}
+
+// noFreeNodes turns onFreeNodes off, and freeNodesDecided, when set, is
+// told what each search it decides found (tests: the pool's search
+// decides the same).
+var (
+	noFreeNodes      = false
+	freeNodesDecided func(found bool)
+)
+
+// onFreeNodes is fewestVictims's search for a task t that fits one node,
+// without the victim pool, when only nodes with free GPUs can give it
+// enough: no node has t.GPUs held by victims (domain.State.MaxVictimGPUs).
+// A node's search counts its usable free GPUs and, of each candidate
+// holding GPUs there, at most the GPUs it holds there (pass.gain), so a
+// node where the pass's free GPUs and the victims' (VictimGPUsOn) are
+// fewer than t.GPUs finds nothing (searchNode): the search over the
+// other nodes, in the same order, of the same candidates in the same
+// order, chooses the same victims. It reads a node's candidates from
+// the owners of its GPUs (domain.State.Owner: every GPU of a holder's
+// placements is the holder's); a candidate chosen in this pass is in
+// pass.preempting (the pool's taken). done is false when it does not
+// decide: t spans nodes, or some node has t.GPUs held by victims, or t
+// fits on free GPUs (fewestVictims holds them, when preempt finds
+// candidates), or the pool was built (an earlier search of the pass: its
+// members' taken flags are the pass's choices). Once a cluster is settled, the CRITICAL tasks that cannot
+// preempt are searched for again at every pass of the forward simulation,
+// and after an end the few nodes with free GPUs are where one may.
+func (pc *pass) onFreeNodes(t *domain.Task) (vs []*victim, ps []events.Placement, ok, done bool) {
+	if noFreeNodes || pc.pool != nil || pc.s.MaxVictimGPUs() >= t.GPUs {
+		return nil, nil, false, false
+	}
+	if _, fits := pc.place(t, time.Time{}); fits || t.GPUs > pc.free.nodeSize(t, pc.s) {
+		return nil, nil, false, false
+	}
+	var s nodeSearch
+	most := pc.free.maxFree()
+	reclaim := pc.reclaimer(t)
+	var members []*victim
+	ls := pc.locals[:0]
+	for i, node := range pc.free.avail {
+		free := pc.free.gpus[i]
+		if len(free)+pc.s.VictimGPUsOn(node) < t.GPUs {
+			continue
+		}
+		// The node's pool members (victimPool), in its order, with the
+		// healthy GPUs they hold here (victimNodes).
+		members = members[:0]
+		n := pc.s.Nodes[node]
+		for _, g := range n.GPUs {
+			id := pc.s.Owner[g.UUID]
+			if id == "" || slices.ContainsFunc(members, func(v *victim) bool { return v.t.ID == id }) {
+				continue
+			}
+			v := pc.s.Tasks[id]
+			if v == nil || !v.Preemptible || v.Priority == domain.Critical || v.State != domain.Running {
+				continue
+			}
+			c := pc.newVictim(v)
+			c.taken = pc.preempting[v.ID]
+			members = append(members, &c)
+		}
+		slices.SortFunc(members, victimOrder)
+		ls = ls[:0]
+		sum := 0
+		for _, v := range members {
+			// candidates' test, then fewestOnOneNode's.
+			if v.taken || v.t == t || !(pc.byClass(t, v.t) || reclaim && v.t.Team != t.Team) {
+				continue
+			}
+			e := victimOn{node: node, healthy: healthyOn(n, v.t, node)}
+			if g := pc.gain(t, v.t, e); g > 0 {
+				ls = append(ls, local{v, g})
+				sum += g
+			}
+		}
+		if len(ls) > 0 && (most >= t.GPUs || sum+most >= t.GPUs) {
+			pc.searchNode(t, &s, node, free, ls)
+		}
+	}
+	clear(ls)
+	pc.locals = ls[:0]
+	if freeNodesDecided != nil {
+		freeNodesDecided(s.found)
+	}
+	if !s.found {
+		return nil, nil, false, true
+	}
+	return s.best, pc.onNode(t, s.bestNode, s.best), true, true
+}
+
+// healthyOn counts the healthy GPUs of n, named node, that v's placements
+// there name (victimNodes's count).
+func healthyOn(n *domain.Node, v *domain.Task, node string) int {
+	healthy := 0
+	for _, q := range v.Placements {
+		if q.Node != node {
+			continue
+		}
+		for _, id := range q.GPUs {
+			for _, g := range n.GPUs {
+				if g.UUID == id {
+					if g.Healthy {
+						healthy++
+					}
+					break
+				}
+			}
+		}
+	}
+	return healthy
 }
 
 // nodeSearch is the best victim set found so far, over the nodes searched
