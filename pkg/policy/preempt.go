@@ -698,12 +698,15 @@ func (pc *pass) searchNode(t *domain.Task, s *nodeSearch, node string, free []do
 		maxK = min(maxK, len(s.best))
 	}
 	// Subsets by size, each size in lexicographic order of the
-	// preference order; the first feasible size wins on this node.
-	idx := make([]int, 0, maxK)
-	trial := make([]*victim, 0, maxK) // a set lendersKeep checks, copied when kept
+	// preference order; the first feasible size wins on this node. The
+	// buffers are the pass's: a search costs many nodes.
+	idx := slices.Grow(pc.idx[:0], maxK)
+	trial := slices.Grow(pc.trial[:0], maxK) // a set lendersKeep checks, copied when kept
+	nodeBest := pc.nodeBest[:0]
+	defer func() { pc.idx, pc.trial, pc.nodeBest = idx[:0], trial[:0], nodeBest[:0] }()
 	for k := 1; k <= maxK; k++ {
-		var nodeBest []*victim
 		var nodeCost setCost
+		found := false // nodeBest holds a set of k
 		idx = idx[:k]
 		for i := range idx {
 			idx[i] = i
@@ -716,13 +719,13 @@ func (pc *pass) searchNode(t *domain.Task, s *nodeSearch, node string, free []do
 			if g >= t.GPUs {
 				// Kept iff lendersKeep and it costs less than the best:
 				// the cheaper test first.
-				if c := costOf(ls, idx); nodeBest == nil || c.less(nodeCost) {
+				if c := costOf(ls, idx); !found || c.less(nodeCost) {
 					trial = trial[:k]
 					for j, i := range idx {
 						trial[j] = ls[i].v
 					}
 					if pc.lendersKeep(t, trial) {
-						nodeBest, nodeCost = slices.Clone(trial), c
+						nodeBest, nodeCost, found = append(nodeBest[:0], trial...), c, true
 					}
 				}
 			}
@@ -739,9 +742,10 @@ func (pc *pass) searchNode(t *domain.Task, s *nodeSearch, node string, free []do
 				idx[m] = idx[m-1] + 1
 			}
 		}
-		if nodeBest != nil {
+		if found {
 			if !s.found || k < len(s.best) || nodeCost.less(s.bestCost) {
-				s.best, s.bestNode, s.bestCost, s.found = nodeBest, node, nodeCost, true
+				// s.best's own array: nodeBest is the pass's buffer.
+				s.best, s.bestNode, s.bestCost, s.found = append(s.best[:0], nodeBest...), node, nodeCost, true
 			}
 			return
 		}
