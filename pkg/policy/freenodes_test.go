@@ -20,7 +20,10 @@ import (
 // earlier in the pass, yielding tasks and promised GPUs. Half the worlds
 // are busy (genBusyWorld). The fold's index of the victims' GPUs per node
 // (domain.State.VictimGPUsOn) is checked against a recount at each pass,
-// and each pass with its references at every step (Policy.PlanChecked).
+// and each pass with its references at every step (Policy.PlanChecked,
+// whose checks build the pool before each search: so the searches without
+// it follow one with it, and their victims must be the pool's taken
+// members at the next step's check of the candidates).
 func TestPropFreeNodesSearchSameResult(t *testing.T) {
 	var decided, found, passes, preempting int
 	policy.OnFreeNodesDecided(func(f bool) {

@@ -146,6 +146,19 @@ type victimPool struct {
 	// healthy GPUs of the node it holds there: by node name, then in the
 	// members' order.
 	on []victimOn
+	// byTask is the members by task, built at the first call of member.
+	byTask map[*domain.Task]*victim
+}
+
+// member returns t's member of the pool; t must be one.
+func (p *victimPool) member(t *domain.Task) *victim {
+	if p.byTask == nil {
+		p.byTask = make(map[*domain.Task]*victim, len(p.vs))
+		for _, v := range p.vs {
+			p.byTask[v.t] = v
+		}
+	}
+	return p.byTask[t]
 }
 
 // victimOn is a pool member holding GPUs on a schedulable node, and how
@@ -338,6 +351,9 @@ func (pc *pass) preempt(t *domain.Task, tier int) bool {
 		}
 		pc.preempting[v.t.ID] = true
 		v.taken = true
+		if done && pc.pool != nil { // onFreeNodes's victim: the pool's member is taken too
+			pc.pool.member(v.t).taken = true
+		}
 		pc.victimsNow++
 		pc.usage[v.t.Team] -= v.n
 		pc.lend[v.t.Team] -= v.n
@@ -579,12 +595,13 @@ var (
 // pass.preempting (the pool's taken). done is false when it does not
 // decide: t spans nodes, or some node has t.GPUs held by victims, or t
 // fits on free GPUs (fewestVictims holds them, when preempt finds
-// candidates), or the pool was built (an earlier search of the pass: its
-// members' taken flags are the pass's choices). Once a cluster is settled, the CRITICAL tasks that cannot
+// candidates). Its victims are not the pool's: when the pool was built
+// (by an earlier search of the pass), preempt marks their members taken
+// (victimPool.member). Once a cluster is settled, the CRITICAL tasks that cannot
 // preempt are searched for again at every pass of the forward simulation,
 // and after an end the few nodes with free GPUs are where one may.
 func (pc *pass) onFreeNodes(t *domain.Task) (vs []*victim, ps []events.Placement, ok, done bool) {
-	if noFreeNodes || pc.pool != nil || pc.s.MaxVictimGPUs() >= t.GPUs {
+	if noFreeNodes || pc.s.MaxVictimGPUs() >= t.GPUs {
 		return nil, nil, false, false
 	}
 	if _, fits := pc.place(t, time.Time{}); fits || t.GPUs > pc.free.nodeSize(t, pc.s) {
