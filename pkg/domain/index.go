@@ -384,15 +384,85 @@ func (s *State) trackHolders(t *Task) {
 		}
 		t.inYielded = y
 	}
-	if v := isVictim(t); v != t.inVictim {
+	v := isVictim(t)
+	if v != t.inVictim {
 		if v {
 			s.victims++
 		} else {
 			s.victims--
 		}
-		t.inVictim = v
+	}
+	if v != t.inVictim || (v && !samePlacements(t.vicPls, t.Placements)) {
+		if t.inVictim {
+			s.vic.add(t.vicPls, -1)
+		}
+		t.vicPls = nil
+		if v {
+			s.vic.add(t.Placements, 1)
+			t.vicPls = t.Placements
+		}
+	}
+	t.inVictim = v
+}
+
+// samePlacements reports whether a and b are the same slice (placements
+// are replaced, never modified in place).
+func samePlacements(a, b []events.Placement) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// victimNodes counts the GPUs the victims (State.Victims) hold on each
+// node, and the nodes by that count: what a preemption search could free
+// on one node, at most, with the node's free GPUs.
+type victimNodes struct {
+	on map[string]int
+	// nodes[k] is the number of nodes where victims hold k GPUs (k ≥ 1;
+	// nodes[0] unused); the last entry is not zero.
+	nodes []int
+}
+
+// add counts the GPUs of ps, d = 1, or takes them off, d = -1.
+func (x *victimNodes) add(ps []events.Placement, d int) {
+	for _, p := range ps {
+		if len(p.GPUs) == 0 {
+			continue
+		}
+		if x.on == nil {
+			x.on = map[string]int{}
+		}
+		was := x.on[p.Node]
+		now := was + d*len(p.GPUs)
+		if now == 0 {
+			delete(x.on, p.Node)
+		} else {
+			x.on[p.Node] = now
+		}
+		if was > 0 {
+			x.nodes[was]--
+		}
+		if now > 0 {
+			for len(x.nodes) <= now {
+				x.nodes = append(x.nodes, 0)
+			}
+			x.nodes[now]++
+		}
+		for len(x.nodes) > 0 && x.nodes[len(x.nodes)-1] == 0 {
+			x.nodes = x.nodes[:len(x.nodes)-1]
+		}
 	}
 }
+
+func (x victimNodes) clone() victimNodes {
+	return victimNodes{on: maps.Clone(x.on), nodes: slices.Clone(x.nodes)}
+}
+
+// VictimGPUsOn returns the GPUs the victims (Victims) hold on node, healthy
+// or not.
+func (s *State) VictimGPUsOn(node string) int { return s.vic.on[node] }
+
+// MaxVictimGPUs returns the most GPUs the victims (Victims) hold on one
+// node: VictimGPUsOn's largest value.
+func (s *State) MaxVictimGPUs() int { return max(len(s.vic.nodes)-1, 0) }
 
 func gpusHeld(t *Task) int {
 	n := 0
@@ -455,6 +525,7 @@ func (s *State) IndexMismatch() string {
 	team := map[string]int{}
 	pre := map[string]bool{}
 	victims, yielded := 0, 0
+	var vic victimNodes
 	for _, t := range s.Tasks {
 		if t.State == Preempting && !t.HoldsGPUs() {
 			yielded++
@@ -467,6 +538,10 @@ func (s *State) IndexMismatch() string {
 		}
 		if isVictim(t) {
 			victims++
+			vic.add(t.Placements, 1)
+		}
+		if t.inVictim != isVictim(t) || !samePlacements(t.vicPls, t.Placements) && t.inVictim {
+			return fmt.Sprintf("victim index: %s counted %v with its placements %v, is a victim %v with %v", t.ID, t.inVictim, t.vicPls, isVictim(t), t.Placements)
 		}
 	}
 	for k, v := range team {
@@ -500,6 +575,10 @@ func (s *State) IndexMismatch() string {
 		return sprint("preempting", pre, gotPre)
 	case victims != s.victims:
 		return sprint("victims", victims, s.victims)
+	case !maps.Equal(vic.on, s.vic.on):
+		return sprint("victims' GPUs per node", vic.on, s.vic.on)
+	case !slices.Equal(vic.nodes, s.vic.nodes):
+		return sprint("nodes by victims' GPUs", vic.nodes, s.vic.nodes)
 	case yielded != s.yielded:
 		return sprint("yielded", yielded, s.yielded)
 	}

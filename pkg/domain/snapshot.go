@@ -365,13 +365,14 @@ func (s *State) rebuildIndexes(tasks []Task) {
 	s.Owner = map[string]string{}
 	s.q = queueIndex{}
 	s.live = map[string]*Task{}
-	s.hold, s.nx, s.team, s.pre, s.victims, s.yielded = nil, nil, nil, nil, 0, 0
+	s.hold, s.nx, s.team, s.pre, s.victims, s.yielded, s.vic = nil, nil, nil, nil, 0, 0, victimNodes{}
 	s.ends = endIndex{clock: s.LastTime.Round(0)}
 	var queued, holders []*Task
 	keyed, keyBytes := 0, 0
 	for i := range tasks {
 		t := &tasks[i]
 		t.qgen, t.inLive, t.inHold, t.holdAt, t.held, t.inPre, t.inVictim, t.inYielded = 0, false, false, 0, 0, false, false, false
+		t.vicPls = nil
 		t.endIn, t.endAt = endNone, 0
 		if t.HoldsGPUs() {
 			holders = append(holders, t)

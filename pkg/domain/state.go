@@ -43,6 +43,7 @@ type State struct {
 	team    map[string]int   // GPUs held per team
 	pre     map[string]*Task // tasks holding GPUs in state Preempting
 	victims int              // running preemptible non-CRITICAL tasks holding GPUs
+	vic     victimNodes      // GPUs the victims hold, per node (index.go)
 	yielded int              // tasks in state Preempting holding no GPUs (awaiting their requeue)
 	ends    endIndex         // tasks holding GPUs by estimated end (ends.go)
 
@@ -855,6 +856,7 @@ func (s *State) cloneIndexes(c *State) {
 		c.pre[k] = c.Tasks[k]
 	}
 	c.victims = s.victims
+	c.vic = s.vic.clone()
 	c.yielded = s.yielded
 	if len(c.Idem) == 0 && len(c.Tasks) == len(s.Tasks) {
 		for k, v := range s.Idem {

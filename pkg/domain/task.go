@@ -125,6 +125,8 @@ type Task struct {
 	// State.trackHolders).
 	held            int
 	inPre, inVictim bool
+	// vicPls: the placements counted in State.vic while inVictim.
+	vicPls []events.Placement
 	// inYielded: counted in State.yielded (see State.trackHolders).
 	inYielded bool
 	// endIn, endAt: the task's set in the end index and its position
@@ -168,6 +170,10 @@ func (t *Task) Clone() *Task {
 func (t *Task) cloneInto(c *Task) {
 	*c = *t
 	c.Placements = clonePlacements(t.Placements)
+	c.vicPls = nil
+	if t.inVictim { // counted with its placements as they are (trackHolders)
+		c.vicPls = c.Placements
+	}
 	if t.Checklist != nil {
 		c.Checklist = make(map[string]bool, len(t.Checklist))
 		for k, v := range t.Checklist {

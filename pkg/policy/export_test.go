@@ -90,3 +90,12 @@ func (pc *pass) mayVictimize(t, v *domain.Task) bool {
 	}
 	return pc.reclaimer(t) && v.Team != t.Team
 }
+
+// SetFreeNodesSearch turns the preemption search without the victim pool
+// (pass.onFreeNodes) on or off; tests compare the passes with and without
+// it.
+func SetFreeNodesSearch(on bool) { noFreeNodes = !on }
+
+// OnFreeNodesDecided sets the function told what each search without the
+// pool found (nil: none).
+func OnFreeNodesDecided(f func(found bool)) { freeNodesDecided = f }

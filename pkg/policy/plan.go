@@ -52,12 +52,15 @@ type pass struct {
 	res    Result
 
 	// pool is victimPool(), once built; cands and allowed are the last
-	// search's candidates and the pool members among them; locals is a
-	// buffer of the searches.
-	pool    *victimPool
-	cands   []*victim
-	allowed []bool
-	locals  []local
+	// search's candidates and the pool members among them; locals, idx,
+	// trial and nodeBest are buffers of the searches (searchNode).
+	pool     *victimPool
+	cands    []*victim
+	allowed  []bool
+	locals   []local
+	idx      []int
+	trial    []*victim
+	nodeBest []*victim
 	// resOnMembers: a reserved GPU may be held by a pool member not
 	// chosen yet (noteReserved).
 	resOnMembers bool

@@ -146,6 +146,19 @@ type victimPool struct {
 	// healthy GPUs of the node it holds there: by node name, then in the
 	// members' order.
 	on []victimOn
+	// byTask is the members by task, built at the first call of member.
+	byTask map[*domain.Task]*victim
+}
+
+// member returns t's member of the pool; t must be one.
+func (p *victimPool) member(t *domain.Task) *victim {
+	if p.byTask == nil {
+		p.byTask = make(map[*domain.Task]*victim, len(p.vs))
+		for _, v := range p.vs {
+			p.byTask[v.t] = v
+		}
+	}
+	return p.byTask[t]
 }
 
 // victimOn is a pool member holding GPUs on a schedulable node, and how
@@ -187,6 +200,9 @@ func (pc *pass) victimPool() *victimPool {
 		buf = append(buf, pc.newVictim(v))
 	}
 	for i := range buf {
+		// A member chosen by an earlier search of this pass without the
+		// pool (onFreeNodes) is taken.
+		buf[i].taken = pc.victimsNow > 0 && pc.preempting[buf[i].t.ID]
 		p.vs = append(p.vs, &buf[i])
 	}
 	slices.SortFunc(p.vs, victimOrder)
@@ -313,11 +329,14 @@ func (pc *pass) preempt(t *domain.Task, tier int) bool {
 	if pc.stalled || !pc.mayPreempt(t, tier) {
 		return false
 	}
-	cands, avail := pc.candidates(t)
-	if avail < t.GPUs || len(cands) == 0 {
-		return false
+	victims, ps, ok, done := pc.onFreeNodes(t)
+	if !done {
+		cands, avail := pc.candidates(t)
+		if avail < t.GPUs || len(cands) == 0 {
+			return false
+		}
+		victims, ps, ok = pc.fewestVictims(t, cands)
 	}
-	victims, ps, ok := pc.fewestVictims(t, cands)
 	if !ok {
 		return false
 	}
@@ -332,6 +351,9 @@ func (pc *pass) preempt(t *domain.Task, tier int) bool {
 		}
 		pc.preempting[v.t.ID] = true
 		v.taken = true
+		if done && pc.pool != nil { // onFreeNodes's victim: the pool's member is taken too
+			pc.pool.member(v.t).taken = true
+		}
 		pc.victimsNow++
 		pc.usage[v.t.Team] -= v.n
 		pc.lend[v.t.Team] -= v.n
@@ -551,6 +573,118 @@ func (pc *pass) fewestOnOneNode(t *domain.Task, cands []*victim) ([]*victim, []e
 	return s.best, pc.onNode(t, s.bestNode, s.best), true
 }
 
+// noFreeNodes turns onFreeNodes off, and freeNodesDecided, when set, is
+// told what each search it decides found (tests: the pool's search
+// decides the same).
+var (
+	noFreeNodes      = false
+	freeNodesDecided func(found bool)
+)
+
+// onFreeNodes is fewestVictims's search for a task t that fits one node,
+// without the victim pool, when only nodes with free GPUs can give it
+// enough: no node has t.GPUs held by victims (domain.State.MaxVictimGPUs).
+// A node's search counts its usable free GPUs and, of each candidate
+// holding GPUs there, at most the GPUs it holds there (pass.gain), so a
+// node where the pass's free GPUs and the victims' (VictimGPUsOn) are
+// fewer than t.GPUs finds nothing (searchNode): the search over the
+// other nodes, in the same order, of the same candidates in the same
+// order, chooses the same victims. It reads a node's candidates from
+// the owners of its GPUs (domain.State.Owner: every GPU of a holder's
+// placements is the holder's); a candidate chosen in this pass is in
+// pass.preempting (the pool's taken). done is false when it does not
+// decide: t spans nodes, or some node has t.GPUs held by victims, or t
+// fits on free GPUs (fewestVictims holds them, when preempt finds
+// candidates). Its victims are not the pool's: when the pool was built
+// (by an earlier search of the pass), preempt marks their members taken
+// (victimPool.member). Once a cluster is settled, the CRITICAL tasks that cannot
+// preempt are searched for again at every pass of the forward simulation,
+// and after an end the few nodes with free GPUs are where one may.
+func (pc *pass) onFreeNodes(t *domain.Task) (vs []*victim, ps []events.Placement, ok, done bool) {
+	if noFreeNodes || pc.s.MaxVictimGPUs() >= t.GPUs {
+		return nil, nil, false, false
+	}
+	if _, fits := pc.place(t, time.Time{}); fits || t.GPUs > pc.free.nodeSize(t, pc.s) {
+		return nil, nil, false, false
+	}
+	var s nodeSearch
+	most := pc.free.maxFree()
+	reclaim := pc.reclaimer(t)
+	var members []*victim
+	ls := pc.locals[:0]
+	for i, node := range pc.free.avail {
+		free := pc.free.gpus[i]
+		if len(free)+pc.s.VictimGPUsOn(node) < t.GPUs {
+			continue
+		}
+		// The node's pool members (victimPool), in its order, with the
+		// healthy GPUs they hold here (victimNodes).
+		members = members[:0]
+		n := pc.s.Nodes[node]
+		for _, g := range n.GPUs {
+			id := pc.s.Owner[g.UUID]
+			if id == "" || slices.ContainsFunc(members, func(v *victim) bool { return v.t.ID == id }) {
+				continue
+			}
+			v := pc.s.Tasks[id]
+			if v == nil || !v.Preemptible || v.Priority == domain.Critical || v.State != domain.Running {
+				continue
+			}
+			c := pc.newVictim(v)
+			c.taken = pc.preempting[v.ID]
+			members = append(members, &c)
+		}
+		slices.SortFunc(members, victimOrder)
+		ls = ls[:0]
+		sum := 0
+		for _, v := range members {
+			// candidates' test, then fewestOnOneNode's.
+			if v.taken || v.t == t || !(pc.byClass(t, v.t) || reclaim && v.t.Team != t.Team) {
+				continue
+			}
+			e := victimOn{node: node, healthy: healthyOn(n, v.t, node)}
+			if g := pc.gain(t, v.t, e); g > 0 {
+				ls = append(ls, local{v, g})
+				sum += g
+			}
+		}
+		if len(ls) > 0 && (most >= t.GPUs || sum+most >= t.GPUs) {
+			pc.searchNode(t, &s, node, free, ls)
+		}
+	}
+	clear(ls)
+	pc.locals = ls[:0]
+	if freeNodesDecided != nil {
+		freeNodesDecided(s.found)
+	}
+	if !s.found {
+		return nil, nil, false, true
+	}
+	return s.best, pc.onNode(t, s.bestNode, s.best), true, true
+}
+
+// healthyOn counts the healthy GPUs of n, named node, that v's placements
+// there name (victimNodes's count).
+func healthyOn(n *domain.Node, v *domain.Task, node string) int {
+	healthy := 0
+	for _, q := range v.Placements {
+		if q.Node != node {
+			continue
+		}
+		for _, id := range q.GPUs {
+			for _, g := range n.GPUs {
+				if g.UUID == id {
+					if g.Healthy {
+						healthy++
+					}
+					break
+				}
+			}
+		}
+	}
+	return healthy
+}
+
 // nodeSearch is the best victim set found so far, over the nodes searched
 // in order.
 type nodeSearch struct {
@@ -581,12 +715,15 @@ func (pc *pass) searchNode(t *domain.Task, s *nodeSearch, node string, free []do
 		maxK = min(maxK, len(s.best))
 	}
 	// Subsets by size, each size in lexicographic order of the
-	// preference order; the first feasible size wins on this node.
-	idx := make([]int, 0, maxK)
-	trial := make([]*victim, 0, maxK) // a set lendersKeep checks, copied when kept
+	// preference order; the first feasible size wins on this node. The
+	// buffers are the pass's: a search costs many nodes.
+	idx := slices.Grow(pc.idx[:0], maxK)
+	trial := slices.Grow(pc.trial[:0], maxK) // a set lendersKeep checks, copied when kept
+	nodeBest := pc.nodeBest[:0]
+	defer func() { pc.idx, pc.trial, pc.nodeBest = idx[:0], trial[:0], nodeBest[:0] }()
 	for k := 1; k <= maxK; k++ {
-		var nodeBest []*victim
 		var nodeCost setCost
+		found := false // nodeBest holds a set of k
 		idx = idx[:k]
 		for i := range idx {
 			idx[i] = i
@@ -599,13 +736,13 @@ func (pc *pass) searchNode(t *domain.Task, s *nodeSearch, node string, free []do
 			if g >= t.GPUs {
 				// Kept iff lendersKeep and it costs less than the best:
 				// the cheaper test first.
-				if c := costOf(ls, idx); nodeBest == nil || c.less(nodeCost) {
+				if c := costOf(ls, idx); !found || c.less(nodeCost) {
 					trial = trial[:k]
 					for j, i := range idx {
 						trial[j] = ls[i].v
 					}
 					if pc.lendersKeep(t, trial) {
-						nodeBest, nodeCost = slices.Clone(trial), c
+						nodeBest, nodeCost, found = append(nodeBest[:0], trial...), c, true
 					}
 				}
 			}
@@ -622,9 +759,10 @@ func (pc *pass) searchNode(t *domain.Task, s *nodeSearch, node string, free []do
 				idx[m] = idx[m-1] + 1
 			}
 		}
-		if nodeBest != nil {
+		if found {
 			if !s.found || k < len(s.best) || nodeCost.less(s.bestCost) {
-				s.best, s.bestNode, s.bestCost, s.found = nodeBest, node, nodeCost, true
+				// s.best's own array: nodeBest is the pass's buffer.
+				s.best, s.bestNode, s.bestCost, s.found = append(s.best[:0], nodeBest...), node, nodeCost, true
 			}
 			return
 		}

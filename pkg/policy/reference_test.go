@@ -268,13 +268,86 @@ func (pc *pass) refFewestVictims(t *domain.Task, cands []*victim) ([]*victim, []
 	}
 	for _, node := range pc.free.nodes {
 		if ls := byNode[node]; len(ls) > 0 {
-			pc.searchNode(t, &s, node, pc.free.on(node), ls)
+			pc.refSearchNode(t, &s, node, pc.free.on(node), ls)
 		}
 	}
 	if !s.found {
 		return nil, nil, false
 	}
 	return s.best, pc.onNode(t, s.bestNode, s.best), true
+}
+
+// refSearchNode is searchNode as it was, each set kept in a new slice
+// (searchNode keeps them in the pass's buffers): refFewestVictims's
+// search. It searches one node, with free GPUs free and whose candidates
+// ls hold GPUs there (in preference order), for the smallest sets that
+// free enough usable GPUs for t, and keeps the best in s: fewer victims,
+// or as many at a lower cost, than the nodes searched before.
+func (pc *pass) refSearchNode(t *domain.Task, s *nodeSearch, node string, free []domain.GPU, ls []local) {
+	sum := 0
+	for _, l := range ls {
+		sum += l.gain
+	}
+	if len(free)+sum < t.GPUs {
+		return // even every free GPU there is not enough
+	}
+	have := pc.free.usableCount(t, free, pc.free.hasRes(node), time.Time{})
+	if have+sum < t.GPUs {
+		return
+	}
+	maxK := len(ls)
+	if s.found {
+		maxK = min(maxK, len(s.best))
+	}
+	// Subsets by size, each size in lexicographic order of the
+	// preference order; the first feasible size wins on this node.
+	idx := make([]int, 0, maxK)
+	trial := make([]*victim, 0, maxK) // a set lendersKeep checks, copied when kept
+	for k := 1; k <= maxK; k++ {
+		var nodeBest []*victim
+		var nodeCost setCost
+		idx = idx[:k]
+		for i := range idx {
+			idx[i] = i
+		}
+		for {
+			g := have
+			for _, i := range idx {
+				g += ls[i].gain
+			}
+			if g >= t.GPUs {
+				// Kept iff lendersKeep and it costs less than the best:
+				// the cheaper test first.
+				if c := costOf(ls, idx); nodeBest == nil || c.less(nodeCost) {
+					trial = trial[:k]
+					for j, i := range idx {
+						trial[j] = ls[i].v
+					}
+					if pc.lendersKeep(t, trial) {
+						nodeBest, nodeCost = slices.Clone(trial), c
+					}
+				}
+			}
+			// Next combination.
+			j := k - 1
+			for j >= 0 && idx[j] == len(ls)-k+j {
+				j--
+			}
+			if j < 0 {
+				break
+			}
+			idx[j]++
+			for m := j + 1; m < k; m++ {
+				idx[m] = idx[m-1] + 1
+			}
+		}
+		if nodeBest != nil {
+			if !s.found || k < len(s.best) || nodeCost.less(s.bestCost) {
+				s.best, s.bestNode, s.bestCost, s.found = nodeBest, node, nodeCost, true
+			}
+			return
+		}
+	}
 }
 
 // mapContent is what a free map holds, as the tests compare it.
