@@ -307,16 +307,24 @@ func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 // and a submission, and a Live with the advisor's defaults re-estimates
 // when it is due, as the service's timer wakes it. An event that arrives
 // while a re-estimate runs is folded after it (the service holds the
-// fold's lock as long). Each event's delay is from its arrival to the end
-// of the first full re-estimate that began after it was folded.
+// fold's lock as long), and a submission's fold includes what the
+// advisor does at once (the copy of the state for its estimate at
+// submission). Each event's delay is from its arrival to the end of the
+// first full re-estimate that began after it was folded.
 func fresh(ctx context.Context, o AdvisorOptions, res *AdvisorResult, est *estimate.Estimator, f *folder, observe func(events.Event),
 	pol *policy.Policy, running *[]string, rng *rand.Rand) error {
 	gap := o.FreshGap
 	if gap <= 0 {
-		gap = 100 * time.Millisecond
+		gap = time.Second
 	}
+	// The clock leaves out the scheduler's passes (another process in
+	// the service; here they run on this thread to make the dispatches
+	// that follow a completion).
+	var planned time.Duration
+	clock := func() time.Time { return time.Now().Add(-planned) }
 	live := estimate.NewLive(est) // the advisor's defaults
-	live.Advise(f.st, f.now)      // the advice as it stands
+	live.Now = clock
+	live.Advise(f.st, f.now) // the advice as it stands
 	see := func(e events.Event) {
 		observe(e)
 		live.Saw(f.st, events.Record{Seq: f.seq, Envelope: events.Envelope{Type: e.EventType(), Time: f.now}, Event: e})
@@ -327,13 +335,13 @@ func fresh(ctx context.Context, o AdvisorOptions, res *AdvisorResult, est *estim
 		spent   time.Duration
 		n, full int
 	)
-	start := time.Now()
+	start := clock()
 	next := start
 	for i := 0; ; i++ {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		now := time.Now()
+		now := clock()
 		if now.Sub(start) >= o.Fresh && len(folded) == 0 {
 			break
 		}
@@ -349,7 +357,9 @@ func fresh(ctx context.Context, o AdvisorOptions, res *AdvisorResult, est *estim
 				r[j] = r[len(r)-1]
 				*running = r[:len(r)-1]
 				see(events.Completed{TaskID: id, Node: f.st.Tasks[id].Node})
+				ps := time.Now()
 				pr := pol.Plan(policy.Input{State: f.st, Now: f.now, Predict: est.Pred.ForPolicy(f.now)})
+				planned += time.Since(ps)
 				for _, d := range pr.Decisions {
 					if d.Kind == policy.Dispatch {
 						see(events.Dispatched{TaskID: d.TaskID, Placements: d.Placements, BasedOnSeq: f.seq})
@@ -362,12 +372,12 @@ func fresh(ctx context.Context, o AdvisorOptions, res *AdvisorResult, est *estim
 			n++
 			next = next.Add(gap)
 		}
-		if live.Pending() && !time.Now().Before(live.Due()) {
-			began := time.Now()
+		if live.Pending() && !clock().Before(live.Due()) {
+			began := clock()
 			before, _ := live.Counts()
 			live.Advise(f.st, f.now)
 			if after, _ := live.Counts(); after > before {
-				done := time.Now()
+				done := clock()
 				spent += done.Sub(began)
 				full++
 				for _, a := range folded {
@@ -385,7 +395,7 @@ func fresh(ctx context.Context, o AdvisorOptions, res *AdvisorResult, est *estim
 		if next.Sub(start) >= o.Fresh && live.Pending() {
 			wake = live.Due()
 		}
-		time.Sleep(max(time.Until(wake), 0))
+		time.Sleep(max(wake.Sub(clock()), 0))
 	}
 	slices.Sort(delays)
 	res.FreshEvents, res.FreshFull = n, full

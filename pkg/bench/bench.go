@@ -58,7 +58,7 @@ const namedOnly = "stream"
 
 // AdvisorFull is the advisor's measurement at the scale of the issue:
 // 100,000 queued on 10,000 × 8 busy GPUs.
-var AdvisorFull = AdvisorOptions{Nodes: 10_000, PerNode: 8, Queued: 100_000, Events: 40, Fresh: time.Minute, FreshGap: 100 * time.Millisecond}
+var AdvisorFull = AdvisorOptions{Nodes: 10_000, PerNode: 8, Queued: 100_000, Events: 40, Fresh: time.Minute, FreshGap: time.Second}
 
 func (c Config) runs(group string) bool { return runs(c.Only, group) }
 
@@ -90,7 +90,7 @@ func Quick() Config {
 	return Config{Quick: true, RawMsgs: 30_000, IngestMsgs: 30_000, LogEvents: 50_000, LogNodes: 125, Rounds: 1,
 		Lifecycle: LifecycleOptions{Tasks: 5_000, Nodes: 125},
 		Placement: PlacementOptions{Nodes: 1000, PerNode: 8, Queued: 100_000, Events: 100},
-		R3Msgs:    10_000, R3Tasks: 2_000, Advisor: AdvisorOptions{Nodes: 1000, PerNode: 8, Queued: 10_000, Events: 20, Fresh: 5 * time.Second, FreshGap: 100 * time.Millisecond},
+		R3Msgs:    10_000, R3Tasks: 2_000, Advisor: AdvisorOptions{Nodes: 1000, PerNode: 8, Queued: 10_000, Events: 20, Fresh: 10 * time.Second, FreshGap: 500 * time.Millisecond},
 		StreamRun: StreamOptions{Followers: 1000, Events: 200, Rate: 100}}
 }
 
@@ -603,7 +603,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 			a.Events, a.P50Ms, a.MaxMs, a.P50CPUMs, a.P99CPUMs, a.Full, a.Incremental))
 		row("advisor_heap_bytes", fmt.Sprintf("%d", r.AdvisorHeapBytes), "live heap of the fold, the estimator and every queued task's advice (in-process)")
 		if a.FreshEvents > 0 {
-			row("advice_delay_p99_s", fmt.Sprintf("%.2f", a.FreshP99S), fmt.Sprintf("the service's budget (re-estimates at most every %v and half the wall clock): %d events at %.0f/s, %d full re-estimates of %.2f s on average; each event's advice p50 %.2f s, max %.2f s after it arrived",
+			row("advice_delay_p99_s", fmt.Sprintf("%.2f", a.FreshP99S), fmt.Sprintf("the service's budget (re-estimates at most every %v and half the wall clock): %d events at %.1f/s, %d full re-estimates of %.2f s on average; each event's advice p50 %.2f s, max %.2f s after it arrived",
 				estimate.DefaultLiveInterval, a.FreshEvents, a.FreshRateHz, a.FreshFull, a.FreshEstAvgS, a.FreshP50S, a.FreshMaxS))
 		}
 	}
