@@ -254,29 +254,9 @@ func Advisor(ctx context.Context, o AdvisorOptions) (AdvisorResult, error) {
 		}
 		f.now = f.now.Add(time.Second)
 		arrived, tcpu := time.Now(), threadCPUTime()
-		if i%2 == 1 || len(running) == 0 {
-			see(newSubmission(rng, o.Queued+i, f.now))
-		} else {
-			j := rng.IntN(len(running))
-			id := running[j]
-			running[j] = running[len(running)-1]
-			running = running[:len(running)-1]
-			see(events.Completed{TaskID: id, Node: f.st.Tasks[id].Node})
-			// The scheduler's pass on the freed GPUs (its time is not the
-			// advisor's): its dispatches arrive as events of their own,
-			// within this event's time.
-			ps, pc := time.Now(), threadCPUTime()
-			r := pol.Plan(policy.Input{State: f.st, Now: f.now, Predict: est.Pred.ForPolicy(f.now)})
-			arrived, tcpu = arrived.Add(time.Since(ps)), tcpu+threadCPUTime()-pc
-			for _, d := range r.Decisions {
-				if d.Kind != policy.Dispatch {
-					continue
-				}
-				see(events.Dispatched{TaskID: d.TaskID, Placements: d.Placements, BasedOnSeq: f.seq})
-				see(events.Started{TaskID: d.TaskID, Node: d.Placements[0].Node, PID: 1})
-				running = append(running, d.TaskID)
-			}
-		}
+		// The scheduler's pass is not the advisor's time.
+		pw, pc := nextEvent(i, o.Queued+i, f, pol, est, &running, rng, see)
+		arrived, tcpu = arrived.Add(pw), tcpu+pc
 		folded = append(folded, time.Since(arrived))
 		live.Advise(f.st, f.now)
 		lat = append(lat, time.Since(arrived))
@@ -337,7 +317,7 @@ func fresh(ctx context.Context, o AdvisorOptions, res *AdvisorResult, est *estim
 	)
 	start := clock()
 	next := start
-	for i := 0; ; i++ {
+	for {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -348,26 +328,8 @@ func fresh(ctx context.Context, o AdvisorOptions, res *AdvisorResult, est *estim
 		// Fold every event that has arrived (none after the window).
 		for !next.After(now) && next.Sub(start) < o.Fresh {
 			f.now = f.now.Add(gap)
-			if n%2 == 1 || len(*running) == 0 {
-				see(newSubmission(rng, o.Queued+o.Events+n, f.now))
-			} else {
-				r := *running
-				j := rng.IntN(len(r))
-				id := r[j]
-				r[j] = r[len(r)-1]
-				*running = r[:len(r)-1]
-				see(events.Completed{TaskID: id, Node: f.st.Tasks[id].Node})
-				ps := time.Now()
-				pr := pol.Plan(policy.Input{State: f.st, Now: f.now, Predict: est.Pred.ForPolicy(f.now)})
-				planned += time.Since(ps)
-				for _, d := range pr.Decisions {
-					if d.Kind == policy.Dispatch {
-						see(events.Dispatched{TaskID: d.TaskID, Placements: d.Placements, BasedOnSeq: f.seq})
-						see(events.Started{TaskID: d.TaskID, Node: d.Placements[0].Node, PID: 1})
-						*running = append(*running, d.TaskID)
-					}
-				}
-			}
+			pw, _ := nextEvent(n, o.Queued+o.Events+n, f, pol, est, running, rng, see)
+			planned += pw
 			folded = append(folded, next)
 			n++
 			next = next.Add(gap)
@@ -408,6 +370,39 @@ func fresh(ctx context.Context, o AdvisorOptions, res *AdvisorResult, est *estim
 		res.FreshEstAvgS = (spent / time.Duration(full)).Seconds()
 	}
 	return nil
+}
+
+// nextEvent folds the n-th event of a measurement through see: a new
+// submission (the sub-th queued task) for odd n or when nothing runs,
+// else a running task's completion with the dispatches (and starts) the
+// scheduler's pass makes of it. It returns that pass's wall and thread
+// CPU time: the scheduler's, not the advisor's.
+func nextEvent(n, sub int, f *folder, pol *policy.Policy, est *estimate.Estimator, running *[]string, rng *rand.Rand,
+	see func(events.Event)) (planWall, planCPU time.Duration) {
+	if n%2 == 1 || len(*running) == 0 {
+		see(newSubmission(rng, sub, f.now))
+		return 0, 0
+	}
+	r := *running
+	j := rng.IntN(len(r))
+	id := r[j]
+	r[j] = r[len(r)-1]
+	*running = r[:len(r)-1]
+	see(events.Completed{TaskID: id, Node: f.st.Tasks[id].Node})
+	// Its dispatches arrive as events of their own, within this event's
+	// time.
+	ps, pc := time.Now(), threadCPUTime()
+	pr := pol.Plan(policy.Input{State: f.st, Now: f.now, Predict: est.Pred.ForPolicy(f.now)})
+	planWall, planCPU = time.Since(ps), threadCPUTime()-pc
+	for _, d := range pr.Decisions {
+		if d.Kind != policy.Dispatch {
+			continue
+		}
+		see(events.Dispatched{TaskID: d.TaskID, Placements: d.Placements, BasedOnSeq: f.seq})
+		see(events.Started{TaskID: d.TaskID, Node: d.Placements[0].Node, PID: 1})
+		*running = append(*running, d.TaskID)
+	}
+	return planWall, planCPU
 }
 
 // newSubmission is the i-th queued task of Advisor: 1–8 GPUs (powers of

@@ -260,23 +260,7 @@ func (pc *pass) victimNodes(out []victimOn, i int, v *domain.Task, nc *nodeCache
 		if n == nil || !n.Schedulable() || len(n.GPUs) == 0 {
 			continue // not in freeMap.nodes: no search looks at it
 		}
-		healthy := 0
-		for _, q := range v.Placements[k:] {
-			if q.Node != p.Node {
-				continue
-			}
-			for _, id := range q.GPUs {
-				for _, g := range n.GPUs {
-					if g.UUID == id {
-						if g.Healthy {
-							healthy++
-						}
-						break
-					}
-				}
-			}
-		}
-		out = append(out, victimOn{p.Node, i, healthy})
+		out = append(out, victimOn{p.Node, i, healthyOn(n, v, p.Node)})
 	}
 	return out
 }
